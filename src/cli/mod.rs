@@ -1,0 +1,3 @@
+//! Operator subcommands that do not need a running server.
+
+pub mod journal;

@@ -1,0 +1,390 @@
+//! Configuration: the only home of defaults and limits.
+//!
+//! The file is TOML (spec §7). Durations are strings like `"30s"`, `"250ms"`,
+//! `"10m"`, `"7d"`; sizes are strings like `"64MiB"` or plain byte counts.
+//! Unknown keys and bad values are errors that name the key and the line.
+//! With no file, spoold runs on [`Config::default`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::spool::queue::{Backoff, OnExpire, QueueSettings, valid_queue_name};
+
+/// Smallest segment size accepted: below it rotation would dominate.
+pub const SEGMENT_BYTES_MIN: u64 = 64 << 10;
+/// Largest segment size accepted: record offsets are 32-bit, and a segment
+/// is read whole at replay.
+pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, a key is unknown or a value is out of range;
+    /// the message names the key and the line.
+    #[error("{}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub spool: SpoolConfig,
+    pub log: LogConfig,
+    pub queues: BTreeMap<String, QueueConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub api_keys: Vec<String>,
+    pub allow_unauthenticated: bool,
+    #[serde(deserialize_with = "de_size")]
+    pub max_body_bytes: u64,
+    #[serde(rename = "shutdown_grace", deserialize_with = "de_duration")]
+    pub shutdown_grace_ms: u64,
+    pub drain_on_shutdown: bool,
+    pub allowed_destinations: Option<Vec<String>>,
+    pub redact_headers: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            listen: "127.0.0.1:8787".into(),
+            api_keys: Vec::new(),
+            allow_unauthenticated: false,
+            max_body_bytes: 1 << 20,
+            shutdown_grace_ms: 30_000,
+            drain_on_shutdown: false,
+            allowed_destinations: None,
+            redact_headers: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCorruption {
+    Refuse,
+    Quarantine,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpoolConfig {
+    pub dir: PathBuf,
+    #[serde(deserialize_with = "de_size")]
+    pub max_bytes: u64,
+    #[serde(deserialize_with = "de_size")]
+    pub segment_bytes: u64,
+    pub fsync: bool,
+    pub on_corruption: OnCorruption,
+}
+
+impl Default for SpoolConfig {
+    fn default() -> SpoolConfig {
+        SpoolConfig {
+            dir: PathBuf::from("./spool"),
+            max_bytes: 1 << 30,
+            segment_bytes: 64 << 20,
+            fsync: true,
+            on_corruption: OnCorruption::Refuse,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> LogConfig {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+/// A `[queues.NAME]` table. Field names are the spec's TOML names; omitted
+/// fields take the spec's defaults.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub lease_timeout: Option<u64>,
+    pub max_retries: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub retention: Option<u64>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub dedup_window: Option<u64>,
+    pub on_expire: Option<OnExpire>,
+    pub destination: Option<String>,
+    pub concurrency: Option<u32>,
+    pub rate_limit: Option<f64>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub timeout: Option<u64>,
+    pub backoff: Option<BackoffConfig>,
+    pub headers: Option<BTreeMap<String, String>>,
+    pub signing_secret: Option<String>,
+    pub permanent_failure_statuses: Option<Vec<u16>>,
+    pub breaker_failures: Option<u32>,
+    pub ca_file: Option<String>,
+    pub client_cert: Option<String>,
+    pub client_key: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffConfig {
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub initial: Option<u64>,
+    pub multiplier: Option<f64>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub max: Option<u64>,
+    pub jitter: Option<f64>,
+}
+
+impl QueueConfig {
+    /// The full settings: what the table says, defaults for the rest.
+    pub fn settings(&self) -> QueueSettings {
+        let d = QueueSettings::default();
+        let b = Backoff::default();
+        let backoff = self.backoff.as_ref().map_or(b.clone(), |c| Backoff {
+            initial_ms: c.initial.unwrap_or(b.initial_ms),
+            multiplier: c.multiplier.unwrap_or(b.multiplier),
+            max_ms: c.max.unwrap_or(b.max_ms),
+            jitter: c.jitter.unwrap_or(b.jitter),
+        });
+        QueueSettings {
+            lease_timeout_ms: self.lease_timeout.unwrap_or(d.lease_timeout_ms),
+            max_retries: self.max_retries.unwrap_or(d.max_retries),
+            retention_ms: self.retention.unwrap_or(d.retention_ms),
+            dedup_window_ms: self.dedup_window.unwrap_or(d.dedup_window_ms),
+            on_expire: self.on_expire.unwrap_or(d.on_expire),
+            destination: self.destination.clone(),
+            concurrency: self.concurrency.unwrap_or(d.concurrency),
+            rate_limit: self.rate_limit,
+            timeout_ms: self.timeout.unwrap_or(d.timeout_ms),
+            backoff,
+            headers: self.headers.clone().unwrap_or_default(),
+            signing_secret: self.signing_secret.clone(),
+            permanent_failure_statuses: self
+                .permanent_failure_statuses
+                .clone()
+                .unwrap_or(d.permanent_failure_statuses),
+            breaker_failures: self.breaker_failures.unwrap_or(d.breaker_failures),
+            ca_file: self.ca_file.clone(),
+            client_cert: self.client_cert.clone(),
+            client_key: self.client_key.clone(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses and validates config text; the error names key and line.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| describe_toml_error(text, &e))?;
+        config.validate(text)?;
+        Ok(config)
+    }
+
+    fn validate(&self, text: &str) -> Result<(), String> {
+        let at = |key: &str| line_of(text, key).map_or(String::new(), |l| format!("line {l}: "));
+        let seg = self.spool.segment_bytes;
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&seg) {
+            return Err(format!(
+                "{}spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN} (64KiB) to {SEGMENT_BYTES_MAX} (1GiB)",
+                at("segment_bytes")
+            ));
+        }
+        for name in self.queues.keys() {
+            if !valid_queue_name(name) {
+                return Err(format!(
+                    "{}queues.{name}: invalid queue name: use 1 to 128 of [A-Za-z0-9_-]",
+                    at(&format!("[queues.{name}]"))
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The 1-based line where `needle` first appears, for error messages.
+fn line_of(text: &str, needle: &str) -> Option<usize> {
+    text.lines().position(|l| l.contains(needle)).map(|i| i + 1)
+}
+
+fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}: {}", e.message())
+        }
+        None => e.message().to_string(),
+    }
+}
+
+/// Parses `"30s"`, `"250ms"`, `"10m"`, `"2h"`, `"7d"` or `"1.5s"` into
+/// milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("duration {text:?} needs a unit: ms, s, m, h or d"))?;
+    let (num, unit) = text.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: expected e.g. \"30s\" or \"250ms\""))?;
+    let scale = match unit.trim() {
+        "ms" => 1.0,
+        "s" => 1_000.0,
+        "m" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        other => {
+            return Err(format!(
+                "invalid duration unit {other:?} in {text:?}: allowed ms, s, m, h, d"
+            ));
+        }
+    };
+    Ok((value * scale).round() as u64)
+}
+
+/// Parses `"64MiB"`, `"1GiB"`, `"512KiB"`, `"10MB"` or `"1000"` into bytes.
+pub fn parse_size_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {text:?}: expected e.g. \"64MiB\""))?;
+    let scale: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "KB" | "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        other => {
+            return Err(format!(
+                "invalid size unit {other:?} in {text:?}: allowed B, KiB, MiB, GiB, KB, MB, GB"
+            ));
+        }
+    };
+    Ok((value * scale).round() as u64)
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}
+
+fn de_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match SizeValue::deserialize(d)? {
+        SizeValue::Bytes(n) => Ok(n),
+        SizeValue::Text(s) => parse_size_bytes(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration_ms(&s).map_err(serde::de::Error::custom)
+}
+
+fn de_opt_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    de_duration(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_text_gives_the_embedded_defaults() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.server.listen, "127.0.0.1:8787");
+        assert_eq!(c.spool.dir, PathBuf::from("./spool"));
+    }
+
+    #[test]
+    fn durations_and_sizes_parse() {
+        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
+        assert_eq!(parse_duration_ms("250ms"), Ok(250));
+        assert_eq!(parse_duration_ms("1.5s"), Ok(1_500));
+        assert_eq!(parse_duration_ms("7d"), Ok(604_800_000));
+        assert!(parse_duration_ms("30").is_err());
+        assert!(parse_duration_ms("30x").is_err());
+        assert_eq!(parse_size_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size_bytes("1000"), Ok(1000));
+        assert!(parse_size_bytes("1 parsec").is_err());
+    }
+
+    #[test]
+    fn queue_tables_become_settings() {
+        let c = Config::parse(
+            "[queues.orders]\nlease_timeout = \"60s\"\nmax_retries = 5\ndedup_window = \"10m\"\non_expire = \"fail\"\n\
+             [queues.billing]\ndestination = \"https://b.example.com/h\"\nbackoff = { initial = \"1s\", multiplier = 2 }\n",
+        )
+        .unwrap();
+        let orders = c.queues["orders"].settings();
+        assert_eq!(orders.lease_timeout_ms, 60_000);
+        assert_eq!(orders.max_retries, 5);
+        assert_eq!(orders.dedup_window_ms, 600_000);
+        assert_eq!(orders.on_expire, OnExpire::Fail);
+        let billing = c.queues["billing"].settings();
+        assert_eq!(billing.backoff.initial_ms, 1_000);
+        assert_eq!(billing.backoff.multiplier, 2.0);
+        assert_eq!(billing.backoff.max_ms, Backoff::default().max_ms);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_line() {
+        let err = Config::parse("[spool]\ndir = \"x\"\nfsynk = true\n").unwrap_err();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("fsynk"), "{err}");
+        let err = Config::parse("[server]\nshutdown_grace = \"soon\"\n").unwrap_err();
+        assert!(err.contains("line 2"), "{err}");
+        let err = Config::parse("[spool]\nsegment_bytes = \"1KiB\"\n").unwrap_err();
+        assert!(
+            err.contains("segment_bytes") && err.contains("line 2"),
+            "{err}"
+        );
+    }
+}

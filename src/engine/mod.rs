@@ -1,0 +1,825 @@
+//! The engine: the one place that joins the journal and the state machine.
+//!
+//! Every write operation follows the same path:
+//!
+//! 1. lock the core, check the request against the state and *reserve* what
+//!    it needs (a lease marked settling, a message marked pending);
+//! 2. still under the lock, append the record to the journal, so records
+//!    reach the journal in the order their reservations were made;
+//! 3. release the lock and await the reply. The journal's writer thread
+//!    writes, fsyncs, applies the record to the state machine and only then
+//!    answers (see [`sink`]).
+//!
+//! A handler that is dropped at step 3 changes nothing: the record is applied
+//! and acted on all the same. Reads (receive, renew, peek, stats) never touch
+//! the journal: leases are memory only, and a restart drops them (spec §6).
+//!
+//! The engine also owns time: `now` comes from its [`Clock`], never runs
+//! backwards, and a timer task turns expired leases and retention into
+//! records.
+
+pub mod error;
+pub mod sink;
+pub mod token;
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, watch};
+
+pub use error::{ConflictKind, EngineError};
+pub use sink::SendOutcome;
+use sink::{Core, Op, Reply, Shared, Sink};
+use token::{LeaseToken, Tokens};
+
+use crate::journal::lock::DirLock;
+use crate::journal::reader::SegmentReader;
+use crate::journal::scan::{ScanSummary, scan_dir};
+use crate::journal::storage::{OsStorage, Storage};
+use crate::journal::{
+    Journal, JournalError, RecordLoc, WriterOptions, load_identity, prepare_tail,
+};
+use crate::spool::command::decode_payload;
+use crate::spool::queue::valid_queue_name;
+use crate::spool::{
+    Command, EnqueueMeta, MessageId, MessageView, Payload, QueueSettings, QueueStats, Record,
+    Spool, SpoolError,
+};
+use crate::time::{Clock, Millis, SystemClock};
+
+/// Most records the timer writes per tick, so one tick never holds the core
+/// lock for long; the rest waits for the next tick.
+const DUE_RECORDS_PER_TICK_MAX: usize = 4096;
+/// Longest the timer sleeps when nothing is due.
+const TIMER_IDLE_MAX: Duration = Duration::from_secs(1);
+/// Most messages one receive may lease (spec §4: `max` ≤ 100).
+pub const RECEIVE_BATCH_MAX: usize = 100;
+
+/// How to open a spool.
+#[derive(Clone)]
+pub struct EngineOptions {
+    pub dir: PathBuf,
+    pub segment_bytes: u64,
+    pub fsync: bool,
+    pub storage: Arc<dyn Storage>,
+    pub clock: Arc<dyn Clock>,
+    /// Take the directory's `flock` (real file systems only).
+    pub lock: bool,
+}
+
+impl EngineOptions {
+    /// The real file system and clock.
+    pub fn new(dir: impl Into<PathBuf>) -> EngineOptions {
+        EngineOptions {
+            dir: dir.into(),
+            segment_bytes: 64 << 20,
+            fsync: true,
+            storage: Arc::new(OsStorage),
+            clock: Arc::new(SystemClock),
+            lock: true,
+        }
+    }
+}
+
+/// What start-up found.
+#[derive(Debug, Clone)]
+pub struct ReplayReport {
+    pub records: u64,
+    pub segments: usize,
+    pub messages: usize,
+    pub epoch: u64,
+    /// Bytes of a torn final write that were truncated.
+    pub torn_tail_bytes: Option<u64>,
+    pub duration: Duration,
+}
+
+/// A message to send.
+#[derive(Debug, Clone, Default)]
+pub struct SendRequest {
+    pub payload: Payload,
+    pub delay_ms: u64,
+    pub dedup_key: Option<String>,
+}
+
+/// A leased message with its payload.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub id: MessageId,
+    pub token: String,
+    pub expires_at: Millis,
+    pub retry_count: u32,
+    pub enqueued_at: Millis,
+    pub payload: Payload,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    journal: Journal<Op>,
+    reader: SegmentReader,
+    clock: Arc<dyn Clock>,
+    tokens: Tokens,
+    epoch: u64,
+    _lock: Option<DirLock>,
+}
+
+/// A handle on an open spool. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl Engine {
+    /// Opens (or creates) the spool in `options.dir`: replays the journal,
+    /// truncates a torn tail, refuses corruption, and starts a new epoch.
+    pub async fn open(options: EngineOptions) -> Result<(Engine, ReplayReport), JournalError> {
+        let started = Instant::now();
+        let storage = options.storage.clone();
+        let dir = options.dir.clone();
+        storage
+            .create_dir_all(&dir)
+            .map_err(|e| JournalError::io(&dir, e))?;
+        let lock = if options.lock {
+            Some(DirLock::acquire(&dir)?)
+        } else {
+            None
+        };
+        let identity = load_identity(&storage, &dir, true)?.expect("created when missing");
+
+        let mut spool = Spool::new();
+        let mut last_at: Millis = 0;
+        let summary = replay(&storage, &dir, identity.salt, &mut spool, &mut last_at)?;
+        if let Some(problem) = summary.problems.first() {
+            return Err(problem.clone().into_error(&dir));
+        }
+        let start = prepare_tail(&storage, &dir, &summary)?;
+        if let Some(torn) = summary.torn_tail {
+            tracing::warn!(
+                segment = torn.segment_id,
+                offset = torn.offset,
+                bytes = torn.len_bytes,
+                "truncated a torn final write (never acknowledged)"
+            );
+        }
+
+        let epoch = spool.epoch() + 1;
+        let messages = spool.message_count();
+        let now = options.clock.now_ms().max(last_at);
+        let (poisoned, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            core: Mutex::new(Core::new(spool, now)),
+            poisoned,
+        });
+        let reader = SegmentReader::new(storage.clone(), &dir, identity.salt);
+        let journal = Journal::start(
+            storage,
+            &dir,
+            identity.salt,
+            start,
+            WriterOptions {
+                segment_bytes: options.segment_bytes,
+                fsync: options.fsync,
+            },
+            reader.clone(),
+            Sink {
+                shared: shared.clone(),
+            },
+        )?;
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                shared,
+                journal,
+                reader,
+                clock: options.clock,
+                tokens: Tokens::new(identity.token_key, identity.salt),
+                epoch,
+                _lock: lock,
+            }),
+        };
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut core = engine.core();
+            let at = engine.now(&mut core);
+            engine.append(
+                &core,
+                Record {
+                    at,
+                    command: Command::Epoch { epoch },
+                },
+                None,
+                Reply::Done(tx),
+            )?;
+        }
+        match rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(JournalError::io(
+                    &dir,
+                    std::io::Error::other(format!("writing the epoch record failed: {e}")),
+                ));
+            }
+            Err(_) => return Err(JournalError::Closed),
+        }
+        let report = ReplayReport {
+            records: summary.records,
+            segments: summary.segment_ids.len(),
+            messages,
+            epoch,
+            torn_tail_bytes: summary.torn_tail.map(|t| t.len_bytes),
+            duration: started.elapsed(),
+        };
+        Ok((engine, report))
+    }
+
+    fn core(&self) -> MutexGuard<'_, Core> {
+        self.inner.shared.core.lock().expect("core lock poisoned")
+    }
+
+    /// The spool's `now`: the clock, but never earlier than a `now` already
+    /// handed out.
+    fn now(&self, core: &mut Core) -> Millis {
+        core.last_now = core.last_now.max(self.inner.clock.now_ms());
+        core.last_now
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.inner.epoch
+    }
+
+    pub fn tokens(&self) -> &Tokens {
+        &self.inner.tokens
+    }
+
+    /// Fires once the journal is poisoned by a failed fsync.
+    pub fn poisoned(&self) -> watch::Receiver<bool> {
+        self.inner.shared.poisoned.subscribe()
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.inner.journal.is_poisoned()
+    }
+
+    /// Bytes of all segment files.
+    pub fn journal_bytes(&self) -> u64 {
+        self.inner.journal.disk_bytes()
+    }
+
+    /// Appends under the core lock (the guard proves it is held).
+    fn append(
+        &self,
+        _core: &Core,
+        record: Record<'static>,
+        payload: Option<&Payload>,
+        reply: Reply,
+    ) -> Result<(), JournalError> {
+        let kind = record.kind();
+        self.inner
+            .journal
+            .append(kind, Op { record, reply }, |op, buf| {
+                op.record.encode(payload, buf)
+            })
+    }
+
+    /// Sends a message: `Ok` only after the fsync that covers it.
+    pub async fn send(
+        &self,
+        queue: &str,
+        request: SendRequest,
+    ) -> Result<SendOutcome, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        match self.submit_send(queue, &request, tx)? {
+            Some(done) => Ok(done),
+            None => rx.await.map_err(|_| closed())?,
+        }
+    }
+
+    /// The locked part of a send. `Some` when the dedup window answers at
+    /// once; `None` when the answer will arrive on `tx`.
+    fn submit_send(
+        &self,
+        queue: &str,
+        request: &SendRequest,
+        tx: sink::SendReply,
+    ) -> Result<Option<SendOutcome>, EngineError> {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        let q = core
+            .spool
+            .queue(queue)
+            .ok_or_else(|| queue_not_found(queue))?;
+        if q.is_failure_queue() {
+            return Err(EngineError::Conflict {
+                kind: ConflictKind::FailureQueue,
+                message: format!(
+                    "{queue} is a failure queue: messages arrive there only by failing"
+                ),
+            });
+        }
+        let window_ms = q.settings.dedup_window_ms;
+        let dedup = match &request.dedup_key {
+            None => None,
+            Some(_) if window_ms == 0 => {
+                return Err(EngineError::BadRequest(format!(
+                    "queue {queue} has no dedup window: an idempotency key would be ignored"
+                )));
+            }
+            Some(key) => {
+                let hash = self.inner.tokens.dedup_hash(queue, key);
+                if let Some(id) = core.spool.dedup_lookup(queue, hash, now) {
+                    core.spool.count_deduplicated(queue);
+                    return Ok(Some(SendOutcome {
+                        id,
+                        deduplicated: true,
+                    }));
+                }
+                let pending_key = (queue.to_owned(), hash);
+                if let Some(waiters) = core.pending_dedup.get_mut(&pending_key) {
+                    // The first send with this key is still being written:
+                    // answer as it does.
+                    waiters.push(tx);
+                    return Ok(None);
+                }
+                core.pending_dedup.insert(pending_key.clone(), Vec::new());
+                Some((pending_key, hash))
+            }
+        };
+        let id = core.spool.allocate_id();
+        let record = Record {
+            at: now,
+            command: Command::Enqueue(EnqueueMeta {
+                id,
+                queue: Cow::Owned(queue.to_owned()),
+                visible_at: now + request.delay_ms as i64,
+                dedup_hash: dedup.as_ref().map(|d| d.1),
+            }),
+        };
+        let reply = Reply::Send {
+            tx,
+            dedup: dedup.as_ref().map(|d| d.0.clone()),
+        };
+        if let Err(e) = self.append(&core, record, Some(&request.payload), reply) {
+            if let Some((key, _)) = dedup {
+                core.pending_dedup.remove(&key);
+            }
+            return Err(unavailable(e));
+        }
+        Ok(None)
+    }
+
+    /// Leases up to `max` messages of a pull queue, waiting up to `wait` for
+    /// the first one.
+    pub async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Delivery>, EngineError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let max = max.clamp(1, RECEIVE_BATCH_MAX);
+        loop {
+            let notify = self.core().notify_for(queue);
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (leased, next_visible) = {
+                let mut core = self.core();
+                let now = self.now(&mut core);
+                let q = core
+                    .spool
+                    .queue(queue)
+                    .ok_or_else(|| queue_not_found(queue))?;
+                if q.settings.is_push() {
+                    return Err(EngineError::Conflict {
+                        kind: ConflictKind::NotPullQueue,
+                        message: format!("{queue} is a push queue: its own workers consume it"),
+                    });
+                }
+                let lease_ms = q.settings.lease_timeout_ms;
+                let leased = core
+                    .spool
+                    .lease(queue, now, lease_ms, max)
+                    .map_err(|e| spool_error(queue, e))?;
+                let next = core.spool.next_visible_at(queue, now).map(|t| t - now);
+                (leased, next)
+            };
+            if !leased.is_empty() {
+                return Ok(self.deliveries(queue, leased));
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let mut until = deadline;
+            if let Some(ms) = next_visible {
+                until = until.min(now + Duration::from_millis(ms.max(1) as u64));
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+
+    fn deliveries(&self, queue: &str, leased: Vec<crate::spool::Leased>) -> Vec<Delivery> {
+        leased
+            .into_iter()
+            .filter_map(|l| match self.read_payload(l.message.loc) {
+                Ok(payload) => Some(Delivery {
+                    id: l.id,
+                    token: self.inner.tokens.encode(LeaseToken {
+                        epoch: self.inner.epoch,
+                        id: l.id,
+                        serial: l.serial,
+                    }),
+                    expires_at: l.expires_at,
+                    retry_count: l.message.retry_count,
+                    enqueued_at: l.message.enqueued_at,
+                    payload,
+                }),
+                Err(e) => {
+                    // Left leased: it expires, is retried and in the end
+                    // reaches the failure queue, where an operator sees it.
+                    tracing::error!(queue, error = %e, "cannot read a leased message's record");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Reads a message's stored payload from its segment.
+    pub fn read_payload(&self, loc: RecordLoc) -> Result<Payload, EngineError> {
+        let body = self.inner.reader.read_body(loc)?;
+        decode_payload(&body).map_err(|e| {
+            EngineError::Journal(JournalError::BadRecord {
+                file: PathBuf::from(format!("segment {}", loc.segment_id)),
+                offset: u64::from(loc.offset),
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    fn lease_of(&self, token: &str) -> Result<LeaseToken, EngineError> {
+        let lease = self
+            .inner
+            .tokens
+            .decode(token)
+            .ok_or(EngineError::BadToken)?;
+        if lease.epoch != self.inner.epoch {
+            return Err(EngineError::StaleLease);
+        }
+        Ok(lease)
+    }
+
+    /// Acks a lease: `Ok` once the removal is durable.
+    pub async fn ack(&self, queue: &str, token: &str) -> Result<(), EngineError> {
+        let lease = self.lease_of(token)?;
+        self.write_done(|core, now| {
+            core.spool
+                .reserve_settle(queue, lease.id, lease.serial, now)
+                .map_err(|e| spool_error(queue, e))?;
+            Ok(Command::Ack {
+                queue: Cow::Owned(queue.to_owned()),
+                id: lease.id,
+            })
+        })
+        .await
+    }
+
+    /// Nacks a lease: visible again after `delay_ms`, or to the failure queue
+    /// once past `max_retries`.
+    pub async fn nack(&self, queue: &str, token: &str, delay_ms: u64) -> Result<(), EngineError> {
+        let lease = self.lease_of(token)?;
+        self.write_done(|core, now| {
+            core.spool
+                .reserve_nack(queue, lease.id, lease.serial, now, delay_ms)
+                .map_err(|e| spool_error(queue, e))
+        })
+        .await
+    }
+
+    /// Extends a lease to now + the queue's current lease timeout. Memory
+    /// only: a restart drops leases anyway.
+    pub fn renew(&self, queue: &str, token: &str) -> Result<Millis, EngineError> {
+        let lease = self.lease_of(token)?;
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        core.spool
+            .renew(queue, lease.id, lease.serial, now)
+            .map_err(|e| spool_error(queue, e))
+    }
+
+    /// Cancels one message; a live lease on it becomes stale.
+    pub async fn cancel(&self, queue: &str, id: MessageId) -> Result<(), EngineError> {
+        self.write_done(|core, _| {
+            core.spool
+                .reserve_message(queue, id)
+                .map_err(|e| self.message_error(queue, id, e))?;
+            Ok(Command::Cancel {
+                queue: Cow::Owned(queue.to_owned()),
+                id,
+            })
+        })
+        .await
+    }
+
+    /// Removes every message of a queue; returns how many.
+    pub async fn purge(&self, queue: &str) -> Result<u64, EngineError> {
+        self.write_count(|core, _| {
+            core.spool
+                .queue(queue)
+                .ok_or_else(|| queue_not_found(queue))?;
+            Ok(Command::Purge {
+                queue: Cow::Owned(queue.to_owned()),
+            })
+        })
+        .await
+    }
+
+    /// Moves up to `max` messages (or just `ids`) from `queue.failed` back to
+    /// `queue`, retry counts reset. With `dry_run`, only counts them.
+    pub async fn redrive(
+        &self,
+        queue: &str,
+        max: usize,
+        ids: Option<&[MessageId]>,
+        dry_run: bool,
+    ) -> Result<u64, EngineError> {
+        if dry_run {
+            let mut core = self.core();
+            return core
+                .spool
+                .redrive_candidates(queue, max, ids, false)
+                .map(|v| v.len() as u64)
+                .map_err(|e| spool_error(queue, e));
+        }
+        self.write_count(|core, _| {
+            let picked = core
+                .spool
+                .redrive_candidates(queue, max, ids, true)
+                .map_err(|e| spool_error(queue, e))?;
+            Ok(Command::Redrive {
+                queue: Cow::Owned(queue.to_owned()),
+                ids: picked,
+            })
+        })
+        .await
+    }
+
+    /// Creates or replaces a queue's settings. Returns true if it was
+    /// created.
+    pub async fn upsert_queue(
+        &self,
+        name: &str,
+        settings: QueueSettings,
+        managed_by_config: bool,
+    ) -> Result<bool, EngineError> {
+        if !valid_queue_name(name) {
+            return Err(EngineError::BadRequest(format!(
+                "invalid queue name {name:?}: use 1 to 128 of [A-Za-z0-9_-]"
+            )));
+        }
+        let created = self.core().spool.queue(name).is_none();
+        self.write_done(|_, _| {
+            Ok(Command::QueueUpsert {
+                name: Cow::Owned(name.to_owned()),
+                settings: Box::new(settings),
+                managed_by_config,
+            })
+        })
+        .await?;
+        Ok(created)
+    }
+
+    /// Deletes a queue, its failure queue and their messages.
+    pub async fn delete_queue(&self, name: &str) -> Result<(), EngineError> {
+        self.write_done(|core, _| {
+            let q = core
+                .spool
+                .queue(name)
+                .ok_or_else(|| queue_not_found(name))?;
+            if q.is_failure_queue() {
+                return Err(EngineError::Conflict {
+                    kind: ConflictKind::FailureQueue,
+                    message: format!("{name} is a failure queue: it is deleted with its queue"),
+                });
+            }
+            Ok(Command::QueueDelete {
+                name: Cow::Owned(name.to_owned()),
+            })
+        })
+        .await
+    }
+
+    /// Stops or restarts handing out leases of a queue.
+    pub async fn set_paused(&self, name: &str, paused: bool) -> Result<(), EngineError> {
+        self.write_done(|core, _| {
+            core.spool
+                .queue(name)
+                .ok_or_else(|| queue_not_found(name))?;
+            Ok(Command::QueuePause {
+                name: Cow::Owned(name.to_owned()),
+                paused,
+            })
+        })
+        .await
+    }
+
+    async fn write_done(
+        &self,
+        decide: impl FnOnce(&mut Core, Millis) -> Result<Command<'static>, EngineError>,
+    ) -> Result<(), EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.write(decide, Reply::Done(tx))?;
+        rx.await.map_err(|_| closed())?
+    }
+
+    async fn write_count(
+        &self,
+        decide: impl FnOnce(&mut Core, Millis) -> Result<Command<'static>, EngineError>,
+    ) -> Result<u64, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.write(decide, Reply::Count(tx))?;
+        rx.await.map_err(|_| closed())?
+    }
+
+    /// Decides a command under the core lock and appends it; undoes the
+    /// reservation if the journal refuses.
+    fn write(
+        &self,
+        decide: impl FnOnce(&mut Core, Millis) -> Result<Command<'static>, EngineError>,
+        reply: Reply,
+    ) -> Result<(), EngineError> {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        let command = decide(&mut core, now)?;
+        let record = Record { at: now, command };
+        let undo = record.clone();
+        if let Err(e) = self.append(&core, record, None, reply) {
+            core.release(&undo);
+            return Err(unavailable(e));
+        }
+        Ok(())
+    }
+
+    /// Turns everything due now (expired leases, retention) into records.
+    /// Returns how many were appended.
+    pub fn tick(&self) -> usize {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        let due = core.spool.due(now, DUE_RECORDS_PER_TICK_MAX);
+        let n = due.len();
+        for command in due {
+            let record = Record { at: now, command };
+            let undo = record.clone();
+            if self.append(&core, record, None, Reply::Nobody).is_err() {
+                core.release(&undo);
+            }
+        }
+        n
+    }
+
+    /// Runs [`Engine::tick`] until the engine is dropped everywhere else.
+    pub fn spawn_timer(&self) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                let Some(inner) = weak.upgrade() else { return };
+                let engine = Engine { inner };
+                let appended = engine.tick();
+                let sleep = {
+                    let mut core = engine.core();
+                    let now = engine.now(&mut core);
+                    core.spool
+                        .next_deadline(now)
+                        .map(|t| Duration::from_millis((t - now).clamp(1, 1000) as u64))
+                        .unwrap_or(TIMER_IDLE_MAX)
+                };
+                drop(engine);
+                let sleep = if appended >= DUE_RECORDS_PER_TICK_MAX {
+                    Duration::from_millis(1)
+                } else {
+                    sleep
+                };
+                tokio::time::sleep(sleep).await;
+            }
+        })
+    }
+
+    pub fn stats(&self, queue: &str) -> Result<QueueStats, EngineError> {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        core.spool
+            .stats(queue, now)
+            .ok_or_else(|| queue_not_found(queue))
+    }
+
+    pub fn queue_settings(&self, queue: &str) -> Result<(QueueSettings, bool), EngineError> {
+        let core = self.core();
+        let q = core
+            .spool
+            .queue(queue)
+            .ok_or_else(|| queue_not_found(queue))?;
+        Ok((q.settings.clone(), q.managed_by_config))
+    }
+
+    pub fn queue_names(&self) -> Vec<String> {
+        self.core().spool.queue_names()
+    }
+
+    pub fn peek(
+        &self,
+        queue: &str,
+        after: Option<MessageId>,
+        limit: usize,
+    ) -> Result<Vec<MessageView>, EngineError> {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        core.spool
+            .peek(queue, after, limit, now)
+            .map_err(|e| spool_error(queue, e))
+    }
+
+    pub fn get(&self, queue: &str, id: MessageId) -> Result<MessageView, EngineError> {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        core.spool
+            .get(queue, id, now)
+            .map_err(|e| self.message_error(queue, id, e))
+    }
+
+    /// Every message of every queue (tests and tools).
+    pub fn all_messages(&self) -> Vec<(String, MessageId, crate::spool::state::Message)> {
+        self.core().spool.all_messages()
+    }
+
+    /// Flushes what is pending and stops the writer thread. Later writes
+    /// answer `Unavailable`.
+    pub fn close(&self) {
+        self.inner.journal.close();
+    }
+
+    fn message_error(&self, queue: &str, id: MessageId, e: SpoolError) -> EngineError {
+        match e {
+            SpoolError::MessageNotFound => EngineError::MessageNotFound {
+                queue: queue.to_owned(),
+                id: self.inner.tokens.format_id(id),
+            },
+            other => spool_error(queue, other),
+        }
+    }
+}
+
+/// Replays every record of `dir` into `spool`.
+fn replay(
+    storage: &Arc<dyn Storage>,
+    dir: &std::path::Path,
+    salt: u64,
+    spool: &mut Spool,
+    last_at: &mut Millis,
+) -> Result<ScanSummary, JournalError> {
+    scan_dir(storage, dir, salt, |rec| {
+        let record = Record::decode(rec.kind, rec.body).map_err(|e| JournalError::BadRecord {
+            file: dir.join(crate::journal::format::segment_file_name(rec.segment_id)),
+            offset: rec.offset,
+            reason: e.to_string(),
+        })?;
+        *last_at = (*last_at).max(record.at);
+        let loc = RecordLoc {
+            segment_id: rec.segment_id as u32,
+            offset: rec.offset as u32,
+            len: rec.frame_len() as u32,
+        };
+        spool.apply(&record, loc);
+        Ok(())
+    })
+}
+
+fn queue_not_found(queue: &str) -> EngineError {
+    EngineError::QueueNotFound {
+        queue: queue.to_owned(),
+    }
+}
+
+fn spool_error(queue: &str, e: SpoolError) -> EngineError {
+    match e {
+        SpoolError::QueueNotFound => queue_not_found(queue),
+        SpoolError::MessageNotFound => EngineError::MessageNotFound {
+            queue: queue.to_owned(),
+            id: String::new(),
+        },
+        SpoolError::StaleLease => EngineError::StaleLease,
+    }
+}
+
+fn unavailable(e: JournalError) -> EngineError {
+    EngineError::Unavailable {
+        reason: e.to_string(),
+    }
+}
+
+fn closed() -> EngineError {
+    EngineError::Unavailable {
+        reason: "the spool is shutting down".into(),
+    }
+}

@@ -1,0 +1,252 @@
+//! What happens to a record once the writer thread is done with it: apply
+//! to the state machine and answer, or undo the reservation and report.
+//!
+//! This runs on the journal's writer thread, in journal order, for every
+//! record, whether or not its caller is still waiting: an HTTP client that
+//! hangs up never leaves a record that only a restart brings to life.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Notify, oneshot, watch};
+
+use super::error::EngineError;
+use crate::journal::{BatchFailure, BatchSink, Durable, Placed};
+use crate::spool::queue::failed_queue_name;
+use crate::spool::{Applied, Command, MessageId, Record, Spool};
+use crate::time::Millis;
+
+/// The engine's answer to a send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendOutcome {
+    pub id: MessageId,
+    /// True when the idempotency key was seen inside the dedup window and
+    /// nothing new was stored.
+    pub deduplicated: bool,
+}
+
+pub type SendReply = oneshot::Sender<Result<SendOutcome, EngineError>>;
+
+/// Who waits for a record, and for what.
+pub enum Reply {
+    /// Records the engine writes on its own (expiries, the epoch).
+    Nobody,
+    /// A send; `dedup` names the pending dedup key it owns.
+    Send {
+        tx: SendReply,
+        dedup: Option<(String, u64)>,
+    },
+    Done(oneshot::Sender<Result<(), EngineError>>),
+    Count(oneshot::Sender<Result<u64, EngineError>>),
+}
+
+/// One journal entry: the record (for apply) and its waiter.
+pub struct Op {
+    pub record: Record<'static>,
+    pub reply: Reply,
+}
+
+/// The mutable state, behind one mutex shared by handlers and the sink.
+pub struct Core {
+    pub spool: Spool,
+    /// The last `now` handed out: time never runs backwards for the spool,
+    /// even if the wall clock does.
+    pub last_now: Millis,
+    /// Sends with a dedup key whose first send is still being written:
+    /// later sends with the same key wait here and answer as it does.
+    pub pending_dedup: HashMap<(String, u64), Vec<SendReply>>,
+    notifies: HashMap<String, Arc<Notify>>,
+}
+
+impl Core {
+    pub fn new(spool: Spool, last_now: Millis) -> Core {
+        Core {
+            spool,
+            last_now,
+            pending_dedup: HashMap::new(),
+            notifies: HashMap::new(),
+        }
+    }
+
+    /// The notifier long-polling receivers of `queue` wait on.
+    pub fn notify_for(&mut self, queue: &str) -> Arc<Notify> {
+        self.notifies.entry(queue.to_owned()).or_default().clone()
+    }
+
+    fn wake(&self, queue: &str) {
+        if let Some(n) = self.notifies.get(queue) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Undoes what the engine reserved before appending `record`.
+    pub fn release(&mut self, record: &Record<'_>) {
+        match &record.command {
+            Command::Ack { queue, id }
+            | Command::Retry { queue, id, .. }
+            | Command::Fail { queue, id, .. }
+            | Command::Expire { queue, id }
+            | Command::Cancel { queue, id } => {
+                self.spool.release(queue, *id);
+                self.wake(queue);
+            }
+            Command::Redrive { queue, ids } => {
+                let failed = failed_queue_name(queue);
+                for id in ids {
+                    self.spool.release(&failed, *id);
+                }
+                self.wake(&failed);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// State shared by the engine handle and the sink.
+pub struct Shared {
+    pub core: Mutex<Core>,
+    /// Flips to true when an fsync failed; `main` exits non-zero on it.
+    pub poisoned: watch::Sender<bool>,
+}
+
+pub struct Sink {
+    pub shared: Arc<Shared>,
+}
+
+impl BatchSink<Op> for Sink {
+    fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<Op>>) {
+        let mut answers = Vec::with_capacity(batch.len());
+        {
+            let mut core = self.shared.core.lock().expect("core lock poisoned");
+            for placed in batch {
+                let Op { record, reply } = placed.entry;
+                let applied = core.spool.apply(&record, placed.loc);
+                wake_after(&core, &record.command);
+                let dedup_waiters = match &reply {
+                    Reply::Send {
+                        dedup: Some(key), ..
+                    } => {
+                        let waiters = core.pending_dedup.remove(key).unwrap_or_default();
+                        for _ in &waiters {
+                            core.spool.count_deduplicated(&key.0);
+                        }
+                        waiters
+                    }
+                    _ => Vec::new(),
+                };
+                answers.push((reply, record, applied, dedup_waiters));
+            }
+        }
+        for (reply, record, applied, dedup_waiters) in answers {
+            answer(receipt, reply, &record, applied, dedup_waiters);
+        }
+    }
+
+    fn failed(&mut self, failure: &BatchFailure, batch: Vec<Op>) {
+        let (make_error, poisoned): (fn(String) -> EngineError, bool) = match failure {
+            BatchFailure::RolledBack(_) => (|reason| EngineError::Unavailable { reason }, false),
+            BatchFailure::Unconfirmed(_) => (|reason| EngineError::Unconfirmed { reason }, true),
+        };
+        let reason = match failure {
+            BatchFailure::RolledBack(e) | BatchFailure::Unconfirmed(e) => e.to_string(),
+        };
+        if poisoned {
+            tracing::error!(error = %reason, "fsync failed: journal poisoned, no more writes");
+            self.shared.poisoned.send_replace(true);
+        } else {
+            tracing::warn!(error = %reason, "journal write failed and was rolled back");
+        }
+        let mut answers = Vec::with_capacity(batch.len());
+        {
+            let mut core = self.shared.core.lock().expect("core lock poisoned");
+            for op in batch {
+                core.release(&op.record);
+                let waiters = match &op.reply {
+                    Reply::Send {
+                        dedup: Some(key), ..
+                    } => core.pending_dedup.remove(key).unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                answers.push((op.reply, waiters));
+            }
+        }
+        for (reply, waiters) in answers {
+            for w in waiters {
+                let _ = w.send(Err(make_error(reason.clone())));
+            }
+            match reply {
+                Reply::Nobody => {}
+                Reply::Send { tx, .. } => {
+                    let _ = tx.send(Err(make_error(reason.clone())));
+                }
+                Reply::Done(tx) => {
+                    let _ = tx.send(Err(make_error(reason.clone())));
+                }
+                Reply::Count(tx) => {
+                    let _ = tx.send(Err(make_error(reason.clone())));
+                }
+            }
+        }
+    }
+}
+
+/// Wakes the receivers of whichever queue just gained a visible message.
+fn wake_after(core: &Core, command: &Command<'_>) {
+    match command {
+        Command::Enqueue(meta) => core.wake(&meta.queue),
+        Command::Retry { queue, .. } | Command::Redrive { queue, .. } => core.wake(queue),
+        Command::Fail { queue, .. } => core.wake(&failed_queue_name(queue)),
+        Command::QueuePause { name, .. } => core.wake(name),
+        _ => {}
+    }
+}
+
+/// Answers a durable record's waiter. Taking the receipt is the point: only
+/// the writer thread has one, and only after the fsync.
+fn answer(
+    _durable: &Durable,
+    reply: Reply,
+    record: &Record<'_>,
+    applied: Applied,
+    dedup_waiters: Vec<SendReply>,
+) {
+    match reply {
+        Reply::Nobody => {}
+        Reply::Send { tx, .. } => {
+            let Command::Enqueue(meta) = &record.command else {
+                panic!("bug: send reply on a non-enqueue record");
+            };
+            let result = match applied {
+                Applied::Missing => Err(EngineError::QueueNotFound {
+                    queue: meta.queue.to_string(),
+                }),
+                _ => Ok(SendOutcome {
+                    id: meta.id,
+                    deduplicated: false,
+                }),
+            };
+            for w in dedup_waiters {
+                let _ = w.send(match &result {
+                    Ok(o) => Ok(SendOutcome {
+                        deduplicated: true,
+                        ..*o
+                    }),
+                    Err(_) => Err(EngineError::QueueNotFound {
+                        queue: meta.queue.to_string(),
+                    }),
+                });
+            }
+            let _ = tx.send(result);
+        }
+        Reply::Done(tx) => {
+            let _ = tx.send(Ok(()));
+        }
+        Reply::Count(tx) => {
+            let n = match applied {
+                Applied::Count(n) => n,
+                _ => 0,
+            };
+            let _ = tx.send(Ok(n));
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! A fault-injecting, in-memory [`Storage`] for tests.
+//!
+//! It models what a crash keeps and nothing more: a file's bytes survive only
+//! up to its last `sync_data`, and a directory entry (creation, rename,
+//! removal) only after `sync_dir`. On top of that it can tear the last
+//! unsynced write (keep a prefix of it), fail a chosen write (after writing a
+//! part of it, as a full disk does) or a chosen fsync, and cap the total size
+//! of the "disk".
+//!
+//! After [`SimStorage::crash`] every handle opened before the crash fails, as
+//! a dead process's file descriptors would.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::storage::{Storage, StorageFile};
+
+#[derive(Debug, Default)]
+struct FileData {
+    /// What a reader sees now.
+    current: Vec<u8>,
+    /// What survives a crash.
+    durable: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Node {
+    data: Mutex<FileData>,
+}
+
+#[derive(Debug, Default)]
+struct Faults {
+    /// Fail the write this many writes from now (0 = the next one).
+    write_countdown: Option<u64>,
+    write_error: Option<io::ErrorKind>,
+    sync_countdown: Option<u64>,
+    /// Total bytes all files may hold; a write beyond it fails with ENOSPC
+    /// after writing what fits.
+    capacity_bytes: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct SimState {
+    /// The namespace a running process sees.
+    names: HashMap<PathBuf, Arc<Node>>,
+    /// The namespace as of the last directory sync.
+    durable_names: HashMap<PathBuf, Arc<Node>>,
+    faults: Faults,
+    /// Set on the handles of the generation before the last crash.
+    generation: Arc<AtomicBool>,
+    writes: u64,
+    syncs: u64,
+}
+
+/// See the module docs. Cloning shares the same simulated disk.
+#[derive(Debug, Clone, Default)]
+pub struct SimStorage {
+    state: Arc<Mutex<SimState>>,
+}
+
+/// How a crash treats the bytes written after the last sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tear {
+    /// Every unsynced byte is lost.
+    DropUnsynced,
+    /// Of the unsynced bytes appended to a file, the first `n` survive
+    /// (clamped to what was written), as when a write was cut short.
+    KeepPrefix(u64),
+}
+
+impl SimStorage {
+    pub fn new() -> SimStorage {
+        SimStorage::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SimState> {
+        self.state.lock().expect("sim storage lock poisoned")
+    }
+
+    /// Simulates power loss: keeps only what was synced, torn as `tear` says.
+    pub fn crash(&self, tear: Tear) {
+        let mut state = self.lock();
+        state.generation.store(true, Ordering::SeqCst);
+        state.generation = Arc::new(AtomicBool::new(false));
+        let mut survivors = HashMap::new();
+        for (path, node) in &state.durable_names {
+            let data = node.data.lock().expect("sim file lock poisoned");
+            let mut kept = data.durable.clone();
+            if let Tear::KeepPrefix(n) = tear
+                && data.current.len() > kept.len()
+                && data.current.starts_with(&kept)
+            {
+                let extra = (data.current.len() - kept.len()).min(n as usize);
+                kept.extend_from_slice(&data.current[data.durable.len()..][..extra]);
+            }
+            let fresh = Node {
+                data: Mutex::new(FileData {
+                    durable: kept.clone(),
+                    current: kept,
+                }),
+            };
+            survivors.insert(path.clone(), Arc::new(fresh));
+        }
+        state.names = survivors.clone();
+        state.durable_names = survivors;
+        state.faults = Faults::default();
+    }
+
+    /// The write `n` writes from now (0 = the next) writes half its bytes and
+    /// fails with `kind`.
+    pub fn fail_write(&self, n: u64, kind: io::ErrorKind) {
+        let mut state = self.lock();
+        state.faults.write_countdown = Some(n);
+        state.faults.write_error = Some(kind);
+    }
+
+    /// The `sync_data` `n` syncs from now (0 = the next) fails with EIO and
+    /// makes nothing durable.
+    pub fn fail_sync(&self, n: u64) {
+        self.lock().faults.sync_countdown = Some(n);
+    }
+
+    /// Caps the total bytes of all files (a full disk).
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.lock().faults.capacity_bytes = bytes;
+    }
+
+    /// Clears every pending fault.
+    pub fn heal(&self) {
+        self.lock().faults = Faults::default();
+    }
+
+    /// How many `sync_data` calls succeeded so far (group-commit tests).
+    pub fn sync_count(&self) -> u64 {
+        self.lock().syncs
+    }
+
+    pub fn write_count(&self) -> u64 {
+        self.lock().writes
+    }
+
+    /// The current bytes of a file, for corruption tests.
+    pub fn file_bytes(&self, path: &Path) -> Option<Vec<u8>> {
+        let state = self.lock();
+        let node = state.names.get(path)?;
+        let data = node.data.lock().expect("sim file lock poisoned");
+        Some(data.current.clone())
+    }
+
+    /// Replaces a file's bytes (current and durable), for corruption tests.
+    pub fn set_file_bytes(&self, path: &Path, bytes: Vec<u8>) {
+        let mut state = self.lock();
+        let node = Arc::new(Node {
+            data: Mutex::new(FileData {
+                current: bytes.clone(),
+                durable: bytes,
+            }),
+        });
+        state.names.insert(path.to_path_buf(), node.clone());
+        state.durable_names.insert(path.to_path_buf(), node);
+    }
+
+    fn used_bytes(state: &SimState) -> u64 {
+        state
+            .names
+            .values()
+            .map(|n| n.data.lock().expect("sim file lock poisoned").current.len() as u64)
+            .sum()
+    }
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{}: no such file", path.display()),
+    )
+}
+
+impl Storage for SimStorage {
+    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let state = self.lock();
+        Ok(state
+            .names
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect())
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        let state = self.lock();
+        let node = state.names.get(path).ok_or_else(|| not_found(path))?;
+        Ok(Arc::new(SimFile {
+            node: node.clone(),
+            sim: self.clone(),
+            dead: state.generation.clone(),
+        }))
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        let mut state = self.lock();
+        if state.names.contains_key(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{}: exists", path.display()),
+            ));
+        }
+        let node = Arc::new(Node {
+            data: Mutex::new(FileData::default()),
+        });
+        state.names.insert(path.to_path_buf(), node.clone());
+        Ok(Arc::new(SimFile {
+            node,
+            sim: self.clone(),
+            dead: state.generation.clone(),
+        }))
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.lock();
+        state
+            .names
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| not_found(path))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = self.lock();
+        let node = state.names.remove(from).ok_or_else(|| not_found(from))?;
+        state.names.insert(to.to_path_buf(), node);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        state.durable_names.retain(|p, _| p.parent() != Some(dir));
+        for (path, node) in &state.names {
+            if path.parent() == Some(dir) {
+                state.durable_names.insert(path.clone(), node.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+struct SimFile {
+    node: Arc<Node>,
+    sim: SimStorage,
+    /// True once the simulated process that opened this handle has crashed.
+    dead: Arc<AtomicBool>,
+}
+
+impl SimFile {
+    fn check_alive(&self) -> io::Result<()> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(io::Error::other("sim: handle from before a crash"));
+        }
+        Ok(())
+    }
+}
+
+impl StorageFile for SimFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.check_alive()?;
+        let data = self.node.data.lock().expect("sim file lock poisoned");
+        let start = (offset as usize).min(data.current.len());
+        let n = buf.len().min(data.current.len() - start);
+        buf[..n].copy_from_slice(&data.current[start..start + n]);
+        Ok(n)
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check_alive()?;
+        let mut state = self.sim.lock();
+        state.writes += 1;
+        let mut write_len = buf.len();
+        let mut error = None;
+        if let Some(n) = state.faults.write_countdown {
+            if n == 0 {
+                state.faults.write_countdown = None;
+                let kind = state
+                    .faults
+                    .write_error
+                    .take()
+                    .unwrap_or(io::ErrorKind::Other);
+                write_len = buf.len() / 2;
+                error = Some(io::Error::new(kind, "sim: injected write failure"));
+            } else {
+                state.faults.write_countdown = Some(n - 1);
+            }
+        }
+        if let Some(cap) = state.faults.capacity_bytes {
+            let used = SimStorage::used_bytes(&state);
+            let file_len = self
+                .node
+                .data
+                .lock()
+                .expect("sim file lock poisoned")
+                .current
+                .len();
+            let growth = (offset as usize + write_len).saturating_sub(file_len) as u64;
+            if used + growth > cap {
+                let room = cap.saturating_sub(used) as usize;
+                let fits = (file_len + room).saturating_sub(offset as usize);
+                write_len = write_len.min(fits);
+                error = Some(io::Error::new(io::ErrorKind::StorageFull, "sim: disk full"));
+            }
+        }
+        drop(state);
+        let mut data = self.node.data.lock().expect("sim file lock poisoned");
+        let end = offset as usize + write_len;
+        if data.current.len() < end {
+            data.current.resize(end, 0);
+        }
+        data.current[offset as usize..end].copy_from_slice(&buf[..write_len]);
+        match error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.check_alive()?;
+        let mut state = self.sim.lock();
+        if let Some(n) = state.faults.sync_countdown {
+            if n == 0 {
+                state.faults.sync_countdown = None;
+                return Err(io::Error::other("sim: injected fsync failure"));
+            }
+            state.faults.sync_countdown = Some(n - 1);
+        }
+        state.syncs += 1;
+        drop(state);
+        let mut data = self.node.data.lock().expect("sim file lock poisoned");
+        data.durable = data.current.clone();
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_alive()?;
+        let mut data = self.node.data.lock().expect("sim file lock poisoned");
+        data.current.resize(len as usize, 0);
+        Ok(())
+    }
+
+    fn size_bytes(&self) -> io::Result<u64> {
+        self.check_alive()?;
+        let data = self.node.data.lock().expect("sim file lock poisoned");
+        Ok(data.current.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        PathBuf::from("/spool")
+    }
+
+    #[test]
+    fn crash_keeps_only_synced_bytes_and_names() {
+        let sim = SimStorage::new();
+        let a = sim.create(&dir().join("a")).unwrap();
+        a.write_all_at(b"hello", 0).unwrap();
+        a.sync_data().unwrap();
+        sim.sync_dir(&dir()).unwrap();
+        a.write_all_at(b" world", 5).unwrap();
+        let b = sim.create(&dir().join("b")).unwrap();
+        b.write_all_at(b"lost", 0).unwrap();
+        b.sync_data().unwrap();
+
+        sim.crash(Tear::DropUnsynced);
+        assert!(a.size_bytes().is_err(), "old handles die with the process");
+        assert_eq!(sim.file_bytes(&dir().join("a")).unwrap(), b"hello");
+        assert!(
+            sim.file_bytes(&dir().join("b")).is_none(),
+            "b's name was never synced"
+        );
+    }
+
+    #[test]
+    fn tear_keeps_a_prefix_of_the_unsynced_tail() {
+        let sim = SimStorage::new();
+        let a = sim.create(&dir().join("a")).unwrap();
+        sim.sync_dir(&dir()).unwrap();
+        a.write_all_at(b"abc", 0).unwrap();
+        a.sync_data().unwrap();
+        a.write_all_at(b"defgh", 3).unwrap();
+        sim.crash(Tear::KeepPrefix(2));
+        assert_eq!(sim.file_bytes(&dir().join("a")).unwrap(), b"abcde");
+    }
+
+    #[test]
+    fn injected_faults_fire_once() {
+        let sim = SimStorage::new();
+        let a = sim.create(&dir().join("a")).unwrap();
+        sim.fail_write(1, io::ErrorKind::StorageFull);
+        a.write_all_at(b"1234", 0).unwrap();
+        let err = a.write_all_at(b"5678", 4).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(
+            a.size_bytes().unwrap(),
+            6,
+            "half of the failed write landed"
+        );
+        sim.fail_sync(0);
+        assert!(a.sync_data().is_err());
+        assert!(a.sync_data().is_ok());
+    }
+
+    #[test]
+    fn capacity_fills_up() {
+        let sim = SimStorage::new();
+        sim.set_capacity(Some(10));
+        let a = sim.create(&dir().join("a")).unwrap();
+        a.write_all_at(&[1; 8], 0).unwrap();
+        let err = a.write_all_at(&[2; 8], 8).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(a.size_bytes().unwrap(), 10);
+    }
+}

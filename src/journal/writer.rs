@@ -1,0 +1,439 @@
+//! Group commit: one thread owns the active segment.
+//!
+//! Appenders put framed records into a shared pending buffer (under a short
+//! mutex) together with an entry of their choosing. The writer thread takes
+//! everything pending at once, stamps sequence numbers and checksums, writes
+//! it with one `write`, makes it durable with one `fdatasync`, and only then
+//! hands the entries to the [`BatchSink`] with a [`Durable`] receipt. The
+//! receipt can only be made here, so no code path can tell a caller "done"
+//! for a record whose fsync has not returned.
+//!
+//! The sink runs on the writer thread, in journal order, whether or not the
+//! caller that appended a record is still waiting: a caller that goes away
+//! cannot split "appended" from "applied".
+//!
+//! Failures follow PostgreSQL's rule. A failed write is rolled back
+//! (truncated to the last durable offset) and its batch rejected; the journal
+//! goes on. A failed fsync is never retried (the kernel may have dropped the
+//! dirty pages): the batch is reported unconfirmed, the journal is poisoned
+//! and takes no more writes, and replay after a restart decides.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::error::JournalError;
+use super::format::{
+    FRAME_HEADER_BYTES, FrameHeader, SEGMENT_HEADER_BYTES, SegmentHeader, segment_file_name,
+};
+use super::reader::SegmentReader;
+use super::storage::{Storage, StorageFile};
+
+/// Where a record lives on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordLoc {
+    pub segment_id: u32,
+    /// Offset of the record's frame in the segment.
+    pub offset: u32,
+    /// Length of the frame (header and body).
+    pub len: u32,
+}
+
+/// Proof that a batch is on disk: made only by the writer thread, after the
+/// fsync that covers the batch returned (or after the write, when the spool
+/// runs with `fsync = false`).
+#[derive(Debug)]
+pub struct Durable {
+    last_seq: u64,
+    fsync_duration: Duration,
+}
+
+impl Durable {
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    pub fn fsync_duration(&self) -> Duration {
+        self.fsync_duration
+    }
+}
+
+/// A durable record, with the entry its appender gave.
+#[derive(Debug)]
+pub struct Placed<E> {
+    pub entry: E,
+    pub seq: u64,
+    pub loc: RecordLoc,
+}
+
+/// Why a batch did not become durable.
+#[derive(Debug)]
+pub enum BatchFailure {
+    /// The write failed and was rolled back: none of the batch is on disk,
+    /// and the journal goes on taking writes.
+    RolledBack(io::Error),
+    /// The fsync (or the rollback after a failed write) failed: the batch
+    /// may or may not be on disk, and the journal is now poisoned.
+    Unconfirmed(io::Error),
+}
+
+/// Receives every batch's outcome, on the writer thread, in journal order.
+pub trait BatchSink<E>: Send + 'static {
+    fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<E>>);
+    fn failed(&mut self, failure: &BatchFailure, batch: Vec<E>);
+}
+
+/// Settings of the writer.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Rotate to a new segment once the active one would grow past this.
+    pub segment_bytes: u64,
+    /// `false` skips fsync: benchmarks and throwaway spools only.
+    pub fsync: bool,
+}
+
+/// Where the writer starts: the end of the last valid record.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterStart {
+    pub segment_id: u64,
+    /// Valid length of that segment; 0 means the segment must be created.
+    pub end_offset: u64,
+    pub next_seq: u64,
+    /// Bytes of all segments on disk now.
+    pub disk_bytes: u64,
+}
+
+struct Pending<E> {
+    buf: Vec<u8>,
+    /// (start offset in `buf`, kind) of each record.
+    frames: Vec<(usize, u8)>,
+    entries: Vec<E>,
+    closed: bool,
+}
+
+struct Shared<E> {
+    pending: Mutex<Pending<E>>,
+    wake: Condvar,
+    poisoned: AtomicBool,
+    /// Bytes of all segments on disk, for `max_bytes` and metrics.
+    disk_bytes: AtomicU64,
+}
+
+/// The handle appenders use. Dropping it flushes what is pending and stops
+/// the writer thread.
+pub struct Journal<E: Send + 'static> {
+    shared: Arc<Shared<E>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<E: Send + 'static> Journal<E> {
+    /// Starts the writer thread at `start`.
+    pub fn start(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        salt: u64,
+        start: WriterStart,
+        options: WriterOptions,
+        reader: SegmentReader,
+        sink: impl BatchSink<E>,
+    ) -> Result<Journal<E>, JournalError> {
+        let mut segment = ActiveSegment {
+            storage,
+            dir: dir.to_path_buf(),
+            salt,
+            id: start.segment_id,
+            file: None,
+            len: start.end_offset,
+            reader,
+        };
+        if start.end_offset == 0 {
+            segment.create(start.segment_id, start.next_seq)?;
+        } else {
+            segment.open_existing()?;
+        }
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending {
+                buf: Vec::new(),
+                frames: Vec::new(),
+                entries: Vec::new(),
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            poisoned: AtomicBool::new(false),
+            disk_bytes: AtomicU64::new(start.disk_bytes.max(segment.len)),
+        });
+        let writer = Writer {
+            shared: shared.clone(),
+            segment,
+            options,
+            next_seq: start.next_seq,
+            sink,
+        };
+        let thread = std::thread::Builder::new()
+            .name("journal-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|e| JournalError::io(dir, e))?;
+        Ok(Journal {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Appends one record: `encode` writes its body (it may read the entry,
+    /// so that a record need not be built twice). The outcome reaches the
+    /// sink with `entry`; nothing is durable when this returns.
+    pub fn append(
+        &self,
+        kind: u8,
+        entry: E,
+        encode: impl FnOnce(&E, &mut Vec<u8>),
+    ) -> Result<(), JournalError> {
+        if self.shared.poisoned.load(Ordering::Acquire) {
+            return Err(JournalError::Poisoned);
+        }
+        let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
+        if pending.closed {
+            return Err(JournalError::Closed);
+        }
+        let Pending {
+            buf,
+            frames,
+            entries,
+            ..
+        } = &mut *pending;
+        let start = buf.len();
+        buf.resize(start + FRAME_HEADER_BYTES, 0);
+        entries.push(entry);
+        encode(entries.last().expect("just pushed"), buf);
+        frames.push((start, kind));
+        drop(pending);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Bytes of all segment files, as the writer last knew it.
+    pub fn disk_bytes(&self) -> u64 {
+        self.shared.disk_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Writes what is pending and stops the writer thread.
+    pub fn close(&self) {
+        {
+            let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
+            pending.closed = true;
+        }
+        self.shared.wake.notify_one();
+        let thread = self.thread.lock().expect("journal lock poisoned").take();
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("journal writer thread panicked");
+        }
+    }
+}
+
+impl<E: Send + 'static> Drop for Journal<E> {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+struct ActiveSegment {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    salt: u64,
+    id: u64,
+    file: Option<Arc<dyn StorageFile>>,
+    len: u64,
+    reader: SegmentReader,
+}
+
+impl ActiveSegment {
+    fn path(&self, id: u64) -> PathBuf {
+        self.dir.join(segment_file_name(id))
+    }
+
+    fn open_existing(&mut self) -> Result<(), JournalError> {
+        let path = self.path(self.id);
+        let file = self
+            .storage
+            .open(&path)
+            .map_err(|e| JournalError::io(&path, e))?;
+        self.reader.register(self.id, file.clone());
+        self.file = Some(file);
+        Ok(())
+    }
+
+    /// Creates segment `id` whose first record will be `first_seq`: header,
+    /// fsync, directory fsync, so that the name and header are durable before
+    /// any record in it is acknowledged.
+    fn create(&mut self, id: u64, first_seq: u64) -> Result<(), JournalError> {
+        assert!(
+            id < u32::MAX as u64,
+            "bug: segment id {id} overflows RecordLoc"
+        );
+        let path = self.path(id);
+        let file = self
+            .storage
+            .create(&path)
+            .map_err(|e| JournalError::io(&path, e))?;
+        let header = SegmentHeader {
+            flags: 0,
+            salt: self.salt,
+            segment_id: id,
+            first_seq,
+        };
+        let written = file
+            .write_all_at(&header.encode(), 0)
+            .and_then(|()| file.sync_data())
+            .and_then(|()| self.storage.sync_dir(&self.dir));
+        if let Err(e) = written {
+            // Best effort: a half-made segment is also recognised at replay
+            // (a truncated header in the last segment is an incomplete
+            // rotation), so a failed removal loses nothing.
+            let _ = self.storage.remove(&path);
+            return Err(JournalError::io(&path, e));
+        }
+        self.reader.register(id, file.clone());
+        self.id = id;
+        self.file = Some(file);
+        self.len = SEGMENT_HEADER_BYTES as u64;
+        Ok(())
+    }
+
+    fn file(&self) -> &Arc<dyn StorageFile> {
+        self.file.as_ref().expect("bug: active segment has no file")
+    }
+}
+
+struct Writer<E, S> {
+    shared: Arc<Shared<E>>,
+    segment: ActiveSegment,
+    options: WriterOptions,
+    next_seq: u64,
+    sink: S,
+}
+
+impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
+    fn run(mut self) {
+        let mut buf = Vec::new();
+        let mut frames = Vec::new();
+        let mut entries = Vec::new();
+        loop {
+            {
+                let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
+                while pending.entries.is_empty() && !pending.closed {
+                    pending = self
+                        .shared
+                        .wake
+                        .wait(pending)
+                        .expect("journal lock poisoned");
+                }
+                if pending.entries.is_empty() {
+                    return;
+                }
+                std::mem::swap(&mut buf, &mut pending.buf);
+                std::mem::swap(&mut frames, &mut pending.frames);
+                std::mem::swap(&mut entries, &mut pending.entries);
+            }
+            self.commit(&mut buf, &frames, std::mem::take(&mut entries));
+            buf.clear();
+            frames.clear();
+        }
+    }
+
+    fn commit(&mut self, buf: &mut [u8], frames: &[(usize, u8)], entries: Vec<E>) {
+        if self.shared.poisoned.load(Ordering::Acquire) {
+            // Appended after the fsync failure: never written, so rejected
+            // rather than in doubt.
+            let failure = BatchFailure::RolledBack(io::Error::other("journal is poisoned"));
+            self.sink.failed(&failure, entries);
+            return;
+        }
+        let first_seq = self.next_seq;
+        for (i, &(start, kind)) in frames.iter().enumerate() {
+            let end = frames.get(i + 1).map_or(buf.len(), |f| f.0);
+            FrameHeader::seal(
+                &mut buf[start..end],
+                self.segment.salt,
+                first_seq + i as u64,
+                kind,
+            );
+        }
+
+        let full = self.segment.len > SEGMENT_HEADER_BYTES as u64
+            && self.segment.len + buf.len() as u64 > self.options.segment_bytes;
+        if full && let Err(e) = self.segment.create(self.segment.id + 1, first_seq) {
+            let failure = BatchFailure::RolledBack(io::Error::other(e.to_string()));
+            self.sink.failed(&failure, entries);
+            return;
+        }
+
+        let base = self.segment.len;
+        let file = self.segment.file().clone();
+        if let Err(e) = file.write_all_at(buf, base) {
+            let failure = match file.set_len(base) {
+                Ok(()) => BatchFailure::RolledBack(e),
+                Err(rollback) => {
+                    self.shared.poisoned.store(true, Ordering::Release);
+                    BatchFailure::Unconfirmed(io::Error::new(
+                        rollback.kind(),
+                        format!("write failed ({e}) and its rollback failed ({rollback})"),
+                    ))
+                }
+            };
+            self.sink.failed(&failure, entries);
+            return;
+        }
+        let fsync_started = Instant::now();
+        if self.options.fsync
+            && let Err(e) = file.sync_data()
+        {
+            self.shared.poisoned.store(true, Ordering::Release);
+            self.sink.failed(&BatchFailure::Unconfirmed(e), entries);
+            return;
+        }
+        let fsync_duration = fsync_started.elapsed();
+        self.segment.len += buf.len() as u64;
+        self.shared
+            .disk_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.next_seq = first_seq + frames.len() as u64;
+
+        let segment_id = self.segment.id as u32;
+        let placed = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, entry)| {
+                let start = frames[i].0;
+                let end = frames.get(i + 1).map_or(buf.len(), |f| f.0);
+                let offset = base + start as u64;
+                assert!(
+                    offset + ((end - start) as u64) <= u32::MAX as u64,
+                    "bug: segment offset overflows RecordLoc"
+                );
+                Placed {
+                    entry,
+                    seq: first_seq + i as u64,
+                    loc: RecordLoc {
+                        segment_id,
+                        offset: offset as u32,
+                        len: (end - start) as u32,
+                    },
+                }
+            })
+            .collect();
+        let receipt = Durable {
+            last_seq: self.next_seq - 1,
+            fsync_duration,
+        };
+        self.sink.durable(&receipt, placed);
+    }
+}

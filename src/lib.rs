@@ -1,0 +1,22 @@
+//! spoold: a durable local spool for outbound work.
+//!
+//! The crate is a library with a thin binary (`src/main.rs`) so that tests
+//! drive exactly what a user runs. The layers, bottom up:
+//!
+//! - [`journal`]: bytes on disk. Record framing, segments, group commit,
+//!   scanning and replay. Knows nothing of queues or leases.
+//! - [`spool`]: the state machine. Queues, messages, leases, retries and
+//!   failure queues. Pure: it takes `now` as an argument and does no I/O.
+//! - [`engine`]: the one place that joins the two. It turns an operation into
+//!   a journal record, waits for the fsync that covers it, applies it to the
+//!   state machine and only then answers.
+//!
+//! `ARCHITECTURE.md` at the repository root has the map and the invariants.
+#![deny(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod journal;
+pub mod spool;
+pub mod time;

@@ -1,0 +1,154 @@
+//! The `spoold` binary: parse the command line, load the config, set up
+//! logging, and hand over to the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+use spoold::config::{Config, LogFormat};
+use spoold::engine::{Engine, EngineOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "spoold",
+    version,
+    about = "A durable local spool for outbound work"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve (the default command).
+    Run {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a config file and print the effective config.
+    CheckConfig {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Offline journal tools (the spool must not be running).
+    Journal {
+        #[command(subcommand)]
+        command: JournalCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum JournalCommand {
+    /// Report every damaged span; exit 1 if any.
+    Verify {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Run { config: None }) {
+        Command::Run { config } => run(config),
+        Command::CheckConfig { config } => check_config(config),
+        Command::Journal {
+            command: JournalCommand::Verify { dir },
+        } => verify(dir),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("spoold: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
+    match path {
+        Some(p) => Ok(Config::load(p)?),
+        None => Ok(Config::default()),
+    }
+}
+
+fn init_tracing(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SPOOLD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn check_config(path: PathBuf) -> anyhow::Result<ExitCode> {
+    let config = load_config(Some(&path))?;
+    println!("{config:#?}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn verify(dir: PathBuf) -> anyhow::Result<ExitCode> {
+    let report = spoold::cli::journal::verify(&dir)?;
+    print!("{}", report.render(&dir));
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run(config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path.as_ref())?;
+    init_tracing(&config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<ExitCode> {
+    if !config.spool.fsync {
+        tracing::warn!("spool.fsync = false: acknowledged messages can be lost on a crash");
+    }
+    let mut options = EngineOptions::new(&config.spool.dir);
+    options.segment_bytes = config.spool.segment_bytes;
+    options.fsync = config.spool.fsync;
+    let (engine, report) = Engine::open(options)
+        .await
+        .with_context(|| format!("opening spool {}", config.spool.dir.display()))?;
+    tracing::info!(
+        dir = %config.spool.dir.display(),
+        records = report.records,
+        messages = report.messages,
+        epoch = report.epoch,
+        replay_ms = report.duration.as_millis() as u64,
+        "spool open"
+    );
+    for (name, queue) in &config.queues {
+        engine
+            .upsert_queue(name, queue.settings(), true)
+            .await
+            .with_context(|| format!("creating queue {name} from the config"))?;
+    }
+    let _timer = engine.spawn_timer();
+    let mut poisoned = engine.poisoned();
+    tracing::info!("engine running (no HTTP API yet); press Ctrl-C to stop");
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => {
+            r.context("waiting for Ctrl-C")?;
+            tracing::info!("stopping");
+            engine.close();
+            Ok(ExitCode::SUCCESS)
+        }
+        _ = poisoned.wait_for(|p| *p) => {
+            tracing::error!("journal poisoned by a failed fsync: exiting so that replay decides");
+            Ok(ExitCode::from(1))
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! The state machine: queues, messages, leases, retries, failure queues.
+//!
+//! **Invariant:** nothing in this module does I/O or reads the clock. Time
+//! comes in as `now` (or as a record's `at`), so every timing rule (lease
+//! expiry, delays, retention, dedup windows) is tested without sleeping.
+//!
+//! Memory holds only an index per message ([`state::Message`]: times, counts
+//! and the location of its journal record); payloads, content types and
+//! stored requests are read back from disk when a consumer needs them.
+//!
+//! Line order: each queue keeps its waiting messages in a set ordered by
+//! `(visible_at, id)`. A new message joins at its send time (or after its
+//! delay); a nacked or expired lease rejoins at the moment it becomes visible
+//! again, behind everything already waiting, so a failing message never
+//! blocks the ones behind it.
+
+pub mod command;
+pub mod queue;
+pub mod state;
+
+pub use command::{Command, EnqueueMeta, FailReason, MessageId, Payload, Record, StoredRequest};
+pub use queue::{OnExpire, QueueSettings};
+pub use state::{Applied, Leased, MessageState, MessageView, QueueStats, Spool, SpoolError};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,898 @@
+//! The state machine proper: every queue, message, lease and counter.
+//!
+//! Two kinds of methods:
+//!
+//! - [`Spool::apply`] takes a journal [`Record`] that is already durable and
+//!   changes the state. It is deterministic and total: a record that refers
+//!   to something no longer there is a no-op, so replay and the live process
+//!   always end in the same state.
+//! - Everything else reads the state or makes an in-memory *reservation*
+//!   before a record is appended: a lease, a message marked `pending` while
+//!   its removal is being written, a lease marked `settling` while its ack
+//!   is. Reservations are never journaled; a restart drops them, as the spec
+//!   says it drops leases.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use super::command::{Command, EnqueueMeta, FailReason, MessageId, Record};
+use super::queue::{OnExpire, QueueSettings, failed_queue_name};
+use crate::journal::RecordLoc;
+use crate::time::Millis;
+
+/// One message, as memory keeps it: times, counts and where its record is.
+/// Payload, content type and stored request stay on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message {
+    pub enqueued_at: Millis,
+    /// When it became (or becomes) visible; its place in line.
+    pub visible_at: Millis,
+    /// Retention runs from here.
+    pub retention_from: Millis,
+    pub loc: RecordLoc,
+    pub retry_count: u32,
+    /// A removal or move of this message is being written.
+    pub pending: bool,
+}
+
+/// A consumer's (or push worker's) hold on a message. Memory only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub serial: u64,
+    pub expires_at: Millis,
+    /// An ack, nack or expiry of this lease is being written.
+    pub settling: bool,
+}
+
+/// Why and when a message reached a failure queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailInfo {
+    pub reason: FailReason,
+    pub last_status: Option<u16>,
+    pub failed_at: Millis,
+}
+
+/// Monotonic per-queue counters (spec §4 stats).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub sent: u64,
+    pub acked: u64,
+    pub nacked: u64,
+    pub expired: u64,
+    pub failed: u64,
+    pub deduplicated: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct QueueId(u32);
+
+#[derive(Debug)]
+pub struct Queue {
+    pub name: String,
+    pub settings: QueueSettings,
+    pub managed_by_config: bool,
+    pub paused: bool,
+    /// For a failure queue: the queue it belongs to.
+    parent: Option<QueueId>,
+    /// For an ordinary queue: its failure queue.
+    failed: Option<QueueId>,
+    messages: BTreeMap<MessageId, Message>,
+    /// Messages waiting for a lease (visible or delayed), in line order.
+    ready: BTreeSet<(Millis, MessageId)>,
+    /// Every message, by the start of its retention.
+    retention: BTreeSet<(Millis, MessageId)>,
+    leases: HashMap<MessageId, Lease>,
+    lease_expiry: BTreeSet<(Millis, MessageId)>,
+    /// Dedup key hash → (first send, message id).
+    dedup: HashMap<u64, (Millis, MessageId)>,
+    dedup_order: VecDeque<(Millis, u64)>,
+    failures: HashMap<MessageId, FailInfo>,
+    pub counters: Counters,
+}
+
+impl Queue {
+    fn new(name: String, settings: QueueSettings, managed_by_config: bool) -> Queue {
+        Queue {
+            name,
+            settings,
+            managed_by_config,
+            paused: false,
+            parent: None,
+            failed: None,
+            messages: BTreeMap::new(),
+            ready: BTreeSet::new(),
+            retention: BTreeSet::new(),
+            leases: HashMap::new(),
+            lease_expiry: BTreeSet::new(),
+            dedup: HashMap::new(),
+            dedup_order: VecDeque::new(),
+            failures: HashMap::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn is_failure_queue(&self) -> bool {
+        self.parent.is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    fn insert(&mut self, id: MessageId, message: Message) {
+        self.ready.insert((message.visible_at, id));
+        self.retention.insert((message.retention_from, id));
+        self.messages.insert(id, message);
+    }
+
+    /// Removes a message from every index.
+    fn take(&mut self, id: MessageId) -> Option<(Message, Option<FailInfo>)> {
+        let message = self.messages.remove(&id)?;
+        self.ready.remove(&(message.visible_at, id));
+        self.retention.remove(&(message.retention_from, id));
+        if let Some(lease) = self.leases.remove(&id) {
+            self.lease_expiry.remove(&(lease.expires_at, id));
+        }
+        Some((message, self.failures.remove(&id)))
+    }
+
+    fn clear(&mut self) -> u64 {
+        let n = self.messages.len() as u64;
+        self.messages.clear();
+        self.ready.clear();
+        self.retention.clear();
+        self.leases.clear();
+        self.lease_expiry.clear();
+        self.failures.clear();
+        n
+    }
+
+    fn prune_dedup(&mut self, now: Millis) {
+        let window = self.settings.dedup_window_ms as i64;
+        while let Some(&(at, hash)) = self.dedup_order.front() {
+            if at + window > now {
+                break;
+            }
+            self.dedup_order.pop_front();
+            if self.dedup.get(&hash).is_some_and(|&(first, _)| first == at) {
+                self.dedup.remove(&hash);
+            }
+        }
+    }
+}
+
+/// The settings a failure queue takes from its queue: an ordinary pull queue
+/// with the parent's retention and lease timeout, and no retry limit.
+fn failure_queue_settings(parent: &QueueSettings) -> QueueSettings {
+    QueueSettings {
+        lease_timeout_ms: parent.lease_timeout_ms,
+        retention_ms: parent.retention_ms,
+        ..QueueSettings::default()
+    }
+}
+
+/// What applying a record did, for the engine's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Done,
+    /// The record referred to a queue or message that is gone.
+    Missing,
+    /// How many messages a purge removed or a redrive moved.
+    Count(u64),
+}
+
+/// A message just leased.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leased {
+    pub id: MessageId,
+    pub serial: u64,
+    pub expires_at: Millis,
+    pub message: Message,
+}
+
+/// What a peek shows of a message (besides what is read from disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageView {
+    pub id: MessageId,
+    pub state: MessageState,
+    pub message: Message,
+    pub failure: Option<FailInfo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageState {
+    Visible,
+    Delayed,
+    Leased,
+}
+
+impl MessageState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageState::Visible => "visible",
+            MessageState::Delayed => "delayed",
+            MessageState::Leased => "leased",
+        }
+    }
+}
+
+/// A queue's stats at `now` (spec §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    pub visible: u64,
+    pub leased: u64,
+    pub delayed: u64,
+    pub counters: Counters,
+    pub oldest_visible_age_ms: Option<i64>,
+    pub paused: bool,
+}
+
+/// Why a reservation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SpoolError {
+    #[error("queue not found")]
+    QueueNotFound,
+    #[error("message not found")]
+    MessageNotFound,
+    /// The lease expired, was settled, or the message is gone or moving.
+    #[error("lease is no longer valid")]
+    StaleLease,
+}
+
+/// Every queue and message of the spool.
+#[derive(Debug, Default)]
+pub struct Spool {
+    names: HashMap<String, QueueId>,
+    queues: HashMap<QueueId, Queue>,
+    next_queue_id: u32,
+    next_message_id: u64,
+    next_lease_serial: u64,
+    epoch: u64,
+}
+
+impl Spool {
+    pub fn new() -> Spool {
+        Spool {
+            next_message_id: 1,
+            ..Spool::default()
+        }
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// A fresh message id (ids of records that never became durable are
+    /// simply skipped).
+    pub fn allocate_id(&mut self) -> MessageId {
+        let id = MessageId(self.next_message_id);
+        self.next_message_id += 1;
+        id
+    }
+
+    pub fn queue(&self, name: &str) -> Option<&Queue> {
+        self.names.get(name).map(|id| &self.queues[id])
+    }
+
+    fn queue_mut(&mut self, name: &str) -> Option<&mut Queue> {
+        let id = self.names.get(name)?;
+        self.queues.get_mut(id)
+    }
+
+    /// Names of every queue (failure queues included), sorted.
+    pub fn queue_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.names.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Total messages in every queue.
+    pub fn message_count(&self) -> usize {
+        self.queues.values().map(Queue::len).sum()
+    }
+
+    /// Applies a durable record. `loc` is where it lies in the journal.
+    pub fn apply(&mut self, record: &Record<'_>, loc: RecordLoc) -> Applied {
+        let at = record.at;
+        match &record.command {
+            Command::QueueUpsert {
+                name,
+                settings,
+                managed_by_config,
+            } => {
+                self.upsert_queue(name, settings, *managed_by_config);
+                Applied::Done
+            }
+            Command::QueueDelete { name } => self.delete_queue(name),
+            Command::QueuePause { name, paused } => match self.queue_mut(name) {
+                Some(q) => {
+                    q.paused = *paused;
+                    Applied::Done
+                }
+                None => Applied::Missing,
+            },
+            Command::Enqueue(meta) => self.apply_enqueue(meta, at, loc),
+            Command::Ack { queue, id } => self.remove(queue, *id, |c| c.acked += 1),
+            Command::Expire { queue, id } => self.remove(queue, *id, |c| c.expired += 1),
+            Command::Cancel { queue, id } => self.remove(queue, *id, |_| {}),
+            Command::Retry {
+                queue,
+                id,
+                visible_at,
+                increment,
+            } => {
+                let Some(q) = self.queue_mut(queue) else {
+                    return Applied::Missing;
+                };
+                let Some((mut message, failure)) = q.take(*id) else {
+                    return Applied::Missing;
+                };
+                message.visible_at = *visible_at;
+                message.retry_count += u32::from(*increment);
+                message.pending = false;
+                q.insert(*id, message);
+                if let Some(failure) = failure {
+                    q.failures.insert(*id, failure);
+                }
+                q.counters.nacked += 1;
+                Applied::Done
+            }
+            Command::Fail {
+                queue,
+                id,
+                reason,
+                last_status,
+            } => {
+                let Some(&qid) = self.names.get(queue.as_ref()) else {
+                    return Applied::Missing;
+                };
+                let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+                let Some(failed_qid) = q.failed else {
+                    return Applied::Missing;
+                };
+                let Some((mut message, _)) = q.take(*id) else {
+                    return Applied::Missing;
+                };
+                q.counters.failed += 1;
+                message.visible_at = at;
+                message.retention_from = at;
+                message.pending = false;
+                let fq = self
+                    .queues
+                    .get_mut(&failed_qid)
+                    .expect("bug: failure queue missing");
+                fq.insert(*id, message);
+                fq.failures.insert(
+                    *id,
+                    FailInfo {
+                        reason: *reason,
+                        last_status: *last_status,
+                        failed_at: at,
+                    },
+                );
+                Applied::Done
+            }
+            Command::Purge { queue } => match self.queue_mut(queue) {
+                Some(q) => Applied::Count(q.clear()),
+                None => Applied::Missing,
+            },
+            Command::Redrive { queue, ids } => {
+                let Some(&qid) = self.names.get(queue.as_ref()) else {
+                    return Applied::Missing;
+                };
+                let Some(failed_qid) = self.queues[&qid].failed else {
+                    return Applied::Missing;
+                };
+                let mut moved = Vec::with_capacity(ids.len());
+                let fq = self
+                    .queues
+                    .get_mut(&failed_qid)
+                    .expect("bug: failure queue missing");
+                for &id in ids {
+                    if let Some((mut message, _)) = fq.take(id) {
+                        message.retry_count = 0;
+                        message.visible_at = at;
+                        message.retention_from = at;
+                        message.pending = false;
+                        moved.push((id, message));
+                    }
+                }
+                let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+                let n = moved.len() as u64;
+                for (id, message) in moved {
+                    q.insert(id, message);
+                }
+                Applied::Count(n)
+            }
+            Command::Epoch { epoch } => {
+                self.epoch = self.epoch.max(*epoch);
+                Applied::Done
+            }
+        }
+    }
+
+    fn upsert_queue(&mut self, name: &str, settings: &QueueSettings, managed_by_config: bool) {
+        if let Some(&qid) = self.names.get(name) {
+            let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+            q.settings = settings.clone();
+            q.managed_by_config = managed_by_config;
+            if let Some(fid) = q.failed {
+                let fq = self
+                    .queues
+                    .get_mut(&fid)
+                    .expect("bug: failure queue missing");
+                fq.settings = failure_queue_settings(settings);
+            }
+            return;
+        }
+        let qid = QueueId(self.next_queue_id);
+        let fid = QueueId(self.next_queue_id + 1);
+        self.next_queue_id += 2;
+        let mut q = Queue::new(name.to_owned(), settings.clone(), managed_by_config);
+        q.failed = Some(fid);
+        let fname = failed_queue_name(name);
+        let mut fq = Queue::new(fname.clone(), failure_queue_settings(settings), false);
+        fq.parent = Some(qid);
+        self.names.insert(name.to_owned(), qid);
+        self.names.insert(fname, fid);
+        self.queues.insert(qid, q);
+        self.queues.insert(fid, fq);
+    }
+
+    fn delete_queue(&mut self, name: &str) -> Applied {
+        let Some(qid) = self.names.remove(name) else {
+            return Applied::Missing;
+        };
+        let q = self.queues.remove(&qid).expect("bug: name without queue");
+        if let Some(fid) = q.failed
+            && let Some(fq) = self.queues.remove(&fid)
+        {
+            self.names.remove(&fq.name);
+        }
+        Applied::Done
+    }
+
+    fn apply_enqueue(&mut self, meta: &EnqueueMeta<'_>, at: Millis, loc: RecordLoc) -> Applied {
+        self.next_message_id = self.next_message_id.max(meta.id.0 + 1);
+        let Some(q) = self.queue_mut(&meta.queue) else {
+            return Applied::Missing;
+        };
+        q.insert(
+            meta.id,
+            Message {
+                enqueued_at: at,
+                visible_at: meta.visible_at,
+                retention_from: meta.visible_at,
+                loc,
+                retry_count: 0,
+                pending: false,
+            },
+        );
+        q.counters.sent += 1;
+        if let Some(hash) = meta.dedup_hash {
+            q.dedup.insert(hash, (at, meta.id));
+            q.dedup_order.push_back((at, hash));
+        }
+        Applied::Done
+    }
+
+    fn remove(&mut self, queue: &str, id: MessageId, count: impl FnOnce(&mut Counters)) -> Applied {
+        let Some(q) = self.queue_mut(queue) else {
+            return Applied::Missing;
+        };
+        match q.take(id) {
+            Some(_) => {
+                count(&mut q.counters);
+                Applied::Done
+            }
+            None => Applied::Missing,
+        }
+    }
+
+    /// The message a dedup key hash points at, if the key is still inside
+    /// the queue's window at `now`.
+    pub fn dedup_lookup(&self, queue: &str, hash: u64, now: Millis) -> Option<MessageId> {
+        let q = self.queue(queue)?;
+        let window = q.settings.dedup_window_ms as i64;
+        q.dedup
+            .get(&hash)
+            .filter(|&&(first, _)| first + window > now)
+            .map(|&(_, id)| id)
+    }
+
+    /// Counts a send answered from the dedup window (memory only, like every
+    /// counter that no record carries).
+    pub fn count_deduplicated(&mut self, queue: &str) {
+        if let Some(q) = self.queue_mut(queue) {
+            q.counters.deduplicated += 1;
+        }
+    }
+
+    /// Leases up to `max` visible messages of `queue`, longest-waiting
+    /// first, until `now + duration_ms`. A paused queue hands out nothing.
+    pub fn lease(
+        &mut self,
+        queue: &str,
+        now: Millis,
+        duration_ms: u64,
+        max: usize,
+    ) -> Result<Vec<Leased>, SpoolError> {
+        let qid = *self.names.get(queue).ok_or(SpoolError::QueueNotFound)?;
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+        let mut out = Vec::new();
+        if q.paused {
+            return Ok(out);
+        }
+        let retention_ms = q.settings.retention_ms as i64;
+        let expires_at = now + duration_ms as i64;
+        let mut skipped = Vec::new();
+        while out.len() < max {
+            let Some(&(visible_at, id)) = q.ready.first() else {
+                break;
+            };
+            if visible_at > now {
+                break;
+            }
+            q.ready.pop_first();
+            let message = q.messages[&id];
+            if message.retention_from + retention_ms <= now {
+                // Past retention: the expiry timer takes it, nobody else.
+                skipped.push((visible_at, id));
+                continue;
+            }
+            self.next_lease_serial += 1;
+            let serial = self.next_lease_serial;
+            q.leases.insert(
+                id,
+                Lease {
+                    serial,
+                    expires_at,
+                    settling: false,
+                },
+            );
+            q.lease_expiry.insert((expires_at, id));
+            out.push(Leased {
+                id,
+                serial,
+                expires_at,
+                message,
+            });
+        }
+        q.ready.extend(skipped);
+        Ok(out)
+    }
+
+    fn valid_lease(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        serial: u64,
+        now: Millis,
+    ) -> Result<&mut Queue, SpoolError> {
+        let q = self.queue_mut(queue).ok_or(SpoolError::QueueNotFound)?;
+        match q.leases.get(&id) {
+            Some(lease) if lease.serial == serial && !lease.settling && now < lease.expires_at => {
+                Ok(q)
+            }
+            _ => Err(SpoolError::StaleLease),
+        }
+    }
+
+    /// Checks a lease and marks it settling: the caller appends the ack (or
+    /// nack) record next. Undo with [`Spool::release`].
+    pub fn reserve_settle(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        serial: u64,
+        now: Millis,
+    ) -> Result<(), SpoolError> {
+        let q = self.valid_lease(queue, id, serial, now)?;
+        q.leases.get_mut(&id).expect("checked above").settling = true;
+        Ok(())
+    }
+
+    /// Reserves a nack of a valid lease and returns the record to append:
+    /// a retry after `delay_ms`, or a move to the failure queue once the
+    /// retry count would pass `max_retries`.
+    pub fn reserve_nack(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        serial: u64,
+        now: Millis,
+        delay_ms: u64,
+    ) -> Result<Command<'static>, SpoolError> {
+        self.reserve_settle(queue, id, serial, now)?;
+        let q = self.queue(queue).expect("reserved above");
+        Ok(retry_or_fail(q, id, now + delay_ms as i64))
+    }
+
+    /// Extends a valid lease to `now` + the queue's current lease timeout.
+    pub fn renew(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        serial: u64,
+        now: Millis,
+    ) -> Result<Millis, SpoolError> {
+        let q = self.valid_lease(queue, id, serial, now)?;
+        let expires_at = now + q.settings.lease_timeout_ms as i64;
+        let lease = q.leases.get_mut(&id).expect("checked above");
+        q.lease_expiry.remove(&(lease.expires_at, id));
+        lease.expires_at = expires_at;
+        q.lease_expiry.insert((expires_at, id));
+        Ok(expires_at)
+    }
+
+    /// Marks a message pending (out of line, its lease stale) while a record
+    /// that removes or moves it is written.
+    pub fn reserve_message(&mut self, queue: &str, id: MessageId) -> Result<(), SpoolError> {
+        let q = self.queue_mut(queue).ok_or(SpoolError::QueueNotFound)?;
+        let message = q.messages.get_mut(&id).ok_or(SpoolError::MessageNotFound)?;
+        if message.pending {
+            return Err(SpoolError::MessageNotFound);
+        }
+        message.pending = true;
+        q.ready.remove(&(message.visible_at, id));
+        if let Some(lease) = q.leases.get_mut(&id) {
+            lease.settling = true;
+        }
+        Ok(())
+    }
+
+    /// Undoes a reservation whose record could not be written.
+    pub fn release(&mut self, queue: &str, id: MessageId) {
+        let Some(q) = self.queue_mut(queue) else {
+            return;
+        };
+        let Some(message) = q.messages.get_mut(&id) else {
+            return;
+        };
+        message.pending = false;
+        match q.leases.get_mut(&id) {
+            Some(lease) => lease.settling = false,
+            None => {
+                q.ready.insert((message.visible_at, id));
+            }
+        }
+    }
+
+    /// Drops every lease (a new epoch): their messages are visible at once,
+    /// in their old place in line, retry counts unchanged.
+    pub fn drop_leases(&mut self) {
+        for q in self.queues.values_mut() {
+            for (id, _) in q.leases.drain() {
+                let message = q.messages[&id];
+                q.ready.insert((message.visible_at, id));
+            }
+            q.lease_expiry.clear();
+        }
+    }
+
+    /// Picks up to `max` messages of `queue`'s failure queue to redrive
+    /// (oldest first, or only `ids`), skipping leased and pending ones. With
+    /// `reserve`, marks them pending.
+    pub fn redrive_candidates(
+        &mut self,
+        queue: &str,
+        max: usize,
+        ids: Option<&[MessageId]>,
+        reserve: bool,
+    ) -> Result<Vec<MessageId>, SpoolError> {
+        let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
+        let fid = q.failed.ok_or(SpoolError::QueueNotFound)?;
+        let fq = self
+            .queues
+            .get_mut(&fid)
+            .expect("bug: failure queue missing");
+        let movable = |id: &MessageId| {
+            fq.messages
+                .get(id)
+                .is_some_and(|m| !m.pending && !fq.leases.contains_key(id))
+        };
+        let picked: Vec<MessageId> = match ids {
+            Some(ids) => ids.iter().copied().filter(movable).take(max).collect(),
+            None => fq
+                .messages
+                .keys()
+                .copied()
+                .filter(movable)
+                .take(max)
+                .collect(),
+        };
+        if reserve {
+            for id in &picked {
+                let message = fq.messages.get_mut(id).expect("picked above");
+                message.pending = true;
+                fq.ready.remove(&(message.visible_at, *id));
+            }
+        }
+        Ok(picked)
+    }
+
+    /// Finds what is due at `now` (expired leases, messages past retention),
+    /// reserves each and returns the records to append, at most `max`.
+    /// Also forgets dedup keys that left their window.
+    pub fn due(&mut self, now: Millis, max: usize) -> Vec<Command<'static>> {
+        let mut out = Vec::new();
+        let mut qids: Vec<QueueId> = self.queues.keys().copied().collect();
+        qids.sort();
+        for qid in qids {
+            let q = self.queues.get_mut(&qid).expect("listed above");
+            q.prune_dedup(now);
+            let expired: Vec<MessageId> = q
+                .lease_expiry
+                .range(..=(now, MessageId(u64::MAX)))
+                .map(|&(_, id)| id)
+                .filter(|id| !q.leases[id].settling)
+                .take(max - out.len())
+                .collect();
+            for id in expired {
+                q.leases.get_mut(&id).expect("listed above").settling = true;
+                out.push(retry_or_fail(q, id, now));
+            }
+            let retention_ms = q.settings.retention_ms as i64;
+            let past: Vec<MessageId> = q
+                .retention
+                .range(
+                    ..(
+                        now.saturating_sub(retention_ms).saturating_add(1),
+                        MessageId(0),
+                    ),
+                )
+                .map(|&(_, id)| id)
+                .filter(|id| !q.messages[id].pending && !q.leases.contains_key(id))
+                .take(max - out.len())
+                .collect();
+            for id in past {
+                let message = q.messages.get_mut(&id).expect("listed above");
+                message.pending = true;
+                q.ready.remove(&(message.visible_at, id));
+                let queue = Cow::Owned(q.name.clone());
+                out.push(
+                    if q.settings.on_expire == OnExpire::Fail && q.failed.is_some() {
+                        Command::Fail {
+                            queue,
+                            id,
+                            reason: FailReason::Expired,
+                            last_status: None,
+                        }
+                    } else {
+                        Command::Expire { queue, id }
+                    },
+                );
+            }
+            if out.len() >= max {
+                break;
+            }
+        }
+        out
+    }
+
+    /// The earliest moment after `now` at which [`Spool::due`] or a delayed
+    /// message could have something new.
+    pub fn next_deadline(&self, now: Millis) -> Option<Millis> {
+        self.queues
+            .values()
+            .flat_map(|q| {
+                let lease = q.lease_expiry.first().map(|&(t, _)| t);
+                let retention = q
+                    .retention
+                    .first()
+                    .map(|&(t, _)| t + q.settings.retention_ms as i64);
+                let delayed = q
+                    .ready
+                    .range((now + 1, MessageId(0))..)
+                    .next()
+                    .map(|&(t, _)| t);
+                [lease, retention, delayed]
+            })
+            .flatten()
+            .min()
+    }
+
+    /// When the next delayed message of `queue` becomes visible.
+    pub fn next_visible_at(&self, queue: &str, now: Millis) -> Option<Millis> {
+        let q = self.queue(queue)?;
+        q.ready
+            .range((now + 1, MessageId(0))..)
+            .next()
+            .map(|&(t, _)| t)
+    }
+
+    pub fn stats(&self, queue: &str, now: Millis) -> Option<QueueStats> {
+        let q = self.queue(queue)?;
+        let delayed = q.ready.range((now + 1, MessageId(0))..).count() as u64;
+        let oldest = q
+            .ready
+            .first()
+            .filter(|&&(t, _)| t <= now)
+            .map(|&(t, _)| now - t);
+        Some(QueueStats {
+            visible: q.ready.len() as u64 - delayed,
+            leased: q.leases.len() as u64,
+            delayed,
+            counters: q.counters,
+            oldest_visible_age_ms: oldest,
+            paused: q.paused,
+        })
+    }
+
+    fn view(q: &Queue, id: MessageId, message: &Message, now: Millis) -> MessageView {
+        let state = if q.leases.contains_key(&id) {
+            MessageState::Leased
+        } else if message.visible_at > now {
+            MessageState::Delayed
+        } else {
+            MessageState::Visible
+        };
+        MessageView {
+            id,
+            state,
+            message: *message,
+            failure: q.failures.get(&id).copied(),
+        }
+    }
+
+    /// Up to `limit` messages after `after`, oldest first, without leasing.
+    pub fn peek(
+        &self,
+        queue: &str,
+        after: Option<MessageId>,
+        limit: usize,
+        now: Millis,
+    ) -> Result<Vec<MessageView>, SpoolError> {
+        let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
+        let start = after.map_or(MessageId(0), |a| MessageId(a.0 + 1));
+        Ok(q.messages
+            .range(start..)
+            .take(limit)
+            .map(|(&id, m)| Spool::view(q, id, m, now))
+            .collect())
+    }
+
+    pub fn get(&self, queue: &str, id: MessageId, now: Millis) -> Result<MessageView, SpoolError> {
+        let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
+        let m = q.messages.get(&id).ok_or(SpoolError::MessageNotFound)?;
+        Ok(Spool::view(q, id, m, now))
+    }
+
+    /// Every message of every queue, for checks in tests and tools.
+    pub fn all_messages(&self) -> Vec<(String, MessageId, Message)> {
+        let mut out: Vec<_> = self
+            .queues
+            .values()
+            .flat_map(|q| q.messages.iter().map(|(&id, &m)| (q.name.clone(), id, m)))
+            .collect();
+        out.sort_by_key(|(_, id, _)| *id);
+        out
+    }
+}
+
+/// The record for a lease that ends unsettled or is nacked: back in line at
+/// `visible_at` with one more retry, or to the failure queue once that would
+/// pass `max_retries`. Failure queues have no limit.
+fn retry_or_fail(q: &Queue, id: MessageId, visible_at: Millis) -> Command<'static> {
+    let retries = q.messages[&id].retry_count;
+    let queue = Cow::Owned(q.name.clone());
+    if q.failed.is_some() && retries + 1 > q.settings.max_retries {
+        Command::Fail {
+            queue,
+            id,
+            reason: FailReason::RetriesExhausted,
+            last_status: None,
+        }
+    } else {
+        Command::Retry {
+            queue,
+            id,
+            visible_at,
+            increment: true,
+        }
+    }
+}

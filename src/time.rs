@@ -1,0 +1,114 @@
+//! Time as the rest of the crate sees it.
+//!
+//! Every timestamp is [`Millis`]: milliseconds since the Unix epoch. The state
+//! machine never reads the clock; the engine reads a [`Clock`] and passes
+//! `now` down, so tests can move time by hand instead of sleeping.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch (UTC).
+pub type Millis = i64;
+
+/// A source of wall-clock time.
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> Millis;
+}
+
+/// The real clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> Millis {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        since.as_millis() as Millis
+    }
+}
+
+/// A clock that only moves when told to. Cloning shares the same time.
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    now_ms: Arc<AtomicI64>,
+}
+
+impl ManualClock {
+    pub fn new(start_ms: Millis) -> ManualClock {
+        ManualClock {
+            now_ms: Arc::new(AtomicI64::new(start_ms)),
+        }
+    }
+
+    pub fn advance_ms(&self, delta_ms: i64) {
+        self.now_ms.fetch_add(delta_ms, Ordering::SeqCst);
+    }
+
+    pub fn set_ms(&self, now_ms: Millis) {
+        self.now_ms.store(now_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> Millis {
+        self.now_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// Formats a timestamp as RFC 3339 UTC with milliseconds
+/// (`2026-01-02T03:04:05.678Z`), the form the API uses everywhere.
+pub fn format_rfc3339(ms: Millis) -> String {
+    let secs = ms.div_euclid(1000);
+    let milli = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z",
+        sod / 3600,
+        (sod % 3600) / 60,
+        sod % 60
+    )
+}
+
+/// Howard Hinnant's `civil_from_days`: days since 1970-01-01 to (y, m, d).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(
+            format_rfc3339(1_798_761_599_999),
+            "2026-12-31T23:59:59.999Z"
+        );
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let clock = ManualClock::new(1_000);
+        let other = clock.clone();
+        assert_eq!(clock.now_ms(), 1_000);
+        other.advance_ms(500);
+        assert_eq!(clock.now_ms(), 1_500);
+        clock.set_ms(10);
+        assert_eq!(other.now_ms(), 10);
+    }
+}
