@@ -40,6 +40,8 @@ struct Faults {
     /// Total bytes all files may hold; a write beyond it fails with ENOSPC
     /// after writing what fits.
     capacity_bytes: Option<u64>,
+    /// Every `sync_data` takes this long (a slow disk).
+    sync_delay: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -126,6 +128,11 @@ impl SimStorage {
     /// Caps the total bytes of all files (a full disk).
     pub fn set_capacity(&self, bytes: Option<u64>) {
         self.lock().faults.capacity_bytes = bytes;
+    }
+
+    /// Makes every `sync_data` take `delay`, as on a slow disk.
+    pub fn set_sync_delay(&self, delay: Option<std::time::Duration>) {
+        self.lock().faults.sync_delay = delay;
     }
 
     /// Clears every pending fault.
@@ -339,7 +346,11 @@ impl StorageFile for SimFile {
             state.faults.sync_countdown = Some(n - 1);
         }
         state.syncs += 1;
+        let delay = state.faults.sync_delay;
         drop(state);
+        if let Some(delay) = delay {
+            std::thread::sleep(delay);
+        }
         let mut data = self.node.data.lock().expect("sim file lock poisoned");
         data.durable = data.current.clone();
         Ok(())

@@ -1,0 +1,63 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use spoold::engine::{Engine, EngineOptions, SendRequest};
+use spoold::journal::JournalError;
+use spoold::journal::sim::SimStorage;
+use spoold::spool::{Payload, QueueSettings};
+use spoold::time::ManualClock;
+
+pub const START_MS: i64 = 1_800_000_000_000;
+
+pub fn sim_dir() -> PathBuf {
+    PathBuf::from("/spool")
+}
+
+pub fn sim_options(sim: &SimStorage, clock: &ManualClock) -> EngineOptions {
+    EngineOptions {
+        dir: sim_dir(),
+        segment_bytes: 64 << 20,
+        fsync: true,
+        storage: Arc::new(sim.clone()),
+        clock: Arc::new(clock.clone()),
+        lock: false,
+    }
+}
+
+pub async fn open(sim: &SimStorage, clock: &ManualClock) -> Result<Engine, JournalError> {
+    Engine::open(sim_options(sim, clock)).await.map(|(e, _)| e)
+}
+
+pub fn body(text: &str) -> SendRequest {
+    SendRequest {
+        payload: Payload {
+            content_type: "text/plain".into(),
+            request: None,
+            body: text.as_bytes().to_vec(),
+        },
+        ..SendRequest::default()
+    }
+}
+
+pub async fn make_queue(engine: &Engine, name: &str, settings: QueueSettings) {
+    engine
+        .upsert_queue(name, settings, false)
+        .await
+        .expect("create queue");
+}
+
+/// Waits (bounded) until `check` holds: the writer thread applies records
+/// asynchronously to the caller of `tick`.
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}

@@ -1,0 +1,241 @@
+//! The recovery table of `docs/journal-format.md`, row by row: what replay
+//! and `verify` do with torn tails, flipped bits, damaged headers, missing
+//! segments and a lost identity file.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use spoold::cli::journal::verify_with;
+use spoold::engine::Engine;
+use spoold::journal::JournalError;
+use spoold::journal::format::{SEGMENT_HEADER_BYTES, segment_file_name};
+use spoold::journal::scan::scan_dir;
+use spoold::journal::sim::{SimStorage, Tear};
+use spoold::journal::storage::Storage;
+use spoold::journal::{SpoolIdentity, load_identity};
+use spoold::spool::QueueSettings;
+use spoold::time::ManualClock;
+
+/// A stopped spool on simulated storage with `n` messages in queue `q`.
+async fn spool_with(n: usize, segment_bytes: u64) -> (SimStorage, ManualClock) {
+    let sim = SimStorage::new();
+    let clock = ManualClock::new(START_MS);
+    let mut options = sim_options(&sim, &clock);
+    options.segment_bytes = segment_bytes;
+    let (engine, _) = Engine::open(options).await.unwrap();
+    make_queue(&engine, "q", QueueSettings::default()).await;
+    for i in 0..n {
+        engine.send("q", body(&format!("message {i:0>150}"))).await.unwrap();
+    }
+    drop(engine);
+    sim.crash(Tear::DropUnsynced);
+    (sim, clock)
+}
+
+fn segment_path(id: u64) -> PathBuf {
+    sim_dir().join(segment_file_name(id))
+}
+
+/// (segment id, frame offset, frame length) of every record, in order.
+fn records(sim: &SimStorage) -> Vec<(u64, u64, u64)> {
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let identity = load_identity(&storage, &sim_dir(), false).unwrap().unwrap();
+    let mut out = Vec::new();
+    scan_dir(&storage, &sim_dir(), identity.salt, |r| {
+        out.push((r.segment_id, r.offset, r.frame_len()));
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+fn verify(sim: &SimStorage) -> spoold::cli::journal::VerifyReport {
+    verify_with(Arc::new(sim.clone()), &sim_dir()).unwrap()
+}
+
+async fn open_err(sim: &SimStorage, clock: &ManualClock) -> JournalError {
+    match open(sim, clock).await {
+        Ok(_) => panic!("replay accepted a damaged journal"),
+        Err(e) => e,
+    }
+}
+
+#[tokio::test]
+async fn a_torn_tail_at_every_offset_of_the_last_record_is_truncated() {
+    let (sim, clock) = spool_with(3, 64 << 20).await;
+    let all = records(&sim);
+    let &(seg, last_off, last_len) = all.last().unwrap();
+    let path = segment_path(seg);
+    let whole = sim.file_bytes(&path).unwrap();
+    assert_eq!(whole.len() as u64, last_off + last_len);
+    for cut in last_off + 1..last_off + last_len {
+        let torn = SimStorage::new();
+        for name in sim.list(&sim_dir()).unwrap() {
+            let p = sim_dir().join(&name);
+            torn.set_file_bytes(&p, sim.file_bytes(&p).unwrap());
+        }
+        torn.set_file_bytes(&path, whole[..cut as usize].to_vec());
+        let report = verify(&torn);
+        assert!(report.is_clean(), "cut at {cut}: {}", report.render(&sim_dir()));
+        assert_eq!(report.summary.torn_tail.unwrap().offset, last_off);
+
+        let engine = open(&torn, &clock).await.unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        // The torn record is gone, the two before it stay, and the spool
+        // writes on from the cut.
+        assert_eq!(engine.all_messages().len(), 2, "cut at {cut}");
+        engine.send("q", body("after")).await.unwrap();
+        drop(engine);
+        torn.crash(Tear::DropUnsynced);
+        assert_eq!(open(&torn, &clock).await.unwrap().all_messages().len(), 3);
+    }
+}
+
+#[tokio::test]
+async fn a_torn_message_record_was_never_acknowledged_and_disappears() {
+    let sim = SimStorage::new();
+    let clock = ManualClock::new(START_MS);
+    let engine = open(&sim, &clock).await.unwrap();
+    make_queue(&engine, "q", QueueSettings::default()).await;
+    engine.send("q", body("acknowledged")).await.unwrap();
+    // The next write lands only partly before the "power cut".
+    sim.set_sync_delay(Some(Duration::from_millis(200)));
+    let pending = tokio::time::timeout(Duration::from_millis(50), engine.send("q", body("torn"))).await;
+    assert!(pending.is_err(), "not answered before its fsync");
+    sim.crash(Tear::KeepPrefix(25));
+    drop(engine);
+    let engine = open(&sim, &clock).await.unwrap();
+    let bodies: Vec<Vec<u8>> = engine
+        .receive("q", 10, Duration::ZERO)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.payload.body)
+        .collect();
+    assert_eq!(bodies, vec![b"acknowledged".to_vec()]);
+}
+
+#[tokio::test]
+async fn a_flipped_bit_before_good_records_refuses_start_naming_file_and_offset() {
+    let (sim, clock) = spool_with(5, 64 << 20).await;
+    let all = records(&sim);
+    let (seg, off, _) = all[3];
+    let path = segment_path(seg);
+    let mut bytes = sim.file_bytes(&path).unwrap();
+    bytes[off as usize + 30] ^= 0x04;
+    sim.set_file_bytes(&path, bytes);
+
+    let err = open_err(&sim, &clock).await;
+    let text = err.to_string();
+    assert!(matches!(err, JournalError::Corrupt { .. }), "{text}");
+    assert!(text.contains(&segment_file_name(seg)), "{text}");
+    assert!(text.contains(&format!("offset {off}")), "{text}");
+
+    let report = verify(&sim);
+    assert!(!report.is_clean());
+    assert_eq!(report.summary.problems.len(), 1, "one bad span, then resync");
+    assert_eq!(report.summary.records as usize, all.len() - 1);
+    assert!(report.render(&sim_dir()).contains(&format!("offset {off}")));
+}
+
+#[tokio::test]
+async fn every_bad_span_is_reported() {
+    let (sim, _clock) = spool_with(8, 64 << 20).await;
+    let all = records(&sim);
+    let path = segment_path(all[0].0);
+    let mut bytes = sim.file_bytes(&path).unwrap();
+    for i in [2, 5] {
+        bytes[all[i].1 as usize + 10] ^= 0xff;
+    }
+    sim.set_file_bytes(&path, bytes);
+    let report = verify(&sim);
+    assert_eq!(report.summary.problems.len(), 2, "{}", report.render(&sim_dir()));
+    assert_eq!(report.summary.records as usize, all.len() - 2);
+}
+
+#[tokio::test]
+async fn a_truncated_header_of_the_last_segment_is_an_unfinished_rotation() {
+    let (sim, clock) = spool_with(3, 64 << 20).await;
+    let last = sim.list(&sim_dir()).unwrap().into_iter().filter(|n| n.ends_with(".seg")).max().unwrap();
+    let next_id = u64::from_str_radix(last.trim_end_matches(".seg"), 16).unwrap() + 1;
+    // A new segment whose header write was cut short.
+    sim.set_file_bytes(&segment_path(next_id), vec![b'S', b'P', b'O', b'O']);
+    assert!(verify(&sim).is_clean());
+    let engine = open(&sim, &clock).await.unwrap();
+    assert_eq!(engine.all_messages().len(), 3);
+    engine.send("q", body("more")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_truncated_header_of_an_earlier_segment_refuses_start() {
+    let (sim, clock) = spool_with(40, 4096).await;
+    let ids: Vec<u64> = {
+        let mut v: Vec<u64> = records(&sim).iter().map(|r| r.0).collect();
+        v.dedup();
+        v
+    };
+    assert!(ids.len() >= 3, "need several segments, got {ids:?}");
+    let victim = segment_path(ids[1]);
+    let bytes = sim.file_bytes(&victim).unwrap();
+    sim.set_file_bytes(&victim, bytes[..SEGMENT_HEADER_BYTES / 2].to_vec());
+    let text = open_err(&sim, &clock).await.to_string();
+    assert!(text.contains(&segment_file_name(ids[1])), "{text}");
+    assert!(!verify(&sim).is_clean());
+}
+
+#[tokio::test]
+async fn a_missing_middle_segment_refuses_start() {
+    let (sim, clock) = spool_with(40, 4096).await;
+    let mut ids: Vec<u64> = records(&sim).iter().map(|r| r.0).collect();
+    ids.dedup();
+    sim.remove(&segment_path(ids[1])).unwrap();
+    let text = open_err(&sim, &clock).await.to_string();
+    assert!(text.contains("missing"), "{text}");
+    assert!(!verify(&sim).is_clean());
+}
+
+#[tokio::test]
+async fn a_sealed_segment_that_lost_its_end_refuses_start() {
+    let (sim, clock) = spool_with(40, 4096).await;
+    let all = records(&sim);
+    let first_seg = all[0].0;
+    let last_of_first = all.iter().filter(|r| r.0 == first_seg).last().unwrap();
+    let path = segment_path(first_seg);
+    let bytes = sim.file_bytes(&path).unwrap();
+    // Cut exactly at a record boundary: no torn frame, but records are gone.
+    sim.set_file_bytes(&path, bytes[..last_of_first.1 as usize].to_vec());
+    let text = open_err(&sim, &clock).await.to_string();
+    assert!(text.contains("missing"), "{text}");
+}
+
+#[tokio::test]
+async fn a_segment_of_another_spool_never_replays() {
+    let (sim, clock) = spool_with(2, 64 << 20).await;
+    let (other, _) = spool_with(2, 64 << 20).await;
+    let path = segment_path(1);
+    sim.set_file_bytes(&path, other.file_bytes(&path).unwrap());
+    let text = open_err(&sim, &clock).await.to_string();
+    assert!(text.contains("another spool"), "{text}");
+}
+
+#[tokio::test]
+async fn a_lost_identity_file_refuses_start() {
+    let (sim, clock) = spool_with(1, 64 << 20).await;
+    sim.remove(&sim_dir().join("spool.meta")).unwrap();
+    sim.sync_dir(&sim_dir()).unwrap();
+    let err = open_err(&sim, &clock).await;
+    assert!(matches!(err, JournalError::BadMeta { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn an_empty_or_missing_spool_verifies_clean() {
+    let sim = SimStorage::new();
+    assert!(verify(&sim).is_clean());
+    let dir = tempfile::tempdir().unwrap();
+    let report = spoold::cli::journal::verify(dir.path()).unwrap();
+    assert!(report.is_clean());
+    let _ = SpoolIdentity::generate();
+}
