@@ -45,7 +45,10 @@ async fn send_receive_ack_reads_the_payload_back_from_disk() {
         engine.ack("q", &got[0].token).await,
         Err(EngineError::StaleLease)
     ));
-    assert!(matches!(engine.ack("q", "garbage").await, Err(EngineError::BadToken)));
+    assert!(matches!(
+        engine.ack("q", "garbage").await,
+        Err(EngineError::BadToken)
+    ));
     let stats = engine.stats("q").unwrap();
     assert_eq!((stats.counters.sent, stats.counters.acked), (1, 1));
 }
@@ -58,7 +61,10 @@ async fn nothing_is_answered_before_its_fsync() {
     make_queue(&engine, "q", QueueSettings::default()).await;
     let syncs_before = sim.sync_count();
     engine.send("q", body("a")).await.unwrap();
-    assert!(sim.sync_count() > syncs_before, "a 201 implies an fsync happened");
+    assert!(
+        sim.sync_count() > syncs_before,
+        "a 201 implies an fsync happened"
+    );
 
     // A crash right after the answer keeps the message.
     drop(engine);
@@ -105,7 +111,9 @@ async fn a_failed_write_is_rolled_back_and_the_journal_goes_on() {
 
     drop(engine);
     sim.crash(Tear::DropUnsynced);
-    let engine = open(&sim, &clock).await.expect("no half-written record left behind");
+    let engine = open(&sim, &clock)
+        .await
+        .expect("no half-written record left behind");
     let ids: Vec<_> = engine.all_messages().into_iter().map(|m| m.1).collect();
     assert_eq!(ids, vec![kept.id]);
 }
@@ -128,7 +136,11 @@ async fn a_failed_fsync_poisons_the_journal() {
     let err = engine.send("q", body("after")).await.unwrap_err();
     assert!(matches!(err, EngineError::Unavailable { .. }), "{err:?}");
     assert!(engine.is_poisoned());
-    assert_eq!(engine.all_messages().len(), 1, "the unconfirmed write was not applied");
+    assert_eq!(
+        engine.all_messages().len(),
+        1,
+        "the unconfirmed write was not applied"
+    );
 
     drop(engine);
     sim.crash(Tear::DropUnsynced);
@@ -160,7 +172,10 @@ async fn a_restart_starts_a_new_epoch_and_drops_leases_without_retry() {
     ));
     let again = engine.receive("q", 1, Duration::ZERO).await.unwrap();
     assert_eq!(again.len(), 1, "visible at once after the restart");
-    assert_eq!(again[0].retry_count, 1, "a restart does not count as a retry");
+    assert_eq!(
+        again[0].retry_count, 1,
+        "a restart does not count as a retry"
+    );
 }
 
 #[tokio::test]
@@ -177,21 +192,27 @@ async fn lease_expiry_is_an_auto_nack() {
     engine.send("q", body("a")).await.unwrap();
     let l = engine.receive("q", 1, Duration::ZERO).await.unwrap();
     clock.advance_ms(999);
-    assert_eq!(engine.renew("q", &l[0].token).unwrap(), START_MS + 999 + 1_000);
+    assert_eq!(
+        engine.renew("q", &l[0].token).unwrap(),
+        START_MS + 999 + 1_000
+    );
     clock.advance_ms(1_000);
-    assert!(matches!(engine.renew("q", &l[0].token), Err(EngineError::StaleLease)));
-    assert_eq!(engine.tick(), 1);
-    eventually("auto-nack applied", || engine.stats("q").unwrap().visible == 1).await;
+    assert!(matches!(
+        engine.renew("q", &l[0].token),
+        Err(EngineError::StaleLease)
+    ));
+    assert_eq!(engine.run_due().await, 1);
+    assert_eq!(engine.stats("q").unwrap().visible, 1);
     let l = engine.receive("q", 1, Duration::ZERO).await.unwrap();
     assert_eq!(l[0].retry_count, 1);
     clock.advance_ms(1_000);
-    engine.tick();
-    eventually("moved to the failure queue", || {
-        engine.stats("q.failed").unwrap().visible == 1
-    })
-    .await;
+    engine.run_due().await;
+    assert_eq!(engine.stats("q.failed").unwrap().visible, 1);
     let failed = engine.peek("q.failed", None, 10).unwrap();
-    assert_eq!(failed[0].failure.unwrap().reason.as_str(), "retries_exhausted");
+    assert_eq!(
+        failed[0].failure.unwrap().reason.as_str(),
+        "retries_exhausted"
+    );
 }
 
 #[tokio::test]
@@ -224,8 +245,14 @@ async fn a_caller_that_goes_away_still_gets_its_record_applied() {
     // handler would be dropped. The slow fsync keeps it from finishing first.
     sim.set_sync_delay(Some(Duration::from_millis(300)));
     let abandoned = tokio::time::timeout(Duration::ZERO, engine.send("q", body("orphan"))).await;
-    assert!(abandoned.is_err(), "the send was still waiting for its fsync");
-    let got = engine.receive("q", 1, Duration::from_secs(10)).await.unwrap();
+    assert!(
+        abandoned.is_err(),
+        "the send was still waiting for its fsync"
+    );
+    let got = engine
+        .receive("q", 1, Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(got.len(), 1, "receivable without a restart");
     assert_eq!(got[0].payload.body, b"orphan");
 }
@@ -244,7 +271,10 @@ async fn dedup_keys_hold_across_concurrent_sends_and_restarts() {
         dedup_key: Some("k1".into()),
         ..body(text)
     };
-    let (a, b) = tokio::join!(engine.send("q", keyed("one")), engine.send("q", keyed("two")));
+    let (a, b) = tokio::join!(
+        engine.send("q", keyed("one")),
+        engine.send("q", keyed("two"))
+    );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.id, b.id);
     assert!(a.deduplicated != b.deduplicated, "exactly one stored");
@@ -258,14 +288,11 @@ async fn dedup_keys_hold_across_concurrent_sends_and_restarts() {
     assert_eq!(again.id, a.id);
     assert_eq!(engine.stats("q").unwrap().counters.deduplicated, 1);
     clock.advance_ms(60_000);
-    engine.tick();
+    engine.run_due().await;
     let fresh = engine.send("q", keyed("four")).await.unwrap();
     assert!(!fresh.deduplicated, "the window ran out");
 
-    let err = engine
-        .send("q.failed", body("x"))
-        .await
-        .unwrap_err();
+    let err = engine.send("q.failed", body("x")).await.unwrap_err();
     assert!(matches!(err, EngineError::Conflict { .. }));
 }
 
@@ -279,7 +306,10 @@ async fn a_key_on_a_queue_without_a_window_is_refused() {
         dedup_key: Some("k".into()),
         ..body("x")
     };
-    assert!(matches!(engine.send("q", request).await, Err(EngineError::BadRequest(_))));
+    assert!(matches!(
+        engine.send("q", request).await,
+        Err(EngineError::BadRequest(_))
+    ));
     assert!(engine.all_messages().is_empty());
 }
 
@@ -298,7 +328,10 @@ async fn cancel_purge_redrive_and_queue_changes_survive_restarts() {
     let b = engine.send("q", body("b")).await.unwrap().id;
     let c = engine.send("q", body("c")).await.unwrap().id;
     engine.cancel("q", a).await.unwrap();
-    assert!(matches!(engine.cancel("q", a).await, Err(EngineError::MessageNotFound { .. })));
+    assert!(matches!(
+        engine.cancel("q", a).await,
+        Err(EngineError::MessageNotFound { .. })
+    ));
     let l = engine.receive("q", 2, Duration::ZERO).await.unwrap();
     for d in &l {
         engine.nack("q", &d.token, 0).await.unwrap();
@@ -314,7 +347,12 @@ async fn cancel_purge_redrive_and_queue_changes_survive_restarts() {
     let engine = open(&sim, &clock).await.unwrap();
     assert!(engine.stats("q").unwrap().paused);
     assert!(engine.stats("gone").is_err());
-    let in_q: Vec<_> = engine.peek("q", None, 10).unwrap().iter().map(|v| v.id).collect();
+    let in_q: Vec<_> = engine
+        .peek("q", None, 10)
+        .unwrap()
+        .iter()
+        .map(|v| v.id)
+        .collect();
     assert_eq!(in_q, vec![c]);
     let in_failed: Vec<_> = engine
         .peek("q.failed", None, 10)
@@ -323,7 +361,14 @@ async fn cancel_purge_redrive_and_queue_changes_survive_restarts() {
         .map(|v| v.id)
         .collect();
     assert_eq!(in_failed, vec![b]);
-    assert!(engine.receive("q", 1, Duration::ZERO).await.unwrap().is_empty(), "paused");
+    assert!(
+        engine
+            .receive("q", 1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty(),
+        "paused"
+    );
     assert_eq!(engine.purge("q.failed").await.unwrap(), 1);
 }
 
@@ -354,11 +399,15 @@ async fn a_second_process_on_the_same_dir_fails_fast() {
     let (_first, _) = spoold::engine::Engine::open(spoold::engine::EngineOptions::new(dir.path()))
         .await
         .unwrap();
-    let err = match spoold::engine::Engine::open(spoold::engine::EngineOptions::new(dir.path())).await {
-        Ok(_) => panic!("second open succeeded"),
-        Err(e) => e,
-    };
-    assert!(err.to_string().contains("in use by another spoold process"), "{err}");
+    let err =
+        match spoold::engine::Engine::open(spoold::engine::EngineOptions::new(dir.path())).await {
+            Ok(_) => panic!("second open succeeded"),
+            Err(e) => e,
+        };
+    assert!(
+        err.to_string().contains("in use by another spoold process"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -373,6 +422,9 @@ async fn the_real_file_system_keeps_messages_across_reopen() {
     let (engine, report) = spoold::engine::Engine::open(options).await.unwrap();
     assert_eq!(report.messages, 1);
     let got = engine.receive("q", 1, Duration::ZERO).await.unwrap();
-    assert_eq!((got[0].id, got[0].payload.body.as_slice()), (id, &b"on disk"[..]));
+    assert_eq!(
+        (got[0].id, got[0].payload.body.as_slice()),
+        (id, &b"on disk"[..])
+    );
     let _ = Arc::new(());
 }

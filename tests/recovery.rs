@@ -29,7 +29,10 @@ async fn spool_with(n: usize, segment_bytes: u64) -> (SimStorage, ManualClock) {
     let (engine, _) = Engine::open(options).await.unwrap();
     make_queue(&engine, "q", QueueSettings::default()).await;
     for i in 0..n {
-        engine.send("q", body(&format!("message {i:0>150}"))).await.unwrap();
+        engine
+            .send("q", body(&format!("message {i:0>150}")))
+            .await
+            .unwrap();
     }
     drop(engine);
     sim.crash(Tear::DropUnsynced);
@@ -80,10 +83,16 @@ async fn a_torn_tail_at_every_offset_of_the_last_record_is_truncated() {
         }
         torn.set_file_bytes(&path, whole[..cut as usize].to_vec());
         let report = verify(&torn);
-        assert!(report.is_clean(), "cut at {cut}: {}", report.render(&sim_dir()));
+        assert!(
+            report.is_clean(),
+            "cut at {cut}: {}",
+            report.render(&sim_dir())
+        );
         assert_eq!(report.summary.torn_tail.unwrap().offset, last_off);
 
-        let engine = open(&torn, &clock).await.unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let engine = open(&torn, &clock)
+            .await
+            .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
         // The torn record is gone, the two before it stay, and the spool
         // writes on from the cut.
         assert_eq!(engine.all_messages().len(), 2, "cut at {cut}");
@@ -103,7 +112,8 @@ async fn a_torn_message_record_was_never_acknowledged_and_disappears() {
     engine.send("q", body("acknowledged")).await.unwrap();
     // The next write lands only partly before the "power cut".
     sim.set_sync_delay(Some(Duration::from_millis(200)));
-    let pending = tokio::time::timeout(Duration::from_millis(50), engine.send("q", body("torn"))).await;
+    let pending =
+        tokio::time::timeout(Duration::from_millis(50), engine.send("q", body("torn"))).await;
     assert!(pending.is_err(), "not answered before its fsync");
     sim.crash(Tear::KeepPrefix(25));
     drop(engine);
@@ -136,7 +146,11 @@ async fn a_flipped_bit_before_good_records_refuses_start_naming_file_and_offset(
 
     let report = verify(&sim);
     assert!(!report.is_clean());
-    assert_eq!(report.summary.problems.len(), 1, "one bad span, then resync");
+    assert_eq!(
+        report.summary.problems.len(),
+        1,
+        "one bad span, then resync"
+    );
     assert_eq!(report.summary.records as usize, all.len() - 1);
     assert!(report.render(&sim_dir()).contains(&format!("offset {off}")));
 }
@@ -152,14 +166,25 @@ async fn every_bad_span_is_reported() {
     }
     sim.set_file_bytes(&path, bytes);
     let report = verify(&sim);
-    assert_eq!(report.summary.problems.len(), 2, "{}", report.render(&sim_dir()));
+    assert_eq!(
+        report.summary.problems.len(),
+        2,
+        "{}",
+        report.render(&sim_dir())
+    );
     assert_eq!(report.summary.records as usize, all.len() - 2);
 }
 
 #[tokio::test]
 async fn a_truncated_header_of_the_last_segment_is_an_unfinished_rotation() {
     let (sim, clock) = spool_with(3, 64 << 20).await;
-    let last = sim.list(&sim_dir()).unwrap().into_iter().filter(|n| n.ends_with(".seg")).max().unwrap();
+    let last = sim
+        .list(&sim_dir())
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".seg"))
+        .max()
+        .unwrap();
     let next_id = u64::from_str_radix(last.trim_end_matches(".seg"), 16).unwrap() + 1;
     // A new segment whose header write was cut short.
     sim.set_file_bytes(&segment_path(next_id), vec![b'S', b'P', b'O', b'O']);

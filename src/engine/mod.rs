@@ -662,32 +662,44 @@ impl Engine {
         Ok(())
     }
 
-    /// Turns everything due now (expired leases, retention) into records.
-    /// Returns how many were appended.
-    pub fn tick(&self) -> usize {
-        let mut core = self.core();
-        let now = self.now(&mut core);
-        let due = core.spool.due(now, DUE_RECORDS_PER_TICK_MAX);
-        let n = due.len();
-        for command in due {
-            let record = Record { at: now, command };
-            let undo = record.clone();
-            if self.append(&core, record, None, Reply::Nobody).is_err() {
-                core.release(&undo);
+    /// Turns everything due now (expired leases, retention) into records
+    /// and waits until they are durable and applied. Returns how many
+    /// records it wrote.
+    pub async fn run_due(&self) -> usize {
+        let mut waiting = Vec::new();
+        {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            for command in core.spool.due(now, DUE_RECORDS_PER_TICK_MAX) {
+                let record = Record { at: now, command };
+                let undo = record.clone();
+                let (tx, rx) = oneshot::channel();
+                match self.append(&core, record, None, Reply::Done(tx)) {
+                    Ok(()) => waiting.push(rx),
+                    Err(_) => core.release(&undo),
+                }
             }
         }
-        n
+        let mut written = 0;
+        for rx in waiting {
+            if let Ok(Ok(())) = rx.await {
+                written += 1;
+            }
+        }
+        written
     }
 
-    /// Runs [`Engine::tick`] until the engine is dropped everywhere else.
+    /// Runs [`Engine::run_due`] until the engine is dropped everywhere else.
     pub fn spawn_timer(&self) -> tokio::task::JoinHandle<()> {
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
             loop {
                 let Some(inner) = weak.upgrade() else { return };
                 let engine = Engine { inner };
-                let appended = engine.tick();
-                let sleep = {
+                let written = engine.run_due().await;
+                let sleep = if written >= DUE_RECORDS_PER_TICK_MAX {
+                    Duration::from_millis(1)
+                } else {
                     let mut core = engine.core();
                     let now = engine.now(&mut core);
                     core.spool
@@ -696,11 +708,6 @@ impl Engine {
                         .unwrap_or(TIMER_IDLE_MAX)
                 };
                 drop(engine);
-                let sleep = if appended >= DUE_RECORDS_PER_TICK_MAX {
-                    Duration::from_millis(1)
-                } else {
-                    sleep
-                };
                 tokio::time::sleep(sleep).await;
             }
         })

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use spoold::engine::{Engine, EngineOptions, SendRequest};
 use spoold::journal::JournalError;
@@ -48,16 +47,4 @@ pub async fn make_queue(engine: &Engine, name: &str, settings: QueueSettings) {
         .upsert_queue(name, settings, false)
         .await
         .expect("create queue");
-}
-
-/// Waits (bounded) until `check` holds: the writer thread applies records
-/// asynchronously to the caller of `tick`.
-pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
