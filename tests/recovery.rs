@@ -227,7 +227,7 @@ async fn a_sealed_segment_that_lost_its_end_refuses_start() {
     let (sim, clock) = spool_with(40, 4096).await;
     let all = records(&sim);
     let first_seg = all[0].0;
-    let last_of_first = all.iter().filter(|r| r.0 == first_seg).last().unwrap();
+    let last_of_first = all.iter().rfind(|r| r.0 == first_seg).unwrap();
     let path = segment_path(first_seg);
     let bytes = sim.file_bytes(&path).unwrap();
     // Cut exactly at a record boundary: no torn frame, but records are gone.
