@@ -115,6 +115,14 @@ fn kill_9_never_loses_an_acknowledged_send_nor_resurrects_an_ack() {
     );
 }
 
+/// Small segments, so that the child rotates into preallocated spares often
+/// and a kill lands in the middle of that too.
+fn options(dir: &Path) -> EngineOptions {
+    let mut options = EngineOptions::new(dir);
+    options.segment_bytes = 256 << 10;
+    options
+}
+
 /// Opens the spool as a new process would and lists its message ids.
 fn replay_ids(dir: &Path) -> BTreeSet<String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -122,7 +130,7 @@ fn replay_ids(dir: &Path) -> BTreeSet<String> {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let (engine, _) = Engine::open(EngineOptions::new(dir))
+        let (engine, _) = Engine::open(options(dir))
             .await
             .expect("replay after kill -9");
         let ids = engine
@@ -143,7 +151,7 @@ fn child(dir: &Path) -> ! {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let (engine, _) = Engine::open(EngineOptions::new(dir)).await.unwrap();
+        let (engine, _) = Engine::open(options(dir)).await.unwrap();
         engine
             .upsert_queue("q", QueueSettings::default(), false)
             .await

@@ -413,7 +413,8 @@ async fn a_second_process_on_the_same_dir_fails_fast() {
 #[tokio::test]
 async fn the_real_file_system_keeps_messages_across_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let options = spoold::engine::EngineOptions::new(dir.path());
+    let mut options = spoold::engine::EngineOptions::new(dir.path());
+    options.segment_bytes = 1 << 20;
     let (engine, _) = spoold::engine::Engine::open(options.clone()).await.unwrap();
     make_queue(&engine, "q", QueueSettings::default()).await;
     let id = engine.send("q", body("on disk")).await.unwrap().id;

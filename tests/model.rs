@@ -171,10 +171,16 @@ fn check_state(engine: &Engine, model: &Model, step: &str) {
     }
 }
 
-async fn run(ops: Vec<Op>) {
+async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
     let sim = SimStorage::new();
     let clock = ManualClock::new(START_MS);
-    let mut engine = open(&sim, &clock).await.unwrap();
+    let mut options = sim_options(&sim, &clock);
+    if small_preallocated_segments {
+        options.segment_bytes = 4096;
+        options.preallocate = true;
+    }
+    let reopen = || Engine::open(options.clone());
+    let mut engine = reopen().await.unwrap().0;
     for q in QUEUES {
         make_queue(&engine, q, settings(q)).await;
     }
@@ -422,8 +428,11 @@ proptest! {
     })]
 
     #[test]
-    fn journal_and_state_machine_match_the_model(ops in proptest::collection::vec(op(), 1..80)) {
+    fn journal_and_state_machine_match_the_model(
+        ops in proptest::collection::vec(op(), 1..80),
+        small_preallocated_segments in proptest::bool::ANY,
+    ) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(run(ops));
+        runtime.block_on(run(ops, small_preallocated_segments));
     }
 }

@@ -21,6 +21,7 @@
 pub mod error;
 pub mod format;
 pub mod lock;
+pub mod prealloc;
 pub mod reader;
 pub mod scan;
 pub mod sim;
@@ -32,7 +33,9 @@ use std::sync::Arc;
 
 pub use error::JournalError;
 pub use format::SpoolIdentity;
-pub use writer::{BatchFailure, BatchSink, Durable, Journal, Placed, RecordLoc, WriterOptions};
+pub use writer::{
+    BatchFailure, BatchSink, Durable, Journal, Placed, RecordLoc, WriterOptions, WriterStats,
+};
 
 use format::{META_BYTES, META_FILE_NAME, segment_file_name};
 use scan::ScanSummary;
@@ -113,6 +116,7 @@ pub fn prepare_tail(
         return Ok(WriterStart {
             segment_id: 1,
             end_offset: 0,
+            file_len: 0,
             next_seq,
             disk_bytes: 0,
         });
@@ -126,22 +130,34 @@ pub fn prepare_tail(
         return Ok(WriterStart {
             segment_id: last_id,
             end_offset: 0,
+            file_len: 0,
             next_seq,
-            disk_bytes: summary.record_bytes,
+            disk_bytes: summary.file_bytes - summary.last_segment_len,
         });
     }
+    let mut file_len = summary.last_segment_len;
     if let Some(torn) = summary.torn_tail {
+        // Truncate a torn write at the end of the file; zero one that is
+        // followed by preallocated space, keeping the space.
         let file = storage
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
-        file.set_len(torn.offset)
+        let torn_end = torn.offset + torn.len_bytes;
+        let cleared = if torn_end >= file_len {
+            file_len = torn.offset;
+            file.set_len(torn.offset)
+        } else {
+            file.write_all_at(&vec![0u8; torn.len_bytes as usize], torn.offset)
+        };
+        cleared
             .and_then(|()| file.sync_data())
             .map_err(|e| JournalError::io(&path, e))?;
     }
     Ok(WriterStart {
         segment_id: last_id,
         end_offset: summary.last_segment_end,
+        file_len,
         next_seq: next_seq.max(summary.last_segment_first_seq.unwrap_or(0)),
-        disk_bytes: summary.record_bytes,
+        disk_bytes: summary.file_bytes - summary.last_segment_len + file_len,
     })
 }

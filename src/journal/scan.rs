@@ -129,12 +129,17 @@ pub struct ScanSummary {
     pub segment_ids: Vec<u64>,
     pub records: u64,
     pub record_bytes: u64,
+    /// Bytes of all segment files, preallocated space included.
+    pub file_bytes: u64,
     /// Sequence number of the last valid record (0 when there is none).
     pub last_seq: u64,
     /// `first_seq` of the last segment's header, if its header is valid.
     pub last_segment_first_seq: Option<u64>,
     /// The valid end of the last segment (where the next write goes).
     pub last_segment_end: u64,
+    /// The last segment's file length (beyond the valid end: a torn write
+    /// and/or preallocated zeros).
+    pub last_segment_len: u64,
     pub torn_tail: Option<TornTail>,
     /// The last segment's header is incomplete: it was being created when
     /// the process died and holds nothing.
@@ -185,6 +190,7 @@ pub fn scan_dir(
             .map_err(|e| JournalError::io(&path, e))?;
         file.read_all(&mut buf)
             .map_err(|e| JournalError::io(&path, e))?;
+        summary.file_bytes += buf.len() as u64;
 
         let header = match SegmentHeader::decode(&buf, salt, id) {
             Ok(h) => h,
@@ -230,6 +236,10 @@ pub fn scan_dir(
         let mut clean = true;
         let mut off = SEGMENT_HEADER_BYTES;
         while off < buf.len() {
+            if all_zero(&buf[off..]) {
+                // Preallocated space that no record reached yet.
+                break;
+            }
             match check_frame(&buf, off, salt, next_seq, compacted) {
                 Ok(frame_len) => {
                     let h = FrameHeader::peek(&buf[off..]);
@@ -259,10 +269,12 @@ pub fn scan_dir(
                         off = good;
                     }
                     None if is_last => {
+                        // Zeros after the torn bytes are preallocated space.
+                        let end = buf.iter().rposition(|&b| b != 0).map_or(off, |p| p + 1);
                         summary.torn_tail = Some(TornTail {
                             segment_id: id,
                             offset: off as u64,
-                            len_bytes: (buf.len() - off) as u64,
+                            len_bytes: (end - off) as u64,
                         });
                         break;
                     }
@@ -280,11 +292,21 @@ pub fn scan_dir(
             }
         }
         if is_last {
-            summary.last_segment_end = summary.torn_tail.map_or(buf.len() as u64, |t| t.offset);
+            summary.last_segment_end = off.min(buf.len()) as u64;
+            summary.last_segment_len = buf.len() as u64;
         }
         expect_exact = clean.then_some(next_seq);
     }
     Ok(summary)
+}
+
+/// True when `bytes` holds only zeros: preallocated, never written.
+fn all_zero(bytes: &[u8]) -> bool {
+    // Eight bytes at a time: replay looks at every segment's tail. A frame
+    // header is never zero, so at a record this stops at the first word.
+    let mut words = bytes.chunks_exact(8);
+    words.all(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")) == 0)
+        && words.remainder().iter().all(|&b| b == 0)
 }
 
 /// Checks the frame at `off`; returns its total length, or why it is bad.

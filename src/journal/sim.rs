@@ -4,8 +4,10 @@
 //! up to its last `sync_data`, and a directory entry (creation, rename,
 //! removal) only after `sync_dir`. On top of that it can tear the last
 //! unsynced write (keep a prefix of it), fail a chosen write (after writing a
-//! part of it, as a full disk does) or a chosen fsync, and cap the total size
-//! of the "disk".
+//! part of it, as a full disk does) or a chosen fsync, slow every fsync
+//! down, and cap the total size of the "disk". Injected write failures skip
+//! all-zero writes (preallocation and rollback), so a test aims them at the
+//! journal's next batch.
 //!
 //! After [`SimStorage::crash`] every handle opened before the crash fails, as
 //! a dead process's file descriptors would.
@@ -91,12 +93,23 @@ impl SimStorage {
         for (path, node) in &state.durable_names {
             let data = node.data.lock().expect("sim file lock poisoned");
             let mut kept = data.durable.clone();
-            if let Tear::KeepPrefix(n) = tear
-                && data.current.len() > kept.len()
-                && data.current.starts_with(&kept)
-            {
-                let extra = (data.current.len() - kept.len()).min(n as usize);
-                kept.extend_from_slice(&data.current[data.durable.len()..][..extra]);
+            if let Tear::KeepPrefix(n) = tear {
+                // The unsynced change starts at the first byte that differs
+                // (an append, or an overwrite of preallocated zeros); keep
+                // its first `n` bytes.
+                let (cur, dur) = (&data.current, &data.durable);
+                let first_diff = cur
+                    .iter()
+                    .zip(dur.iter())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(cur.len().min(dur.len()));
+                let end = (first_diff + n as usize).min(cur.len());
+                if end > first_diff {
+                    if kept.len() < end {
+                        kept.resize(end, 0);
+                    }
+                    kept[first_diff..end].copy_from_slice(&cur[first_diff..end]);
+                }
             }
             let fresh = Node {
                 data: Mutex::new(FileData {
@@ -291,7 +304,10 @@ impl StorageFile for SimFile {
         state.writes += 1;
         let mut write_len = buf.len();
         let mut error = None;
-        if let Some(n) = state.faults.write_countdown {
+        // Injected write faults aim at writes that carry data: zero fills
+        // (preallocation, rollback) run on other threads at other times.
+        let carries_data = buf.iter().any(|&b| b != 0);
+        if let Some(n) = state.faults.write_countdown.filter(|_| carries_data) {
             if n == 0 {
                 state.faults.write_countdown = None;
                 let kind = state

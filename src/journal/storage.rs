@@ -7,7 +7,7 @@
 //! bytes and directory entries that were synced.
 
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -145,5 +145,16 @@ impl StorageFile for OsFile {
 
     fn size_bytes(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
+    }
+
+    /// Reads through the file cursor so that the buffer need not be zeroed
+    /// first (replay reads whole segments). Only the scanner reads this way,
+    /// on handles of its own; everything else uses positional I/O.
+    fn read_all(&self, out: &mut Vec<u8>) -> io::Result<()> {
+        out.clear();
+        let mut file = &self.0;
+        file.seek(SeekFrom::Start(0))?;
+        file.read_to_end(out)?;
+        Ok(())
     }
 }

@@ -29,6 +29,7 @@ use super::error::JournalError;
 use super::format::{
     FRAME_HEADER_BYTES, FrameHeader, SEGMENT_HEADER_BYTES, SegmentHeader, segment_file_name,
 };
+use super::prealloc::Preallocator;
 use super::reader::SegmentReader;
 use super::storage::{Storage, StorageFile};
 
@@ -93,6 +94,8 @@ pub struct WriterOptions {
     pub segment_bytes: u64,
     /// `false` skips fsync: benchmarks and throwaway spools only.
     pub fsync: bool,
+    /// Rotate into zero-filled spare segments (see [`super::prealloc`]).
+    pub preallocate: bool,
 }
 
 /// Where the writer starts: the end of the last valid record.
@@ -101,6 +104,8 @@ pub struct WriterStart {
     pub segment_id: u64,
     /// Valid length of that segment; 0 means the segment must be created.
     pub end_offset: u64,
+    /// That segment's file length (preallocated zeros included).
+    pub file_len: u64,
     pub next_seq: u64,
     /// Bytes of all segments on disk now.
     pub disk_bytes: u64,
@@ -120,6 +125,17 @@ struct Shared<E> {
     poisoned: AtomicBool,
     /// Bytes of all segments on disk, for `max_bytes` and metrics.
     disk_bytes: AtomicU64,
+    /// Durable batches (one write and one fsync each) and their records.
+    batches: AtomicU64,
+    records: AtomicU64,
+}
+
+/// Counters of the writer, for metrics and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    pub batches: u64,
+    pub records: u64,
+    pub disk_bytes: u64,
 }
 
 /// The handle appenders use. Dropping it flushes what is pending and stops
@@ -140,6 +156,9 @@ impl<E: Send + 'static> Journal<E> {
         reader: SegmentReader,
         sink: impl BatchSink<E>,
     ) -> Result<Journal<E>, JournalError> {
+        let prealloc = options
+            .preallocate
+            .then(|| Preallocator::start(storage.clone(), dir, options.segment_bytes));
         let mut segment = ActiveSegment {
             storage,
             dir: dir.to_path_buf(),
@@ -147,10 +166,13 @@ impl<E: Send + 'static> Journal<E> {
             id: start.segment_id,
             file: None,
             len: start.end_offset,
+            file_len: start.file_len,
             reader,
+            prealloc,
         };
+        let mut disk_bytes = start.disk_bytes;
         if start.end_offset == 0 {
-            segment.create(start.segment_id, start.next_seq)?;
+            disk_bytes += segment.create(start.segment_id, start.next_seq, true)?;
         } else {
             segment.open_existing()?;
         }
@@ -163,7 +185,9 @@ impl<E: Send + 'static> Journal<E> {
             }),
             wake: Condvar::new(),
             poisoned: AtomicBool::new(false),
-            disk_bytes: AtomicU64::new(start.disk_bytes.max(segment.len)),
+            disk_bytes: AtomicU64::new(disk_bytes),
+            batches: AtomicU64::new(0),
+            records: AtomicU64::new(0),
         });
         let writer = Writer {
             shared: shared.clone(),
@@ -223,6 +247,14 @@ impl<E: Send + 'static> Journal<E> {
         self.shared.disk_bytes.load(Ordering::Relaxed)
     }
 
+    pub fn stats(&self) -> WriterStats {
+        WriterStats {
+            batches: self.shared.batches.load(Ordering::Relaxed),
+            records: self.shared.records.load(Ordering::Relaxed),
+            disk_bytes: self.disk_bytes(),
+        }
+    }
+
     /// Writes what is pending and stops the writer thread.
     pub fn close(&self) {
         {
@@ -251,8 +283,12 @@ struct ActiveSegment {
     salt: u64,
     id: u64,
     file: Option<Arc<dyn StorageFile>>,
+    /// Where the next record goes.
     len: u64,
+    /// The file's length: beyond `len` when preallocated.
+    file_len: u64,
     reader: SegmentReader,
+    prealloc: Option<Preallocator>,
 }
 
 impl ActiveSegment {
@@ -271,19 +307,28 @@ impl ActiveSegment {
         Ok(())
     }
 
-    /// Creates segment `id` whose first record will be `first_seq`: header,
-    /// fsync, directory fsync, so that the name and header are durable before
-    /// any record in it is acknowledged.
-    fn create(&mut self, id: u64, first_seq: u64) -> Result<(), JournalError> {
+    /// Creates segment `id` whose first record will be `first_seq` (from a
+    /// zero-filled spare when one is ready): header, fsync, rename, directory
+    /// fsync, so that the name and header are durable before any record in it
+    /// is acknowledged. Returns the bytes it added on disk. `wait_for_spare`
+    /// (start-up) waits for the spare being made rather than append.
+    fn create(
+        &mut self,
+        id: u64,
+        first_seq: u64,
+        wait_for_spare: bool,
+    ) -> Result<u64, JournalError> {
         assert!(
             id < u32::MAX as u64,
             "bug: segment id {id} overflows RecordLoc"
         );
         let path = self.path(id);
-        let file = self
-            .storage
-            .create(&path)
-            .map_err(|e| JournalError::io(&path, e))?;
+        let spare = self.prealloc.as_ref().and_then(|p| p.take(wait_for_spare));
+        let opened = match &spare {
+            Some(spare) => self.storage.open(spare),
+            None => self.storage.create(&path),
+        };
+        let file = opened.map_err(|e| JournalError::io(&path, e))?;
         let header = SegmentHeader {
             flags: 0,
             salt: self.salt,
@@ -293,19 +338,30 @@ impl ActiveSegment {
         let written = file
             .write_all_at(&header.encode(), 0)
             .and_then(|()| file.sync_data())
+            .and_then(|()| match &spare {
+                Some(spare) => self.storage.rename(spare, &path),
+                None => Ok(()),
+            })
             .and_then(|()| self.storage.sync_dir(&self.dir));
-        if let Err(e) = written {
-            // Best effort: a half-made segment is also recognised at replay
-            // (a truncated header in the last segment is an incomplete
-            // rotation), so a failed removal loses nothing.
-            let _ = self.storage.remove(&path);
-            return Err(JournalError::io(&path, e));
-        }
+        let file_len = written.and_then(|()| file.size_bytes());
+        let file_len = match file_len {
+            Ok(n) => n,
+            Err(e) => {
+                // Best effort: a half-made segment is also recognised at
+                // replay (a truncated header in the last segment is an
+                // incomplete rotation; spares are swept), so a failed removal
+                // loses nothing.
+                let _ = self.storage.remove(spare.as_deref().unwrap_or(&path));
+                let _ = self.storage.remove(&path);
+                return Err(JournalError::io(&path, e));
+            }
+        };
         self.reader.register(id, file.clone());
         self.id = id;
         self.file = Some(file);
         self.len = SEGMENT_HEADER_BYTES as u64;
-        Ok(())
+        self.file_len = file_len;
+        Ok(file_len)
     }
 
     fn file(&self) -> &Arc<dyn StorageFile> {
@@ -370,16 +426,34 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
 
         let full = self.segment.len > SEGMENT_HEADER_BYTES as u64
             && self.segment.len + buf.len() as u64 > self.options.segment_bytes;
-        if full && let Err(e) = self.segment.create(self.segment.id + 1, first_seq) {
-            let failure = BatchFailure::RolledBack(io::Error::other(e.to_string()));
-            self.sink.failed(&failure, entries);
-            return;
+        if full {
+            match self.segment.create(self.segment.id + 1, first_seq, false) {
+                Ok(added) => {
+                    self.shared.disk_bytes.fetch_add(added, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    let failure = BatchFailure::RolledBack(io::Error::other(e.to_string()));
+                    self.sink.failed(&failure, entries);
+                    return;
+                }
+            }
         }
 
         let base = self.segment.len;
         let file = self.segment.file().clone();
         if let Err(e) = file.write_all_at(buf, base) {
-            let failure = match file.set_len(base) {
+            // Roll back: truncate what the write appended past the old end
+            // of the file, and zero what it changed inside preallocated
+            // space.
+            let end = base + buf.len() as u64;
+            let keep_len = self.segment.file_len.max(base);
+            let rollback =
+                file.set_len(keep_len)
+                    .and_then(|()| match (end.min(keep_len) - base) as usize {
+                        0 => Ok(()),
+                        n => file.write_all_at(&vec![0u8; n], base),
+                    });
+            let failure = match rollback {
                 Ok(()) => BatchFailure::RolledBack(e),
                 Err(rollback) => {
                     self.shared.poisoned.store(true, Ordering::Release);
@@ -402,10 +476,17 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         }
         let fsync_duration = fsync_started.elapsed();
         self.segment.len += buf.len() as u64;
-        self.shared
-            .disk_bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        if self.segment.len > self.segment.file_len {
+            self.shared
+                .disk_bytes
+                .fetch_add(self.segment.len - self.segment.file_len, Ordering::Relaxed);
+            self.segment.file_len = self.segment.len;
+        }
         self.next_seq = first_seq + frames.len() as u64;
+        self.shared.batches.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .records
+            .fetch_add(frames.len() as u64, Ordering::Relaxed);
 
         let segment_id = self.segment.id as u32;
         let placed = entries

@@ -24,6 +24,9 @@ pub fn sim_options(sim: &SimStorage, clock: &ManualClock) -> EngineOptions {
         storage: Arc::new(sim.clone()),
         clock: Arc::new(clock.clone()),
         lock: false,
+        // Most tests keep files small; the ones about preallocation turn it
+        // on with small segments.
+        preallocate: false,
     }
 }
 
