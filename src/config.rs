@@ -388,3 +388,16 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod example_file {
+    use super::*;
+
+    #[test]
+    fn config_example_toml_parses() {
+        let text = include_str!("../config.example.toml");
+        let config = Config::parse(text).expect("config.example.toml is valid");
+        assert_eq!(config.queues.len(), 2);
+        assert!(config.queues["billing"].settings().is_push());
+    }
+}

@@ -776,7 +776,7 @@ impl Engine {
         self.core().spool.all_messages()
     }
 
-    /// Flushes what is pending and stops the writer thread. Later writes
+    /// Flushes what is pending and stops the journal's threads. Later writes
     /// answer `Unavailable`.
     pub fn close(&self) {
         self.inner.journal.close();

@@ -1,7 +1,7 @@
-//! What happens to a record once the writer thread is done with it: apply
+//! What happens to a record once the journal is done with it: apply
 //! to the state machine and answer, or undo the reservation and report.
 //!
-//! This runs on the journal's writer thread, in journal order, for every
+//! This runs on the journal's applier thread, in journal order, for every
 //! record, whether or not its caller is still waiting: an HTTP client that
 //! hangs up never leaves a record that only a restart brings to life.
 
@@ -202,7 +202,7 @@ fn wake_after(core: &Core, command: &Command<'_>) {
 }
 
 /// Answers a durable record's waiter. Taking the receipt is the point: only
-/// the writer thread has one, and only after the fsync.
+/// the journal's writer makes one, and only after the fsync.
 fn answer(
     _durable: &Durable,
     reply: Reply,

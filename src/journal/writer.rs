@@ -8,9 +8,10 @@
 //! receipt can only be made here, so no code path can tell a caller "done"
 //! for a record whose fsync has not returned.
 //!
-//! The sink runs on the writer thread, in journal order, whether or not the
-//! caller that appended a record is still waiting: a caller that goes away
-//! cannot split "appended" from "applied".
+//! The sink runs on the journal's applier thread, in journal order, whether
+//! or not the caller that appended a record is still waiting: a caller that
+//! goes away cannot split "appended" from "applied". Applying batch N on its
+//! own thread lets the writer already write and fsync batch N+1.
 //!
 //! Failures follow PostgreSQL's rule. A failed write is rolled back
 //! (truncated to the last durable offset) and its batch rejected; the journal
@@ -81,7 +82,7 @@ pub enum BatchFailure {
     Unconfirmed(io::Error),
 }
 
-/// Receives every batch's outcome, on the writer thread, in journal order.
+/// Receives every batch's outcome, on the applier thread, in journal order.
 pub trait BatchSink<E>: Send + 'static {
     fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<E>>);
     fn failed(&mut self, failure: &BatchFailure, batch: Vec<E>);
@@ -142,7 +143,47 @@ pub struct WriterStats {
 /// the writer thread.
 pub struct Journal<E: Send + 'static> {
     shared: Arc<Shared<E>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// The writer thread, then the applier thread.
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Batches that are done, on their way from the writer to the applier.
+enum Outcome<E> {
+    Durable(Durable, Vec<Placed<E>>),
+    Failed(BatchFailure, Vec<E>),
+}
+
+/// Outcomes in flight between writer and applier: the writer runs at most
+/// this many batches ahead of the state machine.
+const APPLY_QUEUE_BATCHES_MAX: usize = 4;
+
+/// The writer's sink: hands each outcome to the applier thread.
+struct ToApplier<E> {
+    tx: std::sync::mpsc::SyncSender<Outcome<E>>,
+}
+
+impl<E: Send + 'static> BatchSink<E> for ToApplier<E> {
+    fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<E>>) {
+        let receipt = Durable {
+            last_seq: receipt.last_seq,
+            fsync_duration: receipt.fsync_duration,
+        };
+        // The applier only stops after the writer; a send cannot fail
+        // unless the applier panicked, which the join reports.
+        let _ = self.tx.send(Outcome::Durable(receipt, batch));
+    }
+
+    fn failed(&mut self, failure: &BatchFailure, batch: Vec<E>) {
+        let failure = match failure {
+            BatchFailure::RolledBack(e) => {
+                BatchFailure::RolledBack(io::Error::new(e.kind(), e.to_string()))
+            }
+            BatchFailure::Unconfirmed(e) => {
+                BatchFailure::Unconfirmed(io::Error::new(e.kind(), e.to_string()))
+            }
+        };
+        let _ = self.tx.send(Outcome::Failed(failure, batch));
+    }
 }
 
 impl<E: Send + 'static> Journal<E> {
@@ -189,20 +230,33 @@ impl<E: Send + 'static> Journal<E> {
             batches: AtomicU64::new(0),
             records: AtomicU64::new(0),
         });
+        let (tx, rx) = std::sync::mpsc::sync_channel(APPLY_QUEUE_BATCHES_MAX);
         let writer = Writer {
             shared: shared.clone(),
             segment,
             options,
             next_seq: start.next_seq,
-            sink,
+            sink: ToApplier { tx },
         };
-        let thread = std::thread::Builder::new()
+        let mut sink = sink;
+        let applier = std::thread::Builder::new()
+            .name("journal-applier".into())
+            .spawn(move || {
+                for outcome in rx {
+                    match outcome {
+                        Outcome::Durable(receipt, batch) => sink.durable(&receipt, batch),
+                        Outcome::Failed(failure, batch) => sink.failed(&failure, batch),
+                    }
+                }
+            })
+            .map_err(|e| JournalError::io(dir, e))?;
+        let writer = std::thread::Builder::new()
             .name("journal-writer".into())
             .spawn(move || writer.run())
             .map_err(|e| JournalError::io(dir, e))?;
         Ok(Journal {
             shared,
-            thread: Mutex::new(Some(thread)),
+            threads: Mutex::new(vec![writer, applier]),
         })
     }
 
@@ -262,11 +316,11 @@ impl<E: Send + 'static> Journal<E> {
             pending.closed = true;
         }
         self.shared.wake.notify_one();
-        let thread = self.thread.lock().expect("journal lock poisoned").take();
-        if let Some(thread) = thread
-            && thread.join().is_err()
-        {
-            tracing::error!("journal writer thread panicked");
+        let threads = std::mem::take(&mut *self.threads.lock().expect("journal lock poisoned"));
+        for thread in threads {
+            if thread.join().is_err() {
+                tracing::error!("a journal thread panicked");
+            }
         }
     }
 }
