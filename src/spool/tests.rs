@@ -370,3 +370,9 @@ fn records_for_vanished_messages_are_no_ops() {
         assert_eq!(apply(&mut spool, 1, command), Applied::Missing);
     }
 }
+
+#[test]
+fn the_in_memory_index_entry_stays_small() {
+    // The memory budget (≤ 200 bytes per queued message) rests on this.
+    assert!(std::mem::size_of::<state::Message>() <= 48);
+}
