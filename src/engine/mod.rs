@@ -163,6 +163,8 @@ impl Engine {
         if let Some(problem) = summary.problems.first() {
             return Err(problem.clone().into_error(&dir));
         }
+        spool.raise_next_message_id(summary.id_floor);
+        spool.reset_counters();
         let start = prepare_tail(&storage, &dir, &summary)?;
         if let Some(torn) = summary.torn_tail {
             tracing::warn!(
@@ -542,11 +544,13 @@ impl Engine {
     /// Removes every message of a queue; returns how many.
     pub async fn purge(&self, queue: &str) -> Result<u64, EngineError> {
         self.write_count(|core, _| {
-            core.spool
-                .queue(queue)
+            let ids = core
+                .spool
+                .message_ids(queue)
                 .ok_or_else(|| queue_not_found(queue))?;
             Ok(Command::Purge {
                 queue: Cow::Owned(queue.to_owned()),
+                ids,
             })
         })
         .await
@@ -813,7 +817,7 @@ fn replay(
             offset: rec.offset as u32,
             len: rec.frame_len() as u32,
         };
-        spool.apply(&record, loc);
+        spool.apply(&record, rec.seq, loc);
         Ok(())
     })
 }

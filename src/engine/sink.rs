@@ -120,7 +120,7 @@ impl BatchSink<Op> for Sink {
             let mut core = self.shared.core.lock().expect("core lock poisoned");
             for placed in batch {
                 let Op { record, reply } = placed.entry;
-                let applied = core.spool.apply(&record, placed.loc);
+                let applied = core.spool.apply(&record, placed.seq, placed.loc);
                 wake_after(&core, &record.command);
                 let dedup_waiters = match &reply {
                     Reply::Send {

@@ -39,15 +39,21 @@ pub const SEGMENT_FLAG_COMPACTED: u32 = 1;
 /// 16  8  spool salt (u64 LE)
 /// 24  8  segment id (u64 LE)
 /// 32  8  sequence number of the segment's first record (u64 LE)
-/// 40 20  reserved, zero
+/// 40  8  compacted through: the journal's last sequence number when
+///        compaction wrote this segment; 0 if never compacted (u64 LE)
+/// 48  8  message-id floor: ids below it were used, even if compaction
+///        dropped every record that showed them (u64 LE)
+/// 56  4  reserved, zero
 /// 60  4  CRC32C of bytes 0..60
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SegmentHeader {
     pub flags: u32,
     pub salt: u64,
     pub segment_id: u64,
     pub first_seq: u64,
+    pub compacted_through: u64,
+    pub id_floor: u64,
 }
 
 /// Why a segment header was rejected.
@@ -83,6 +89,8 @@ impl SegmentHeader {
         out[16..24].copy_from_slice(&self.salt.to_le_bytes());
         out[24..32].copy_from_slice(&self.segment_id.to_le_bytes());
         out[32..40].copy_from_slice(&self.first_seq.to_le_bytes());
+        out[40..48].copy_from_slice(&self.compacted_through.to_le_bytes());
+        out[48..56].copy_from_slice(&self.id_floor.to_le_bytes());
         let crc = crc32c(&out[..60]);
         out[60..64].copy_from_slice(&crc.to_le_bytes());
         out
@@ -111,6 +119,8 @@ impl SegmentHeader {
             salt: le_u64(&bytes[16..24]),
             segment_id: le_u64(&bytes[24..32]),
             first_seq: le_u64(&bytes[32..40]),
+            compacted_through: le_u64(&bytes[40..48]),
+            id_floor: le_u64(&bytes[48..56]),
         };
         if header.salt != salt {
             return Err(HeaderProblem::ForeignSalt);
@@ -281,6 +291,8 @@ mod tests {
             salt: 7,
             segment_id: 3,
             first_seq: 99,
+            compacted_through: 120,
+            id_floor: 42,
         };
         let bytes = h.encode();
         assert_eq!(SegmentHeader::decode(&bytes, 7, 3), Ok(h));

@@ -131,6 +131,10 @@ pub struct ScanSummary {
     pub record_bytes: u64,
     /// Bytes of all segment files, preallocated space included.
     pub file_bytes: u64,
+    /// The valid headers, in id order.
+    pub headers: Vec<SegmentHeader>,
+    /// The highest message-id floor any header carries.
+    pub id_floor: u64,
     /// Sequence number of the last valid record (0 when there is none).
     pub last_seq: u64,
     /// `first_seq` of the last segment's header, if its header is valid.
@@ -210,6 +214,8 @@ pub fn scan_dir(
         if is_last {
             summary.last_segment_first_seq = Some(header.first_seq);
         }
+        summary.id_floor = summary.id_floor.max(header.id_floor);
+        summary.headers.push(header);
         let compacted = header.flags & SEGMENT_FLAG_COMPACTED != 0;
         if let Some(expected) = expect_exact
             && header.first_seq != expected

@@ -384,10 +384,10 @@ impl ActiveSegment {
         };
         let file = opened.map_err(|e| JournalError::io(&path, e))?;
         let header = SegmentHeader {
-            flags: 0,
             salt: self.salt,
             segment_id: id,
             first_seq,
+            ..SegmentHeader::default()
         };
         let written = file
             .write_all_at(&header.encode(), 0)

@@ -8,6 +8,13 @@
 //! engine decides lease-dependent questions ("is this ack's lease still
 //! valid?") before it appends, so replay and the live process always agree.
 //!
+//! Every command about a message is also *absolute*: it names the message
+//! ids it touches and sets their state (queue, retry count, visible time)
+//! rather than changing it relative to what was there. That is what lets
+//! compaction drop superseded records without replaying the rest
+//! differently: the last surviving record about a message decides its
+//! state.
+//!
 //! # Warning
 //!
 //! The body layouts below are on disk. `docs/journal-format.md` lists them;
@@ -38,6 +45,7 @@ pub mod kind {
     pub const PURGE: u8 = 11;
     pub const REDRIVE: u8 = 12;
     pub const EPOCH: u8 = 13;
+    pub const DEDUP_KEY: u8 = 14;
 }
 
 /// Why a message moved to a failure queue.
@@ -123,19 +131,22 @@ pub enum Command<'a> {
         queue: Cow<'a, str>,
         id: MessageId,
     },
-    /// Makes a message visible again at `visible_at` (nack or lease expiry).
+    /// Makes a message visible again at `visible_at` with `retry_count`
+    /// (a nack or a lease expiry).
     Retry {
         queue: Cow<'a, str>,
         id: MessageId,
         visible_at: Millis,
-        increment: bool,
+        retry_count: u32,
     },
-    /// Moves a message to its queue's failure queue.
+    /// Moves a message from `queue` to its failure queue, keeping
+    /// `retry_count`.
     Fail {
         queue: Cow<'a, str>,
         id: MessageId,
         reason: FailReason,
         last_status: Option<u16>,
+        retry_count: u32,
     },
     /// Retention discarded a message.
     Expire {
@@ -146,9 +157,11 @@ pub enum Command<'a> {
         queue: Cow<'a, str>,
         id: MessageId,
     },
-    /// Removes every message of a queue.
+    /// Removes the listed messages of a queue: every message it held when
+    /// the purge was decided.
     Purge {
         queue: Cow<'a, str>,
+        ids: Vec<MessageId>,
     },
     /// Moves messages from `queue`'s failure queue back into `queue`.
     Redrive {
@@ -158,6 +171,14 @@ pub enum Command<'a> {
     /// A process started; leases of older epochs are stale.
     Epoch {
         epoch: u64,
+    },
+    /// A dedup key that outlives its message: written by compaction in place
+    /// of a dropped enqueue whose key is still inside its window.
+    DedupKey {
+        queue: Cow<'a, str>,
+        hash: u64,
+        first_at: Millis,
+        id: MessageId,
     },
 }
 
@@ -188,6 +209,7 @@ impl Record<'_> {
             Command::Purge { .. } => kind::PURGE,
             Command::Redrive { .. } => kind::REDRIVE,
             Command::Epoch { .. } => kind::EPOCH,
+            Command::DedupKey { .. } => kind::DEDUP_KEY,
         }
     }
 
@@ -206,7 +228,7 @@ impl Record<'_> {
                 let json = serde_json::to_vec(settings).expect("bug: settings always serialise");
                 put_bytes32(out, &json);
             }
-            Command::QueueDelete { name } | Command::Purge { queue: name } => put_str16(out, name),
+            Command::QueueDelete { name } => put_str16(out, name),
             Command::QueuePause { name, paused } => {
                 put_str16(out, name);
                 out.push(u8::from(*paused));
@@ -244,7 +266,7 @@ impl Record<'_> {
                 put_str16(out, queue);
                 put_u64(out, id.0);
             }
-            Command::Redrive { queue, ids } => {
+            Command::Redrive { queue, ids } | Command::Purge { queue, ids } => {
                 put_str16(out, queue);
                 put_u32(out, ids.len() as u32);
                 for id in ids {
@@ -255,25 +277,38 @@ impl Record<'_> {
                 queue,
                 id,
                 visible_at,
-                increment,
+                retry_count,
             } => {
                 put_str16(out, queue);
                 put_u64(out, id.0);
                 put_i64(out, *visible_at);
-                out.push(u8::from(*increment));
+                put_u32(out, *retry_count);
             }
             Command::Fail {
                 queue,
                 id,
                 reason,
                 last_status,
+                retry_count,
             } => {
                 put_str16(out, queue);
                 put_u64(out, id.0);
                 out.push(reason.code());
                 out.extend_from_slice(&last_status.unwrap_or(0).to_le_bytes());
+                put_u32(out, *retry_count);
             }
             Command::Epoch { epoch } => put_u64(out, *epoch),
+            Command::DedupKey {
+                queue,
+                hash,
+                first_at,
+                id,
+            } => {
+                put_str16(out, queue);
+                put_u64(out, *hash);
+                put_i64(out, *first_at);
+                put_u64(out, id.0);
+            }
         }
     }
 
@@ -323,7 +358,7 @@ impl Record<'_> {
                 queue: Cow::Borrowed(r.str16()?),
                 id: MessageId(r.u64()?),
                 visible_at: r.i64()?,
-                increment: r.u8()? != 0,
+                retry_count: r.u32()?,
             },
             kind::FAIL => {
                 let queue = Cow::Borrowed(r.str16()?);
@@ -337,6 +372,7 @@ impl Record<'_> {
                     id,
                     reason,
                     last_status: (status != 0).then_some(status),
+                    retry_count: r.u32()?,
                 }
             }
             kind::EXPIRE => Command::Expire {
@@ -347,19 +383,26 @@ impl Record<'_> {
                 queue: Cow::Borrowed(r.str16()?),
                 id: MessageId(r.u64()?),
             },
-            kind::PURGE => Command::Purge {
-                queue: Cow::Borrowed(r.str16()?),
-            },
-            kind::REDRIVE => {
+            kind::PURGE | kind::REDRIVE => {
                 let queue = Cow::Borrowed(r.str16()?);
                 let n = r.u32()? as usize;
                 let mut ids = Vec::with_capacity(n.min(body.len() / 8));
                 for _ in 0..n {
                     ids.push(MessageId(r.u64()?));
                 }
-                Command::Redrive { queue, ids }
+                if kind == kind::PURGE {
+                    Command::Purge { queue, ids }
+                } else {
+                    Command::Redrive { queue, ids }
+                }
             }
             kind::EPOCH => Command::Epoch { epoch: r.u64()? },
+            kind::DEDUP_KEY => Command::DedupKey {
+                queue: Cow::Borrowed(r.str16()?),
+                hash: r.u64()?,
+                first_at: r.i64()?,
+                id: MessageId(r.u64()?),
+            },
             other => return Err(DecodeError(format!("unknown record kind {other}"))),
         };
         Ok(Record { at, command })
@@ -399,23 +442,25 @@ impl Record<'_> {
                 queue,
                 id,
                 visible_at,
-                increment,
+                retry_count,
             } => Command::Retry {
                 queue: own(queue),
                 id,
                 visible_at,
-                increment,
+                retry_count,
             },
             Command::Fail {
                 queue,
                 id,
                 reason,
                 last_status,
+                retry_count,
             } => Command::Fail {
                 queue: own(queue),
                 id,
                 reason,
                 last_status,
+                retry_count,
             },
             Command::Expire { queue, id } => Command::Expire {
                 queue: own(queue),
@@ -425,12 +470,26 @@ impl Record<'_> {
                 queue: own(queue),
                 id,
             },
-            Command::Purge { queue } => Command::Purge { queue: own(queue) },
+            Command::Purge { queue, ids } => Command::Purge {
+                queue: own(queue),
+                ids,
+            },
             Command::Redrive { queue, ids } => Command::Redrive {
                 queue: own(queue),
                 ids,
             },
             Command::Epoch { epoch } => Command::Epoch { epoch },
+            Command::DedupKey {
+                queue,
+                hash,
+                first_at,
+                id,
+            } => Command::DedupKey {
+                queue: own(queue),
+                hash,
+                first_at,
+                id,
+            },
         };
         Record {
             at: self.at,
@@ -594,13 +653,14 @@ mod tests {
                 queue: q(),
                 id: MessageId(7),
                 visible_at: 99,
-                increment: true,
+                retry_count: 3,
             },
             Command::Fail {
                 queue: q(),
                 id: MessageId(7),
                 reason: FailReason::PermanentStatus,
                 last_status: Some(410),
+                retry_count: 2,
             },
             Command::Expire {
                 queue: q(),
@@ -610,7 +670,16 @@ mod tests {
                 queue: q(),
                 id: MessageId(7),
             },
-            Command::Purge { queue: q() },
+            Command::Purge {
+                queue: q(),
+                ids: vec![MessageId(1), MessageId(2)],
+            },
+            Command::DedupKey {
+                queue: q(),
+                hash: 0xfeed,
+                first_at: 77,
+                id: MessageId(5),
+            },
             Command::Redrive {
                 queue: q(),
                 ids: vec![MessageId(7), MessageId(9)],

@@ -72,6 +72,10 @@ pub struct Queue {
     pub settings: QueueSettings,
     pub managed_by_config: bool,
     pub paused: bool,
+    /// Sequence numbers of the records that set the settings and the pause
+    /// state: the only queue records compaction keeps.
+    pub upsert_seq: u64,
+    pub pause_seq: u64,
     /// For a failure queue: the queue it belongs to.
     parent: Option<QueueId>,
     /// For an ordinary queue: its failure queue.
@@ -97,6 +101,8 @@ impl Queue {
             settings,
             managed_by_config,
             paused: false,
+            upsert_seq: 0,
+            pause_seq: 0,
             parent: None,
             failed: None,
             messages: BTreeMap::new(),
@@ -138,17 +144,6 @@ impl Queue {
             self.lease_expiry.remove(&(lease.expires_at, id));
         }
         Some((message, self.failures.remove(&id)))
-    }
-
-    fn clear(&mut self) -> u64 {
-        let n = self.messages.len() as u64;
-        self.messages.clear();
-        self.ready.clear();
-        self.retention.clear();
-        self.leases.clear();
-        self.lease_expiry.clear();
-        self.failures.clear();
-        n
     }
 
     fn prune_dedup(&mut self, now: Millis) {
@@ -252,6 +247,8 @@ pub struct Spool {
     next_message_id: u64,
     next_lease_serial: u64,
     epoch: u64,
+    /// Sequence number of the epoch record in force.
+    epoch_seq: u64,
 }
 
 impl Spool {
@@ -290,13 +287,25 @@ impl Spool {
         names
     }
 
+    /// Ids of every message of `queue`, oldest first.
+    pub fn message_ids(&self, queue: &str) -> Option<Vec<MessageId>> {
+        self.queue(queue)
+            .map(|q| q.messages.keys().copied().collect())
+    }
+
+    /// Sequence number of the epoch record in force.
+    pub fn epoch_seq(&self) -> u64 {
+        self.epoch_seq
+    }
+
     /// Total messages in every queue.
     pub fn message_count(&self) -> usize {
         self.queues.values().map(Queue::len).sum()
     }
 
-    /// Applies a durable record. `loc` is where it lies in the journal.
-    pub fn apply(&mut self, record: &Record<'_>, loc: RecordLoc) -> Applied {
+    /// Applies a durable record: `seq` is its sequence number and `loc`
+    /// where it lies in the journal.
+    pub fn apply(&mut self, record: &Record<'_>, seq: u64, loc: RecordLoc) -> Applied {
         let at = record.at;
         match &record.command {
             Command::QueueUpsert {
@@ -304,13 +313,14 @@ impl Spool {
                 settings,
                 managed_by_config,
             } => {
-                self.upsert_queue(name, settings, *managed_by_config);
+                self.upsert_queue(name, settings, *managed_by_config, seq);
                 Applied::Done
             }
             Command::QueueDelete { name } => self.delete_queue(name),
             Command::QueuePause { name, paused } => match self.queue_mut(name) {
                 Some(q) => {
                     q.paused = *paused;
+                    q.pause_seq = seq;
                     Applied::Done
                 }
                 None => Applied::Missing,
@@ -323,7 +333,7 @@ impl Spool {
                 queue,
                 id,
                 visible_at,
-                increment,
+                retry_count,
             } => {
                 let Some(q) = self.queue_mut(queue) else {
                     return Applied::Missing;
@@ -332,7 +342,7 @@ impl Spool {
                     return Applied::Missing;
                 };
                 message.visible_at = *visible_at;
-                message.retry_count += u32::from(*increment);
+                message.retry_count = *retry_count;
                 message.pending = false;
                 q.insert(*id, message);
                 if let Some(failure) = failure {
@@ -346,6 +356,7 @@ impl Spool {
                 id,
                 reason,
                 last_status,
+                retry_count,
             } => {
                 let Some(&qid) = self.names.get(queue.as_ref()) else {
                     return Applied::Missing;
@@ -360,6 +371,7 @@ impl Spool {
                 q.counters.failed += 1;
                 message.visible_at = at;
                 message.retention_from = at;
+                message.retry_count = *retry_count;
                 message.pending = false;
                 let fq = self
                     .queues
@@ -376,8 +388,11 @@ impl Spool {
                 );
                 Applied::Done
             }
-            Command::Purge { queue } => match self.queue_mut(queue) {
-                Some(q) => Applied::Count(q.clear()),
+            Command::Purge { queue, ids } => match self.queue_mut(queue) {
+                Some(q) => {
+                    let removed = ids.iter().filter(|id| q.take(**id).is_some()).count();
+                    Applied::Count(removed as u64)
+                }
                 None => Applied::Missing,
             },
             Command::Redrive { queue, ids } => {
@@ -409,17 +424,62 @@ impl Spool {
                 Applied::Count(n)
             }
             Command::Epoch { epoch } => {
-                self.epoch = self.epoch.max(*epoch);
+                if *epoch >= self.epoch {
+                    self.epoch = *epoch;
+                    self.epoch_seq = seq;
+                }
                 Applied::Done
+            }
+            Command::DedupKey {
+                queue,
+                hash,
+                first_at,
+                id,
+            } => {
+                self.next_message_id = self.next_message_id.max(id.0 + 1);
+                match self.queue_mut(queue) {
+                    Some(q) => {
+                        q.dedup.insert(*hash, (*first_at, *id));
+                        q.dedup_order.push_back((*first_at, *hash));
+                        Applied::Done
+                    }
+                    None => Applied::Missing,
+                }
             }
         }
     }
 
-    fn upsert_queue(&mut self, name: &str, settings: &QueueSettings, managed_by_config: bool) {
+    /// Zeroes every queue's counters. Replay calls it: counters count what
+    /// this process did (like Prometheus counters), since compaction drops
+    /// the records older counts came from.
+    pub fn reset_counters(&mut self) {
+        for q in self.queues.values_mut() {
+            q.counters = Counters::default();
+        }
+    }
+
+    /// Message ids below this were used (they may be gone); start-up raises
+    /// it from compacted segments' headers, so no id is ever reused.
+    pub fn raise_next_message_id(&mut self, floor: u64) {
+        self.next_message_id = self.next_message_id.max(floor);
+    }
+
+    pub fn next_message_id(&self) -> u64 {
+        self.next_message_id
+    }
+
+    fn upsert_queue(
+        &mut self,
+        name: &str,
+        settings: &QueueSettings,
+        managed_by_config: bool,
+        seq: u64,
+    ) {
         if let Some(&qid) = self.names.get(name) {
             let q = self.queues.get_mut(&qid).expect("bug: name without queue");
             q.settings = settings.clone();
             q.managed_by_config = managed_by_config;
+            q.upsert_seq = seq;
             if let Some(fid) = q.failed {
                 let fq = self
                     .queues
@@ -434,6 +494,7 @@ impl Spool {
         self.next_queue_id += 2;
         let mut q = Queue::new(name.to_owned(), settings.clone(), managed_by_config);
         q.failed = Some(fid);
+        q.upsert_seq = seq;
         let fname = failed_queue_name(name);
         let mut fq = Queue::new(fname.clone(), failure_queue_settings(settings), false);
         fq.parent = Some(qid);
@@ -761,6 +822,7 @@ impl Spool {
                             id,
                             reason: FailReason::Expired,
                             last_status: None,
+                            retry_count: message.retry_count,
                         }
                     } else {
                         Command::Expire { queue, id }
@@ -886,13 +948,14 @@ fn retry_or_fail(q: &Queue, id: MessageId, visible_at: Millis) -> Command<'stati
             id,
             reason: FailReason::RetriesExhausted,
             last_status: None,
+            retry_count: retries,
         }
     } else {
         Command::Retry {
             queue,
             id,
             visible_at,
-            increment: true,
+            retry_count: retries + 1,
         }
     }
 }
