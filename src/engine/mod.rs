@@ -18,6 +18,7 @@
 //! backwards, and a timer task turns expired leases and retention into
 //! records.
 
+pub mod compact;
 pub mod error;
 pub mod sink;
 pub mod token;
@@ -123,6 +124,11 @@ struct Inner {
     shared: Arc<Shared>,
     journal: Journal<Op>,
     reader: SegmentReader,
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    salt: u64,
+    /// One compaction at a time.
+    compacting: Mutex<()>,
     clock: Arc<dyn Clock>,
     tokens: Tokens,
     epoch: u64,
@@ -165,6 +171,13 @@ impl Engine {
         }
         spool.raise_next_message_id(summary.id_floor);
         spool.reset_counters();
+        if !summary.superseded.is_empty() {
+            tracing::info!(
+                segments = ?summary.superseded,
+                "removing segments that a finished compaction replaced"
+            );
+            crate::journal::compact::remove_segments(&storage, &dir, &summary.superseded)?;
+        }
         let start = prepare_tail(&storage, &dir, &summary)?;
         if let Some(torn) = summary.torn_tail {
             tracing::warn!(
@@ -178,14 +191,27 @@ impl Engine {
         let epoch = spool.epoch() + 1;
         let messages = spool.message_count();
         let now = options.clock.now_ms().max(last_at);
+        let mut core = Core::new(spool, now, options.segment_bytes);
+        core.last_applied_seq = summary.last_seq;
+        for (header, len) in &summary.headers {
+            core.segments.insert(
+                header.segment_id,
+                sink::SegmentMeta {
+                    len: *len,
+                    compacted_through: header.compacted_through,
+                    first_covered: header.first_covered_id(),
+                    futile: None,
+                },
+            );
+        }
         let (poisoned, _) = watch::channel(false);
         let shared = Arc::new(Shared {
-            core: Mutex::new(Core::new(spool, now)),
+            core: Mutex::new(core),
             poisoned,
         });
         let reader = SegmentReader::new(storage.clone(), &dir, identity.salt);
         let journal = Journal::start(
-            storage,
+            storage.clone(),
             &dir,
             identity.salt,
             start,
@@ -204,6 +230,10 @@ impl Engine {
                 shared,
                 journal,
                 reader,
+                storage,
+                dir: dir.clone(),
+                salt: identity.salt,
+                compacting: Mutex::new(()),
                 clock: options.clock,
                 tokens: Tokens::new(identity.token_key, identity.salt),
                 epoch,
@@ -418,8 +448,19 @@ impl Engine {
                     .spool
                     .lease(queue, now, lease_ms, max)
                     .map_err(|e| spool_error(queue, e))?;
+                // Take each record's file under the lock: compaction swaps
+                // files and locations under it too.
+                let pinned: Vec<_> = leased
+                    .into_iter()
+                    .map(|l| {
+                        (
+                            l,
+                            self.inner.reader.file(u64::from(l.message.loc.segment_id)),
+                        )
+                    })
+                    .collect();
                 let next = core.spool.next_visible_at(queue, now).map(|t| t - now);
-                (leased, next)
+                (pinned, next)
             };
             if !leased.is_empty() {
                 return Ok(self.deliveries(queue, leased));
@@ -439,10 +480,14 @@ impl Engine {
         }
     }
 
-    fn deliveries(&self, queue: &str, leased: Vec<crate::spool::Leased>) -> Vec<Delivery> {
+    fn deliveries(
+        &self,
+        queue: &str,
+        leased: Vec<(crate::spool::Leased, PinnedFile)>,
+    ) -> Vec<Delivery> {
         leased
             .into_iter()
-            .filter_map(|l| match self.read_payload(l.message.loc) {
+            .filter_map(|(l, file)| match self.read_pinned(file, l.message.loc) {
                 Ok(payload) => Some(Delivery {
                     id: l.id,
                     token: self.inner.tokens.encode(LeaseToken {
@@ -465,9 +510,26 @@ impl Engine {
             .collect()
     }
 
-    /// Reads a message's stored payload from its segment.
-    pub fn read_payload(&self, loc: RecordLoc) -> Result<Payload, EngineError> {
-        let body = self.inner.reader.read_body(loc)?;
+    /// Reads the stored payload of a message that is here now.
+    pub fn payload(&self, queue: &str, id: MessageId) -> Result<Payload, EngineError> {
+        let (file, loc) = {
+            let core = self.core();
+            let (_, m) = core
+                .spool
+                .find(
+                    queue
+                        .strip_suffix(crate::spool::queue::FAILED_SUFFIX)
+                        .unwrap_or(queue),
+                    id,
+                )
+                .ok_or_else(|| self.message_error(queue, id, SpoolError::MessageNotFound))?;
+            (self.inner.reader.file(u64::from(m.loc.segment_id)), m.loc)
+        };
+        self.read_pinned(file, loc)
+    }
+
+    fn read_pinned(&self, file: PinnedFile, loc: RecordLoc) -> Result<Payload, EngineError> {
+        let body = self.inner.reader.read_body_from(&file?, loc)?;
         decode_payload(&body).map_err(|e| {
             EngineError::Journal(JournalError::BadRecord {
                 file: PathBuf::from(format!("segment {}", loc.segment_id)),
@@ -796,6 +858,10 @@ impl Engine {
         }
     }
 }
+
+/// A segment's file handle taken under the core lock (or why it could not
+/// be opened).
+type PinnedFile = Result<Arc<dyn crate::journal::storage::StorageFile>, JournalError>;
 
 /// Replays every record of `dir` into `spool`.
 fn replay(

@@ -5,7 +5,7 @@
 //! record, whether or not its caller is still waiting: an HTTP client that
 //! hangs up never leaves a record that only a restart brings to life.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, oneshot, watch};
@@ -56,15 +56,38 @@ pub struct Core {
     /// later sends with the same key wait here and answer as it does.
     pub pending_dedup: HashMap<(String, u64), Vec<SendReply>>,
     notifies: HashMap<String, Arc<Notify>>,
+    /// Sequence number of the last record applied: the state reflects
+    /// every record up to it and none after.
+    pub last_applied_seq: u64,
+    /// What compaction needs to know of each segment on disk.
+    pub segments: BTreeMap<u64, SegmentMeta>,
+    /// Nominal size of a new (preallocated) segment.
+    pub segment_bytes: u64,
+}
+
+/// Compaction's view of one segment file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentMeta {
+    pub len: u64,
+    /// From the header: 0 if never compacted.
+    pub compacted_through: u64,
+    /// The lowest segment id this file stands for.
+    pub first_covered: u64,
+    /// (live bytes, older watermark floor) when compaction last found
+    /// nothing to drop here: skip it until either changes.
+    pub futile: Option<(u64, u64)>,
 }
 
 impl Core {
-    pub fn new(spool: Spool, last_now: Millis) -> Core {
+    pub fn new(spool: Spool, last_now: Millis, segment_bytes: u64) -> Core {
         Core {
             spool,
             last_now,
             pending_dedup: HashMap::new(),
             notifies: HashMap::new(),
+            last_applied_seq: 0,
+            segments: BTreeMap::new(),
+            segment_bytes,
         }
     }
 
@@ -121,6 +144,17 @@ impl BatchSink<Op> for Sink {
             for placed in batch {
                 let Op { record, reply } = placed.entry;
                 let applied = core.spool.apply(&record, placed.seq, placed.loc);
+                core.last_applied_seq = placed.seq;
+                let segment_id = u64::from(placed.loc.segment_id);
+                if !core.segments.contains_key(&segment_id) {
+                    let meta = SegmentMeta {
+                        len: core.segment_bytes,
+                        compacted_through: 0,
+                        first_covered: segment_id,
+                        futile: None,
+                    };
+                    core.segments.insert(segment_id, meta);
+                }
                 wake_after(&core, &record.command);
                 let dedup_waiters = match &reply {
                     Reply::Send {

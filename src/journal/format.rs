@@ -43,7 +43,8 @@ pub const SEGMENT_FLAG_COMPACTED: u32 = 1;
 ///        compaction wrote this segment; 0 if never compacted (u64 LE)
 /// 48  8  message-id floor: ids below it were used, even if compaction
 ///        dropped every record that showed them (u64 LE)
-/// 56  4  reserved, zero
+/// 56  4  covers from: compaction merged segments `covers_from..=id` into
+///        this file; 0 when it covers only itself (u32 LE)
 /// 60  4  CRC32C of bytes 0..60
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,6 +55,21 @@ pub struct SegmentHeader {
     pub first_seq: u64,
     pub compacted_through: u64,
     pub id_floor: u64,
+    pub covers_from: u32,
+}
+
+impl SegmentHeader {
+    /// The lowest segment id this file stands for.
+    pub fn first_covered_id(&self) -> u64 {
+        match self.covers_from {
+            0 => self.segment_id,
+            n => u64::from(n),
+        }
+    }
+
+    pub fn is_compacted(&self) -> bool {
+        self.flags & SEGMENT_FLAG_COMPACTED != 0
+    }
 }
 
 /// Why a segment header was rejected.
@@ -91,6 +107,7 @@ impl SegmentHeader {
         out[32..40].copy_from_slice(&self.first_seq.to_le_bytes());
         out[40..48].copy_from_slice(&self.compacted_through.to_le_bytes());
         out[48..56].copy_from_slice(&self.id_floor.to_le_bytes());
+        out[56..60].copy_from_slice(&self.covers_from.to_le_bytes());
         let crc = crc32c(&out[..60]);
         out[60..64].copy_from_slice(&crc.to_le_bytes());
         out
@@ -121,6 +138,7 @@ impl SegmentHeader {
             first_seq: le_u64(&bytes[32..40]),
             compacted_through: le_u64(&bytes[40..48]),
             id_floor: le_u64(&bytes[48..56]),
+            covers_from: le_u32(&bytes[56..60]),
         };
         if header.salt != salt {
             return Err(HeaderProblem::ForeignSalt);
@@ -293,6 +311,7 @@ mod tests {
             first_seq: 99,
             compacted_through: 120,
             id_floor: 42,
+            covers_from: 2,
         };
         let bytes = h.encode();
         assert_eq!(SegmentHeader::decode(&bytes, 7, 3), Ok(h));

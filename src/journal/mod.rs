@@ -18,6 +18,7 @@
 //! [`sim::SimStorage`], which loses unsynced bytes, tears writes and fails
 //! fsyncs on demand.
 
+pub mod compact;
 pub mod error;
 pub mod format;
 pub mod lock;

@@ -40,7 +40,19 @@ impl SegmentReader {
             .insert(segment_id, file);
     }
 
-    fn file(&self, segment_id: u64) -> Result<Arc<dyn StorageFile>, JournalError> {
+    /// Forgets a segment that compaction deleted (readers that hold its
+    /// handle keep it).
+    pub fn unregister(&self, segment_id: u64) {
+        self.open
+            .lock()
+            .expect("reader lock poisoned")
+            .remove(&segment_id);
+    }
+
+    /// The open handle of a segment. Take it under the engine's core lock
+    /// together with a location, so that compaction cannot swap the file in
+    /// between.
+    pub fn file(&self, segment_id: u64) -> Result<Arc<dyn StorageFile>, JournalError> {
         let mut open = self.open.lock().expect("reader lock poisoned");
         if let Some(file) = open.get(&segment_id) {
             return Ok(file.clone());
@@ -58,8 +70,17 @@ impl SegmentReader {
     /// checksum again: damage that happened after replay is reported, never
     /// handed out as a payload.
     pub fn read_body(&self, loc: RecordLoc) -> Result<Vec<u8>, JournalError> {
+        let file = self.file(u64::from(loc.segment_id))?;
+        self.read_body_from(&file, loc)
+    }
+
+    /// Like `read_body`, from a handle taken earlier with [`SegmentReader::file`].
+    pub fn read_body_from(
+        &self,
+        file: &Arc<dyn StorageFile>,
+        loc: RecordLoc,
+    ) -> Result<Vec<u8>, JournalError> {
         let segment_id = u64::from(loc.segment_id);
-        let file = self.file(segment_id)?;
         let path = || self.dir.join(segment_file_name(segment_id));
         let mut frame = vec![0u8; loc.len as usize];
         file.read_exact_at(&mut frame, u64::from(loc.offset))

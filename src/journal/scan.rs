@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use super::error::JournalError;
 use super::format::{
-    FRAME_HEADER_BYTES, FrameHeader, RECORD_BODY_MAX_BYTES, SEGMENT_FLAG_COMPACTED,
-    SEGMENT_HEADER_BYTES, SegmentHeader, parse_segment_file_name, segment_file_name,
+    FRAME_HEADER_BYTES, FrameHeader, RECORD_BODY_MAX_BYTES, SEGMENT_HEADER_BYTES, SegmentHeader,
+    parse_segment_file_name, segment_file_name,
 };
 use super::storage::Storage;
 
@@ -131,10 +131,14 @@ pub struct ScanSummary {
     pub record_bytes: u64,
     /// Bytes of all segment files, preallocated space included.
     pub file_bytes: u64,
-    /// The valid headers, in id order.
-    pub headers: Vec<SegmentHeader>,
+    /// The valid headers, in id order, with their file lengths.
+    pub headers: Vec<(SegmentHeader, u64)>,
     /// The highest message-id floor any header carries.
     pub id_floor: u64,
+    /// Segments a later, merged segment covers: left behind by a compaction
+    /// that was cut short after its new file was in place. Skipped by the
+    /// scan; start-up deletes them.
+    pub superseded: Vec<u64>,
     /// Sequence number of the last valid record (0 when there is none).
     pub last_seq: u64,
     /// `first_seq` of the last segment's header, if its header is valid.
@@ -162,6 +166,33 @@ pub fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<u64>, Jour
     Ok(ids)
 }
 
+/// `(covers_from, id)` of every segment whose valid header says it stands
+/// for earlier ids too (a merged compaction output).
+fn covered_ranges(
+    storage: &dyn Storage,
+    dir: &Path,
+    salt: u64,
+    ids: &[u64],
+) -> Result<Vec<(u64, u64)>, JournalError> {
+    let mut out = Vec::new();
+    let mut header = [0u8; SEGMENT_HEADER_BYTES];
+    for &id in ids {
+        let path = dir.join(segment_file_name(id));
+        let file = storage
+            .open(&path)
+            .map_err(|e| JournalError::io(&path, e))?;
+        if file.read_exact_at(&mut header, 0).is_err() {
+            continue;
+        }
+        if let Ok(h) = SegmentHeader::decode(&header, salt, id)
+            && h.first_covered_id() < id
+        {
+            out.push((h.first_covered_id(), id));
+        }
+    }
+    Ok(out)
+}
+
 /// Scans every segment of `dir` in order, handing each valid record to
 /// `visit`. A visitor error stops the scan and is returned as is.
 pub fn scan_dir(
@@ -170,21 +201,39 @@ pub fn scan_dir(
     salt: u64,
     mut visit: impl FnMut(ScannedRecord<'_>) -> Result<(), JournalError>,
 ) -> Result<ScanSummary, JournalError> {
-    let ids = list_segments(storage.as_ref(), dir)?;
+    let all_ids = list_segments(storage.as_ref(), dir)?;
+    let covers = covered_ranges(storage.as_ref(), dir, salt, &all_ids)?;
+    let superseded: Vec<u64> = all_ids
+        .iter()
+        .copied()
+        .filter(|&id| covers.iter().any(|&(from, to)| from <= id && id < to))
+        .collect();
+    let ids: Vec<u64> = all_ids
+        .iter()
+        .copied()
+        .filter(|id| !superseded.contains(id))
+        .collect();
     let mut summary = ScanSummary {
         segment_ids: ids.clone(),
+        superseded,
         ..ScanSummary::default()
     };
     let mut buf = Vec::new();
     // The sequence number the next record must carry, when it is known
     // exactly (an uncompacted segment after an undamaged one).
     let mut expect_exact: Option<u64> = None;
+    // Every later record must carry at least this sequence number.
+    let mut min_next_seq = 0u64;
     for (i, &id) in ids.iter().enumerate() {
         let is_last = i + 1 == ids.len();
-        if i > 0 && id != ids[i - 1] + 1 {
+        let first_covered = covers
+            .iter()
+            .find(|&&(_, to)| to == id)
+            .map_or(id, |&(from, _)| from);
+        if i > 0 && first_covered != ids[i - 1] + 1 {
             summary.problems.push(Problem::MissingSegments {
                 first: ids[i - 1] + 1,
-                last: id - 1,
+                last: first_covered - 1,
             });
             expect_exact = None;
         }
@@ -215,8 +264,17 @@ pub fn scan_dir(
             summary.last_segment_first_seq = Some(header.first_seq);
         }
         summary.id_floor = summary.id_floor.max(header.id_floor);
-        summary.headers.push(header);
-        let compacted = header.flags & SEGMENT_FLAG_COMPACTED != 0;
+        summary.headers.push((header, buf.len() as u64));
+        let compacted = header.is_compacted();
+        if header.first_seq < min_next_seq {
+            summary.problems.push(Problem::BadHeader {
+                segment_id: id,
+                reason: format!(
+                    "first sequence {} overlaps records already seen (next at least {min_next_seq})",
+                    header.first_seq
+                ),
+            });
+        }
         if let Some(expected) = expect_exact
             && header.first_seq != expected
             && !(compacted && header.first_seq < expected)
@@ -301,7 +359,11 @@ pub fn scan_dir(
             summary.last_segment_end = off.min(buf.len()) as u64;
             summary.last_segment_len = buf.len() as u64;
         }
-        expect_exact = clean.then_some(next_seq);
+        // After a compacted segment the next one's first sequence number is
+        // only known to be larger: compaction may have dropped the last
+        // records.
+        expect_exact = (clean && !compacted).then_some(next_seq);
+        min_next_seq = next_seq;
     }
     Ok(summary)
 }

@@ -5,9 +5,9 @@
 //! removal) only after `sync_dir`. On top of that it can tear the last
 //! unsynced write (keep a prefix of it), fail a chosen write (after writing a
 //! part of it, as a full disk does) or a chosen fsync, slow every fsync
-//! down, and cap the total size of the "disk". Injected write failures skip
-//! all-zero writes (preallocation and rollback), so a test aims them at the
-//! journal's next batch.
+//! down, and cap the total size of the "disk". Injected write and fsync
+//! failures skip the preallocation thread and all-zero writes (rollback), so
+//! a test aims them at the journal's next batch (or a compaction).
 //!
 //! After [`SimStorage::crash`] every handle opened before the crash fails, as
 //! a dead process's file descriptors would.
@@ -272,6 +272,12 @@ impl Storage for SimStorage {
     }
 }
 
+/// The preallocation helper fills spares at its own pace; a fault injected
+/// for "the next write" must not land there by chance.
+fn on_prealloc_thread() -> bool {
+    std::thread::current().name() == Some("journal-prealloc")
+}
+
 struct SimFile {
     node: Arc<Node>,
     sim: SimStorage,
@@ -306,7 +312,7 @@ impl StorageFile for SimFile {
         let mut error = None;
         // Injected write faults aim at writes that carry data: zero fills
         // (preallocation, rollback) run on other threads at other times.
-        let carries_data = buf.iter().any(|&b| b != 0);
+        let carries_data = buf.iter().any(|&b| b != 0) && !on_prealloc_thread();
         if let Some(n) = state.faults.write_countdown.filter(|_| carries_data) {
             if n == 0 {
                 state.faults.write_countdown = None;
@@ -354,7 +360,11 @@ impl StorageFile for SimFile {
     fn sync_data(&self) -> io::Result<()> {
         self.check_alive()?;
         let mut state = self.sim.lock();
-        if let Some(n) = state.faults.sync_countdown {
+        if let Some(n) = state
+            .faults
+            .sync_countdown
+            .filter(|_| !on_prealloc_thread())
+        {
             if n == 0 {
                 state.faults.sync_countdown = None;
                 return Err(io::Error::other("sim: injected fsync failure"));

@@ -126,6 +126,8 @@ struct Shared<E> {
     poisoned: AtomicBool,
     /// Bytes of all segments on disk, for `max_bytes` and metrics.
     disk_bytes: AtomicU64,
+    /// The segment the writer appends to; every lower id is sealed.
+    active_segment: AtomicU64,
     /// Durable batches (one write and one fsync each) and their records.
     batches: AtomicU64,
     records: AtomicU64,
@@ -227,6 +229,7 @@ impl<E: Send + 'static> Journal<E> {
             wake: Condvar::new(),
             poisoned: AtomicBool::new(false),
             disk_bytes: AtomicU64::new(disk_bytes),
+            active_segment: AtomicU64::new(segment.id),
             batches: AtomicU64::new(0),
             records: AtomicU64::new(0),
         });
@@ -299,6 +302,24 @@ impl<E: Send + 'static> Journal<E> {
     /// Bytes of all segment files, as the writer last knew it.
     pub fn disk_bytes(&self) -> u64 {
         self.shared.disk_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The segment being appended to: every lower id is sealed.
+    pub fn active_segment(&self) -> u64 {
+        self.shared.active_segment.load(Ordering::Acquire)
+    }
+
+    /// Compaction changed the bytes on disk by `delta`.
+    pub fn adjust_disk_bytes(&self, delta: i64) {
+        if delta >= 0 {
+            self.shared
+                .disk_bytes
+                .fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            self.shared
+                .disk_bytes
+                .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
     }
 
     pub fn stats(&self) -> WriterStats {
@@ -484,6 +505,9 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
             match self.segment.create(self.segment.id + 1, first_seq, false) {
                 Ok(added) => {
                     self.shared.disk_bytes.fetch_add(added, Ordering::Relaxed);
+                    self.shared
+                        .active_segment
+                        .store(self.segment.id, Ordering::Release);
                 }
                 Err(e) => {
                     let failure = BatchFailure::RolledBack(io::Error::other(e.to_string()));

@@ -249,6 +249,8 @@ pub struct Spool {
     epoch: u64,
     /// Sequence number of the epoch record in force.
     epoch_seq: u64,
+    /// Per segment: bytes of enqueue records whose messages are here.
+    live_bytes: HashMap<u32, u64>,
 }
 
 impl Spool {
@@ -390,8 +392,15 @@ impl Spool {
             }
             Command::Purge { queue, ids } => match self.queue_mut(queue) {
                 Some(q) => {
-                    let removed = ids.iter().filter(|id| q.take(**id).is_some()).count();
-                    Applied::Count(removed as u64)
+                    let gone: Vec<RecordLoc> = ids
+                        .iter()
+                        .filter_map(|id| q.take(*id))
+                        .map(|(m, _)| m.loc)
+                        .collect();
+                    for loc in &gone {
+                        self.forget_bytes(*loc);
+                    }
+                    Applied::Count(gone.len() as u64)
                 }
                 None => Applied::Missing,
             },
@@ -509,19 +518,26 @@ impl Spool {
             return Applied::Missing;
         };
         let q = self.queues.remove(&qid).expect("bug: name without queue");
+        let mut gone: Vec<RecordLoc> = q.messages.values().map(|m| m.loc).collect();
         if let Some(fid) = q.failed
             && let Some(fq) = self.queues.remove(&fid)
         {
             self.names.remove(&fq.name);
+            gone.extend(fq.messages.values().map(|m| m.loc));
+        }
+        for loc in gone {
+            self.forget_bytes(loc);
         }
         Applied::Done
     }
 
     fn apply_enqueue(&mut self, meta: &EnqueueMeta<'_>, at: Millis, loc: RecordLoc) -> Applied {
         self.next_message_id = self.next_message_id.max(meta.id.0 + 1);
-        let Some(q) = self.queue_mut(&meta.queue) else {
+        let Some(&qid) = self.names.get(meta.queue.as_ref()) else {
             return Applied::Missing;
         };
+        *self.live_bytes.entry(loc.segment_id).or_default() += u64::from(loc.len);
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         q.insert(
             meta.id,
             Message {
@@ -542,15 +558,62 @@ impl Spool {
     }
 
     fn remove(&mut self, queue: &str, id: MessageId, count: impl FnOnce(&mut Counters)) -> Applied {
-        let Some(q) = self.queue_mut(queue) else {
+        let Some(&qid) = self.names.get(queue) else {
             return Applied::Missing;
         };
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         match q.take(id) {
-            Some(_) => {
+            Some((message, _)) => {
                 count(&mut q.counters);
+                self.forget_bytes(message.loc);
                 Applied::Done
             }
             None => Applied::Missing,
+        }
+    }
+
+    fn forget_bytes(&mut self, loc: RecordLoc) {
+        if let Some(live) = self.live_bytes.get_mut(&loc.segment_id) {
+            *live = live.saturating_sub(u64::from(loc.len));
+        }
+    }
+
+    /// Bytes of enqueue records in segment `segment_id` whose messages are
+    /// still here: what compaction would have to keep of it.
+    pub fn live_bytes(&self, segment_id: u32) -> u64 {
+        self.live_bytes.get(&segment_id).copied().unwrap_or(0)
+    }
+
+    /// Finds a message by its base queue (it may sit in the failure queue).
+    pub fn find(&self, base_queue: &str, id: MessageId) -> Option<(&Queue, &Message)> {
+        let q = self.queue(base_queue)?;
+        if let Some(m) = q.messages.get(&id) {
+            return Some((q, m));
+        }
+        let fq = &self.queues[&q.failed?];
+        fq.messages.get(&id).map(|m| (fq, m))
+    }
+
+    /// Points a message at its record's new place after compaction moved
+    /// it; a no-op if the message is gone or already elsewhere.
+    pub fn relocate(&mut self, base_queue: &str, id: MessageId, from: RecordLoc, to: RecordLoc) {
+        let Some(&qid) = self.names.get(base_queue) else {
+            return;
+        };
+        let fid = self.queues[&qid].failed;
+        for queue_id in std::iter::once(qid).chain(fid) {
+            let q = self
+                .queues
+                .get_mut(&queue_id)
+                .expect("bug: queue id without queue");
+            if let Some(m) = q.messages.get_mut(&id)
+                && m.loc == from
+            {
+                m.loc = to;
+                self.forget_bytes(from);
+                *self.live_bytes.entry(to.segment_id).or_default() += u64::from(to.len);
+                return;
+            }
         }
     }
 
