@@ -228,6 +228,16 @@ impl Config {
                 at("segment_bytes")
             ));
         }
+        let min_max = 4 * seg;
+        if self.spool.max_bytes < min_max {
+            return Err(format!(
+                "{}spool.max_bytes = {} is too small for segment_bytes = {seg}: \
+                 allowed at least 4 × segment_bytes = {min_max}, so that acks, nacks and \
+                 compaction always fit",
+                at("max_bytes"),
+                self.spool.max_bytes
+            ));
+        }
         for name in self.queues.keys() {
             if !valid_queue_name(name) {
                 return Err(format!(
@@ -381,6 +391,9 @@ mod tests {
         assert!(err.contains("fsynk"), "{err}");
         let err = Config::parse("[server]\nshutdown_grace = \"soon\"\n").unwrap_err();
         assert!(err.contains("line 2"), "{err}");
+        let err = Config::parse("[spool]\nsegment_bytes = \"64MiB\"\nmax_bytes = \"128MiB\"\n")
+            .unwrap_err();
+        assert!(err.contains("max_bytes") && err.contains("line 3"), "{err}");
         let err = Config::parse("[spool]\nsegment_bytes = \"1KiB\"\n").unwrap_err();
         assert!(
             err.contains("segment_bytes") && err.contains("line 2"),

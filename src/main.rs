@@ -7,8 +7,11 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use spoold::config::{Config, LogFormat};
+use spoold::config::{Config, LogFormat, OnCorruption};
 use spoold::engine::{Engine, EngineOptions};
+
+/// How often the background compactor looks for garbage.
+const COMPACTION_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +50,17 @@ enum JournalCommand {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// Move every damaged span to a quarantine file and keep every good
+    /// record.
+    Repair {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Compact every sealed segment now.
+    Compact {
+        #[arg(long)]
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -54,9 +68,11 @@ fn main() -> ExitCode {
     let result = match cli.command.unwrap_or(Command::Run { config: None }) {
         Command::Run { config } => run(config),
         Command::CheckConfig { config } => check_config(config),
-        Command::Journal {
-            command: JournalCommand::Verify { dir },
-        } => verify(dir),
+        Command::Journal { command } => match command {
+            JournalCommand::Verify { dir } => verify(dir),
+            JournalCommand::Repair { dir } => repair(dir),
+            JournalCommand::Compact { dir } => compact(dir),
+        },
     };
     match result {
         Ok(code) => code,
@@ -102,6 +118,22 @@ fn verify(dir: PathBuf) -> anyhow::Result<ExitCode> {
     })
 }
 
+fn repair(dir: PathBuf) -> anyhow::Result<ExitCode> {
+    let report = spoold::cli::journal::repair(&dir)?;
+    print!("{}", report.render(&dir));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn compact(dir: PathBuf) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let text = runtime.block_on(spoold::cli::journal::compact(&dir))?;
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run(config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let config = load_config(config_path.as_ref())?;
     init_tracing(&config);
@@ -119,6 +151,8 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     let mut options = EngineOptions::new(&config.spool.dir);
     options.segment_bytes = config.spool.segment_bytes;
     options.fsync = config.spool.fsync;
+    options.max_bytes = config.spool.max_bytes;
+    options.quarantine_corruption = config.spool.on_corruption == OnCorruption::Quarantine;
     let (engine, report) = Engine::open(options)
         .await
         .with_context(|| format!("opening spool {}", config.spool.dir.display()))?;
@@ -137,6 +171,7 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("creating queue {name} from the config"))?;
     }
     let _timer = engine.spawn_timer();
+    let _compactor = engine.spawn_compactor(COMPACTION_PERIOD);
     let mut poisoned = engine.poisoned();
     tracing::info!("engine running (no HTTP API yet); press Ctrl-C to stop");
     tokio::select! {

@@ -429,3 +429,35 @@ async fn the_real_file_system_keeps_messages_across_reopen() {
     );
     let _ = Arc::new(());
 }
+
+#[tokio::test]
+async fn a_full_spool_refuses_sends_but_takes_acks_and_compaction_frees_it() {
+    let sim = SimStorage::new();
+    let clock = ManualClock::new(START_MS);
+    let mut options = sim_options(&sim, &clock);
+    options.segment_bytes = 4096;
+    options.max_bytes = 4 * 4096;
+    let (engine, _) = spoold::engine::Engine::open(options).await.unwrap();
+    make_queue(&engine, "q", QueueSettings::default()).await;
+    let mut sent = 0;
+    let full = loop {
+        match engine.send("q", body(&"x".repeat(300))).await {
+            Ok(_) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(sent < 1000, "never filled up");
+    };
+    assert!(matches!(full, EngineError::SpoolFull { .. }), "{full:?}");
+    assert!(engine.is_full());
+    let stored = engine.all_messages().len();
+    assert_eq!(stored, sent, "a refused send stores nothing");
+
+    // Acks still fit, and compaction makes room again.
+    let got = engine.receive("q", 100, Duration::ZERO).await.unwrap();
+    for d in &got {
+        engine.ack("q", &d.token).await.unwrap();
+    }
+    engine.compact_all(true).await.unwrap();
+    assert!(!engine.is_full(), "{} bytes", engine.journal_bytes());
+    engine.send("q", body("room again")).await.unwrap();
+}

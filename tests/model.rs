@@ -78,6 +78,10 @@ enum Op {
     Advance(i64),
     Due,
     FailWrite,
+    /// The disk fills up `room` bytes from now for one send.
+    FullDisk {
+        room: u64,
+    },
     /// Compact: only what is worth it, or every sealed segment.
     Compact {
         force: bool,
@@ -103,6 +107,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => prop_oneof![Just(1i64), Just(3_000), Just(7_000), Just(30_000)].prop_map(Op::Advance),
         2 => Just(Op::Due),
         1 => Just(Op::FailWrite),
+        1 => (0..300u64).prop_map(|room| Op::FullDisk { room }),
         2 => proptest::bool::ANY.prop_map(|force| Op::Compact { force }),
         1 => (proptest::bool::ANY, proptest::option::of(0..400u64))
             .prop_map(|(in_doubt, tear)| Op::Crash { in_doubt, tear }),
@@ -366,6 +371,29 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                     matches!(err, EngineError::Unavailable { .. }),
                     "{label}: {err:?}"
                 );
+            }
+            Op::FullDisk { room } => {
+                model.next_body += 1;
+                let text = format!("m{}", model.next_body);
+                sim.set_capacity(Some(sim.total_bytes() + room));
+                let sent = engine.send("b", body(&text)).await;
+                sim.set_capacity(None);
+                match sent {
+                    Ok(out) => {
+                        model.messages.insert(
+                            out.id,
+                            ModelMessage {
+                                queue: "b".into(),
+                                retry_count: 0,
+                                visible_at: now,
+                                body: text,
+                            },
+                        );
+                    }
+                    // Rolled back: not stored.
+                    Err(EngineError::Unavailable { .. }) => {}
+                    Err(other) => panic!("{label}: {other:?}"),
+                }
             }
             Op::Compact { force } => {
                 engine

@@ -264,3 +264,245 @@ async fn an_empty_or_missing_spool_verifies_clean() {
     assert!(report.is_clean());
     let _ = SpoolIdentity::generate();
 }
+
+/// A stopped spool of `n` messages on tiny segments, with every other
+/// message acked (so compaction has garbage), and the ids still there.
+async fn spool_with_garbage(n: usize) -> (SimStorage, ManualClock, Vec<spoold::spool::MessageId>) {
+    let sim = SimStorage::new();
+    let clock = ManualClock::new(START_MS);
+    let mut options = sim_options(&sim, &clock);
+    options.segment_bytes = 2048;
+    let (engine, _) = Engine::open(options).await.unwrap();
+    make_queue(&engine, "q", QueueSettings::default()).await;
+    for i in 0..n {
+        engine
+            .send("q", body(&format!("message {i:0>150}")))
+            .await
+            .unwrap();
+    }
+    let got = engine.receive("q", 100, Duration::ZERO).await.unwrap();
+    for d in got.iter().step_by(2) {
+        engine.ack("q", &d.token).await.unwrap();
+    }
+    for d in got.iter().skip(1).step_by(2) {
+        engine.nack("q", &d.token, 0).await.unwrap();
+    }
+    let mut ids: Vec<_> = engine.all_messages().into_iter().map(|m| m.1).collect();
+    ids.sort();
+    drop(engine);
+    sim.crash(Tear::DropUnsynced);
+    (sim, clock, ids)
+}
+
+/// Writes a merged compaction output for segments `ids` (keeping every
+/// frame) as steps 1..=`steps` of the protocol would, without the rest.
+fn partial_compaction(sim: &SimStorage, ids: &[u64], steps: usize) {
+    use spoold::journal::compact::{
+        Piece, install, read_segment, remove_segments, write_compacted,
+    };
+    use spoold::journal::format::SegmentHeader;
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let salt = load_identity(&storage, &sim_dir(), false)
+        .unwrap()
+        .unwrap()
+        .salt;
+    let segments: Vec<_> = ids
+        .iter()
+        .map(|&id| read_segment(&storage, &sim_dir(), salt, id).unwrap())
+        .collect();
+    let target = *ids.last().unwrap();
+    let header = SegmentHeader {
+        first_seq: segments[0].header.first_seq,
+        covers_from: ids[0] as u32,
+        ..SegmentHeader::default()
+    };
+    let pieces = segments
+        .iter()
+        .flat_map(|s| s.frames.iter().map(move |f| Piece::Copy(s.frame_bytes(f))));
+    let written = write_compacted(&storage, &sim_dir(), salt, target, header, pieces).unwrap();
+    if steps >= 2 {
+        install(&storage, &sim_dir(), &written.tmp, target).unwrap();
+    } else {
+        return;
+    }
+    if steps >= 3 {
+        remove_segments(&storage, &sim_dir(), &ids[..1]).unwrap();
+    }
+}
+
+async fn assert_messages(
+    sim: &SimStorage,
+    clock: &ManualClock,
+    expected: &[spoold::spool::MessageId],
+) {
+    let engine = open(sim, clock).await.unwrap();
+    let mut ids: Vec<_> = engine.all_messages().into_iter().map(|m| m.1).collect();
+    ids.sort();
+    assert_eq!(ids, expected, "every message once, none twice");
+    let got = engine.receive("q", 100, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), expected.len(), "every payload still reads back");
+}
+
+#[tokio::test]
+async fn compaction_cut_short_with_only_its_temp_file_loses_nothing() {
+    let (sim, clock, ids) = spool_with_garbage(30).await;
+    partial_compaction(&sim, &[1, 2], 1);
+    assert!(
+        sim.list(&sim_dir())
+            .unwrap()
+            .iter()
+            .any(|n| n.ends_with(".compact.tmp"))
+    );
+    sim.crash(Tear::DropUnsynced);
+    assert_messages(&sim, &clock, &ids).await;
+    assert!(
+        !sim.list(&sim_dir())
+            .unwrap()
+            .iter()
+            .any(|n| n.ends_with(".tmp")),
+        "swept"
+    );
+}
+
+#[tokio::test]
+async fn compaction_renamed_but_directory_not_synced_loses_nothing() {
+    let (sim, clock, ids) = spool_with_garbage(30).await;
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let salt = load_identity(&storage, &sim_dir(), false)
+        .unwrap()
+        .unwrap()
+        .salt;
+    let seg2 = spoold::journal::compact::read_segment(&storage, &sim_dir(), salt, 2).unwrap();
+    let header = spoold::journal::format::SegmentHeader {
+        first_seq: seg2.header.first_seq,
+        ..Default::default()
+    };
+    let pieces = seg2
+        .frames
+        .iter()
+        .map(|f| spoold::journal::compact::Piece::Copy(seg2.frame_bytes(f)));
+    let written =
+        spoold::journal::compact::write_compacted(&storage, &sim_dir(), salt, 2, header, pieces)
+            .unwrap();
+    // The rename happens, the directory fsync does not.
+    storage.rename(&written.tmp, &segment_path(2)).unwrap();
+    sim.crash(Tear::DropUnsynced);
+    assert_messages(&sim, &clock, &ids).await;
+}
+
+#[tokio::test]
+async fn compaction_installed_with_old_segments_still_there_replays_each_record_once() {
+    let (sim, clock, ids) = spool_with_garbage(30).await;
+    partial_compaction(&sim, &[1, 2], 2);
+    sim.crash(Tear::DropUnsynced);
+    assert!(
+        sim.file_bytes(&segment_path(1)).is_some(),
+        "old segment left behind"
+    );
+    assert_messages(&sim, &clock, &ids).await;
+    assert!(
+        sim.file_bytes(&segment_path(1)).is_none(),
+        "start-up removed it"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_merge_replays_and_compaction_really_drops_garbage() {
+    let (sim, clock, ids) = spool_with_garbage(30).await;
+    partial_compaction(&sim, &[1, 2], 3);
+    sim.crash(Tear::DropUnsynced);
+    assert_messages(&sim, &clock, &ids).await;
+
+    let mut options = sim_options(&sim, &clock);
+    options.segment_bytes = 2048;
+    let (engine, _) = Engine::open(options.clone()).await.unwrap();
+    let before = engine.journal_bytes();
+    let reports = engine.compact_all(true).await.unwrap();
+    assert!(
+        reports.iter().map(|r| r.records_dropped).sum::<usize>() > 0,
+        "{reports:?}"
+    );
+    assert!(
+        engine.journal_bytes() < before,
+        "{} !< {before}",
+        engine.journal_bytes()
+    );
+    drop(engine);
+    sim.crash(Tear::DropUnsynced);
+    assert_messages(&sim, &clock, &ids).await;
+    let engine = open(&sim, &clock).await.unwrap();
+    let retried: Vec<u32> = engine
+        .all_messages()
+        .iter()
+        .map(|m| m.2.retry_count)
+        .collect();
+    assert!(
+        retried.iter().all(|&r| r == 1),
+        "retry counts survive compaction: {retried:?}"
+    );
+}
+
+#[tokio::test]
+async fn repair_quarantines_the_bad_span_and_keeps_every_good_record() {
+    let (sim, clock) = spool_with(20, 64 << 20).await;
+    let all = records(&sim);
+    let (seg, off, len) = all[7];
+    let path = segment_path(seg);
+    let mut bytes = sim.file_bytes(&path).unwrap();
+    bytes[off as usize + 40] ^= 0x20;
+    let bad = bytes[off as usize..(off + len) as usize].to_vec();
+    sim.set_file_bytes(&path, bytes);
+    assert!(open(&sim, &clock).await.is_err(), "refuses by default");
+
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    let report = spoold::journal::repair::repair(&storage, &sim_dir(), &|kind, body| {
+        spoold::spool::Record::decode(kind, body).is_ok()
+    })
+    .unwrap();
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    let (qfile, qlen) = &report.quarantined[0];
+    assert_eq!(*qlen, len);
+    assert_eq!(
+        sim.file_bytes(qfile).unwrap(),
+        bad,
+        "the bad bytes are kept aside"
+    );
+    assert!(verify(&sim).is_clean());
+    let engine = open(&sim, &clock).await.unwrap();
+    // Records 0..=1 set up the queue and epoch; record 7 was message 5.
+    assert_eq!(engine.all_messages().len(), 19);
+    let identity_after = load_identity(&storage, &sim_dir(), false).unwrap();
+    assert!(identity_after.is_some(), "identity survives repair");
+}
+
+#[tokio::test]
+async fn on_corruption_quarantine_starts_anyway_and_repairs_gaps() {
+    let (sim, clock) = spool_with(40, 4096).await;
+    let mut ids: Vec<u64> = records(&sim).iter().map(|r| r.0).collect();
+    ids.dedup();
+    // A flipped bit in one segment and a whole segment missing.
+    let (seg, off, _) = records(&sim)[3];
+    let mut bytes = sim.file_bytes(&segment_path(seg)).unwrap();
+    bytes[off as usize + 30] ^= 1;
+    sim.set_file_bytes(&segment_path(seg), bytes);
+    sim.remove(&segment_path(ids[2])).unwrap();
+    sim.sync_dir(&sim_dir()).unwrap();
+    assert!(open(&sim, &clock).await.is_err());
+
+    let mut options = sim_options(&sim, &clock);
+    options.quarantine_corruption = true;
+    let (engine, _) = Engine::open(options).await.expect("starts with quarantine");
+    let n = engine.all_messages().len();
+    assert!(
+        n > 30 && n < 40,
+        "lost only the damaged record and the missing segment: {n}"
+    );
+    drop(engine);
+    sim.crash(Tear::DropUnsynced);
+    assert!(
+        verify(&sim).is_clean(),
+        "{}",
+        verify(&sim).render(&sim_dir())
+    );
+    assert_eq!(open(&sim, &clock).await.unwrap().all_messages().len(), n);
+}

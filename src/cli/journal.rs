@@ -106,3 +106,65 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, JournalError> {
     }
     verify_with(Arc::new(OsStorage), dir)
 }
+
+/// What `spoold journal repair` did, as printed.
+pub struct RepairOutcome {
+    pub report: crate::journal::repair::RepairReport,
+}
+
+impl RepairOutcome {
+    pub fn render(&self, dir: &Path) -> String {
+        let r = &self.report;
+        let mut out = String::new();
+        if r.problems.is_empty() && r.quarantined.is_empty() {
+            let _ = writeln!(out, "{}: nothing to repair", dir.display());
+            return out;
+        }
+        for p in &r.problems {
+            let _ = writeln!(out, "found: {p}");
+        }
+        for (file, bytes) in &r.quarantined {
+            let _ = writeln!(out, "quarantined {bytes} bytes to {}", file.display());
+        }
+        let _ = writeln!(
+            out,
+            "rewrote {} segment(s) keeping {} good record(s); the journal now replays",
+            r.rewritten.len(),
+            r.records_kept
+        );
+        out
+    }
+}
+
+/// Repairs a stopped spool on the real file system (taking its lock).
+pub fn repair(dir: &Path) -> Result<RepairOutcome, JournalError> {
+    let _lock = crate::journal::lock::DirLock::acquire(dir)?;
+    let storage: Arc<dyn Storage> = Arc::new(OsStorage);
+    let report = crate::journal::repair::repair(&storage, dir, &|kind, body| {
+        Record::decode(kind, body).is_ok()
+    })?;
+    Ok(RepairOutcome { report })
+}
+
+/// Compacts every sealed segment of a stopped spool; returns the report as
+/// printed.
+pub async fn compact(dir: &Path) -> Result<String, crate::engine::EngineError> {
+    let mut options = crate::engine::EngineOptions::new(dir);
+    // An offline tool should not leave a fresh spare segment behind.
+    options.preallocate = false;
+    let (engine, _) = crate::engine::Engine::open(options).await?;
+    let before = engine.journal_bytes();
+    let reports = engine.compact_all(true).await?;
+    let after = engine.journal_bytes();
+    engine.close();
+    let mut out = String::new();
+    for r in &reports {
+        let _ = writeln!(
+            out,
+            "segments {:?}: kept {} record(s), dropped {}, {} -> {} bytes",
+            r.segments, r.records_kept, r.records_dropped, r.bytes_before, r.bytes_after
+        );
+    }
+    let _ = writeln!(out, "journal: {before} -> {after} bytes");
+    Ok(out)
+}

@@ -233,7 +233,8 @@ impl Engine {
                 if engine.is_poisoned() {
                     return;
                 }
-                match engine.compact_all(false).await {
+                // A full spool compacts whatever it can.
+                match engine.compact_all(engine.is_full()).await {
                     Ok(reports) => {
                         for r in reports {
                             tracing::info!(

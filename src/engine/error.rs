@@ -38,6 +38,11 @@ pub enum EngineError {
     #[error("write accepted but its durability is unknown: {reason}")]
     Unconfirmed { reason: String },
 
+    /// The journal is at `spool.max_bytes` less the headroom kept for acks,
+    /// nacks and compaction: new messages wait until compaction frees space.
+    #[error("spool is full: {journal_bytes} of {max_bytes} bytes in use")]
+    SpoolFull { journal_bytes: u64, max_bytes: u64 },
+
     /// Reading a stored record failed.
     #[error(transparent)]
     Journal(#[from] JournalError),

@@ -72,6 +72,18 @@ pub struct EngineOptions {
     /// Rotate into zero-filled spare segments: cheaper fsyncs, at the cost
     /// of writing each segment's space twice.
     pub preallocate: bool,
+    /// Bytes the journal may take on disk; sends are refused with
+    /// `SpoolFull` while less than [`headroom_bytes`] is left.
+    pub max_bytes: u64,
+    /// Move damaged spans aside at start-up instead of refusing to start.
+    pub quarantine_corruption: bool,
+}
+
+/// What a full spool keeps free for acks, nacks, rotation into a spare and
+/// compaction's output: three segments. A config needs room for at least
+/// one more (`max_bytes` ≥ 4 × `segment_bytes`).
+pub fn headroom_bytes(segment_bytes: u64) -> u64 {
+    3 * segment_bytes
 }
 
 impl EngineOptions {
@@ -85,6 +97,8 @@ impl EngineOptions {
             clock: Arc::new(SystemClock),
             lock: true,
             preallocate: true,
+            max_bytes: u64::MAX,
+            quarantine_corruption: false,
         }
     }
 }
@@ -129,6 +143,8 @@ struct Inner {
     salt: u64,
     /// One compaction at a time.
     compacting: Mutex<()>,
+    max_bytes: u64,
+    segment_bytes: u64,
     clock: Arc<dyn Clock>,
     tokens: Tokens,
     epoch: u64,
@@ -165,7 +181,24 @@ impl Engine {
 
         let mut spool = Spool::new();
         let mut last_at: Millis = 0;
-        let summary = replay(&storage, &dir, identity.salt, &mut spool, &mut last_at)?;
+        let mut replayed = replay(&storage, &dir, identity.salt, &mut spool, &mut last_at);
+        let damaged = match &replayed {
+            Ok(summary) => !summary.problems.is_empty(),
+            Err(JournalError::BadRecord { .. }) => true,
+            Err(_) => false,
+        };
+        if damaged && options.quarantine_corruption {
+            let report = crate::journal::repair::repair(&storage, &dir, &|kind, body| {
+                Record::decode(kind, body).is_ok()
+            })?;
+            for (file, bytes) in &report.quarantined {
+                tracing::warn!(file = %file.display(), bytes, "moved damaged journal bytes aside");
+            }
+            spool = Spool::new();
+            last_at = 0;
+            replayed = replay(&storage, &dir, identity.salt, &mut spool, &mut last_at);
+        }
+        let summary = replayed?;
         if let Some(problem) = summary.problems.first() {
             return Err(problem.clone().into_error(&dir));
         }
@@ -234,6 +267,8 @@ impl Engine {
                 dir: dir.clone(),
                 salt: identity.salt,
                 compacting: Mutex::new(()),
+                max_bytes: options.max_bytes,
+                segment_bytes: options.segment_bytes,
                 clock: options.clock,
                 tokens: Tokens::new(identity.token_key, identity.salt),
                 epoch,
@@ -308,6 +343,17 @@ impl Engine {
         self.inner.journal.disk_bytes()
     }
 
+    /// The configured limit on [`Engine::journal_bytes`].
+    pub fn max_bytes(&self) -> u64 {
+        self.inner.max_bytes
+    }
+
+    /// True while new messages are refused for want of space.
+    pub fn is_full(&self) -> bool {
+        let reserve = headroom_bytes(self.inner.segment_bytes);
+        self.journal_bytes().saturating_add(reserve) > self.inner.max_bytes
+    }
+
     /// The journal writer's counters (batches = fsyncs, records).
     pub fn journal_stats(&self) -> crate::journal::WriterStats {
         self.inner.journal.stats()
@@ -350,6 +396,12 @@ impl Engine {
         request: &SendRequest,
         tx: sink::SendReply,
     ) -> Result<Option<SendOutcome>, EngineError> {
+        if self.is_full() {
+            return Err(EngineError::SpoolFull {
+                journal_bytes: self.journal_bytes(),
+                max_bytes: self.inner.max_bytes,
+            });
+        }
         let mut core = self.core();
         let now = self.now(&mut core);
         let q = core

@@ -24,6 +24,7 @@ pub mod format;
 pub mod lock;
 pub mod prealloc;
 pub mod reader;
+pub mod repair;
 pub mod scan;
 pub mod sim;
 pub mod storage;

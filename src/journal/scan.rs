@@ -369,7 +369,7 @@ pub fn scan_dir(
 }
 
 /// True when `bytes` holds only zeros: preallocated, never written.
-fn all_zero(bytes: &[u8]) -> bool {
+pub(crate) fn all_zero(bytes: &[u8]) -> bool {
     // Eight bytes at a time: replay looks at every segment's tail. A frame
     // header is never zero, so at a record this stops at the first word.
     let mut words = bytes.chunks_exact(8);
@@ -419,7 +419,7 @@ fn check_frame(
 
 /// The first offset at or after `from` that holds a valid frame with a
 /// sequence number at or after `min_seq`.
-fn resync(buf: &[u8], from: usize, salt: u64, min_seq: u64) -> Option<usize> {
+pub(crate) fn resync(buf: &[u8], from: usize, salt: u64, min_seq: u64) -> Option<usize> {
     let last_start = buf.len().checked_sub(FRAME_HEADER_BYTES)?;
     (from..=last_start).find(|&p| {
         let h = FrameHeader::peek(&buf[p..]);

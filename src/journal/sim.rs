@@ -148,6 +148,11 @@ impl SimStorage {
         self.lock().faults.sync_delay = delay;
     }
 
+    /// Bytes all files hold now.
+    pub fn total_bytes(&self) -> u64 {
+        SimStorage::used_bytes(&self.lock())
+    }
+
     /// Clears every pending fault.
     pub fn heal(&self) {
         self.lock().faults = Faults::default();

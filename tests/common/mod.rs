@@ -27,6 +27,8 @@ pub fn sim_options(sim: &SimStorage, clock: &ManualClock) -> EngineOptions {
         // Most tests keep files small; the ones about preallocation turn it
         // on with small segments.
         preallocate: false,
+        max_bytes: u64::MAX,
+        quarantine_corruption: false,
     }
 }
 
