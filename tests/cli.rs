@@ -113,6 +113,43 @@ fn verify_exits_1_and_names_the_offset_of_damage() {
         stderr.contains("0000000000000001.seg at offset 64"),
         "{stderr}"
     );
+
+    let repair = Command::new(BIN)
+        .args(["journal", "repair", "--dir", "spool"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&repair.stdout);
+    assert_eq!(repair.status.code(), Some(0), "{out}");
+    assert!(out.contains("quarantined"), "{out}");
+    assert!(
+        dir.path()
+            .join("spool/0000000000000001.seg.64.quarantine")
+            .exists()
+    );
+
+    let compact = Command::new(BIN)
+        .args(["journal", "compact", "--dir", "spool"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        compact.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&compact.stderr)
+    );
+
+    let verify = Command::new(BIN)
+        .args(["journal", "verify", "--dir", "spool"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(0), "{out}");
+    let mut started = start(dir.path());
+    signal(&started, "-INT");
+    assert_eq!(wait_exit(&mut started), 0);
 }
 
 #[test]
