@@ -92,17 +92,15 @@ impl Engine {
             .collect::<Result<Vec<_>, JournalError>>()?;
         let bytes_before: u64 = segments.iter().map(|s| s.buf.len() as u64).sum();
 
-        let (decisions, relocations, watermark, id_floor) = {
+        // The watermark and id floor are taken before any decision: every
+        // message settled at or before the watermark is already gone, so
+        // each later decision drops its records.
+        let (watermark, id_floor, now) = {
             let mut core = self.core();
             let now = self.now(&mut core);
-            let (decisions, relocations) = decide(&core.spool, &segments, floor, now);
-            (
-                decisions,
-                relocations,
-                core.last_applied_seq,
-                core.spool.next_message_id(),
-            )
+            (core.last_applied_seq, core.spool.next_message_id(), now)
         };
+        let (decisions, relocations) = self.decide(&segments, floor, now);
         let records_total: usize = segments.iter().map(|s| s.frames.len()).sum();
         let kept = decisions
             .iter()
@@ -323,41 +321,55 @@ fn pick_run(core: &Core, active: u64, force: bool) -> Option<(Vec<u64>, u64)> {
 
 type Plan = (Vec<(usize, usize, Decision)>, Vec<Relocation>);
 
-/// Decides every frame of the run against the state as it is now.
-fn decide(spool: &Spool, segments: &[SegmentFrames], floor: u64, now: Millis) -> Plan {
-    let mut decisions = Vec::new();
-    let mut relocations = Vec::new();
-    let mut pieces = 0usize;
-    for (s, seg) in segments.iter().enumerate() {
-        for (f, frame) in seg.frames.iter().enumerate() {
-            let decision = match Record::decode(frame.kind, seg.body(frame)) {
-                // Not ours to judge (a newer kind): keep it.
-                Err(_) => Decision::Copy,
-                Ok(record) => {
-                    let from = RecordLoc {
-                        segment_id: seg.id as u32,
-                        offset: frame.offset as u32,
-                        len: frame.len as u32,
+/// Frames decided per hold of the core lock, so that a long run never
+/// stalls writers for long.
+const DECIDE_FRAMES_PER_LOCK: usize = 4096;
+
+impl Engine {
+    /// Decides every frame of the run against the state as it is, taking
+    /// the core lock for a bounded number of frames at a time.
+    fn decide(&self, segments: &[SegmentFrames], floor: u64, now: Millis) -> Plan {
+        let mut decisions = Vec::new();
+        let mut relocations = Vec::new();
+        let mut pieces = 0usize;
+        for (s, seg) in segments.iter().enumerate() {
+            for chunk_start in (0..seg.frames.len()).step_by(DECIDE_FRAMES_PER_LOCK) {
+                let core = self.core();
+                let chunk_end = (chunk_start + DECIDE_FRAMES_PER_LOCK).min(seg.frames.len());
+                for f in chunk_start..chunk_end {
+                    let frame = &seg.frames[f];
+                    let decision = match Record::decode(frame.kind, seg.body(frame)) {
+                        // Not ours to judge (a newer kind): keep it.
+                        Err(_) => Decision::Copy,
+                        Ok(record) => {
+                            let from = RecordLoc {
+                                segment_id: seg.id as u32,
+                                offset: frame.offset as u32,
+                                len: frame.len as u32,
+                            };
+                            let d =
+                                decide_record(&core.spool, &record, frame.seq, from, floor, now);
+                            if let (Decision::Copy, Command::Enqueue(meta)) = (&d, &record.command)
+                            {
+                                relocations.push(Relocation {
+                                    piece: pieces,
+                                    base_queue: meta.queue.to_string(),
+                                    id: meta.id,
+                                    from,
+                                });
+                            }
+                            d
+                        }
                     };
-                    let d = decide_record(spool, &record, frame.seq, from, floor, now);
-                    if let (Decision::Copy, Command::Enqueue(meta)) = (&d, &record.command) {
-                        relocations.push(Relocation {
-                            piece: pieces,
-                            base_queue: meta.queue.to_string(),
-                            id: meta.id,
-                            from,
-                        });
+                    if !matches!(decision, Decision::Drop) {
+                        pieces += 1;
                     }
-                    d
+                    decisions.push((s, f, decision));
                 }
-            };
-            if !matches!(decision, Decision::Drop) {
-                pieces += 1;
             }
-            decisions.push((s, f, decision));
         }
+        (decisions, relocations)
     }
-    (decisions, relocations)
 }
 
 fn base_queue(queue: &str) -> &str {
