@@ -212,6 +212,20 @@ impl Config {
         })
     }
 
+    /// A copy safe to print: API keys and signing secrets replaced.
+    pub fn redacted(&self) -> Config {
+        let mut c = self.clone();
+        for key in &mut c.server.api_keys {
+            *key = "<redacted>".into();
+        }
+        for q in c.queues.values_mut() {
+            if q.signing_secret.is_some() {
+                q.signing_secret = Some("<redacted>".into());
+            }
+        }
+        c
+    }
+
     /// Parses and validates config text; the error names key and line.
     pub fn parse(text: &str) -> Result<Config, String> {
         let config: Config = toml::from_str(text).map_err(|e| describe_toml_error(text, &e))?;

@@ -14,9 +14,11 @@
 //! `ARCHITECTURE.md` at the repository root has the map and the invariants.
 #![deny(unsafe_code)]
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod journal;
+pub mod serve;
 pub mod spool;
 pub mod time;

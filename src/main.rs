@@ -7,11 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use spoold::config::{Config, LogFormat, OnCorruption};
-use spoold::engine::{Engine, EngineOptions};
-
-/// How often the background compactor looks for garbage.
-const COMPACTION_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+use spoold::config::{Config, LogFormat};
+use spoold::serve::Outcome;
 
 #[derive(Parser)]
 #[command(
@@ -104,7 +101,7 @@ fn init_tracing(config: &Config) {
 
 fn check_config(path: PathBuf) -> anyhow::Result<ExitCode> {
     let config = load_config(Some(&path))?;
-    println!("{config:#?}");
+    println!("{:#?}", config.redacted());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -145,45 +142,35 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<ExitCode> {
-    if !config.spool.fsync {
-        tracing::warn!("spool.fsync = false: acknowledged messages can be lost on a crash");
-    }
-    let mut options = EngineOptions::new(&config.spool.dir);
-    options.segment_bytes = config.spool.segment_bytes;
-    options.fsync = config.spool.fsync;
-    options.max_bytes = config.spool.max_bytes;
-    options.quarantine_corruption = config.spool.on_corruption == OnCorruption::Quarantine;
-    let (engine, report) = Engine::open(options)
-        .await
-        .with_context(|| format!("opening spool {}", config.spool.dir.display()))?;
-    tracing::info!(
-        dir = %config.spool.dir.display(),
-        records = report.records,
-        messages = report.messages,
-        epoch = report.epoch,
-        replay_ms = report.duration.as_millis() as u64,
-        "spool open"
-    );
-    for (name, queue) in &config.queues {
-        engine
-            .upsert_queue(name, queue.settings(), true)
-            .await
-            .with_context(|| format!("creating queue {name} from the config"))?;
-    }
-    let _timer = engine.spawn_timer();
-    let _compactor = engine.spawn_compactor(COMPACTION_PERIOD);
-    let mut poisoned = engine.poisoned();
-    tracing::info!("engine running (no HTTP API yet); press Ctrl-C to stop");
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => {
-            r.context("waiting for Ctrl-C")?;
-            tracing::info!("stopping");
-            engine.close();
-            Ok(ExitCode::SUCCESS)
+    let running = spoold::serve::start(config, std::env::var("SPOOLD_API_KEYS").ok()).await?;
+    let stopper = tokio::spawn({
+        let stop = running.stop_handle();
+        async move {
+            wait_for_signal().await;
+            tracing::info!("signal received");
+            stop.send_replace(true);
         }
-        _ = poisoned.wait_for(|p| *p) => {
-            tracing::error!("journal poisoned by a failed fsync: exiting so that replay decides");
-            Ok(ExitCode::from(1))
+    });
+    let outcome = running.wait().await?;
+    stopper.abort();
+    Ok(match outcome {
+        Outcome::Stopped => ExitCode::SUCCESS,
+        Outcome::Poisoned => ExitCode::from(1),
+    })
+}
+
+/// SIGTERM (what Kubernetes sends) or SIGINT (Ctrl-C).
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }

@@ -8,27 +8,67 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_spoold");
 
-/// Starts `spoold` in `cwd` and waits (bounded) for its "engine running" log.
-fn start(cwd: &Path) -> Child {
-    let mut child = Command::new(BIN)
-        .current_dir(cwd)
-        .env("SPOOLD_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+/// A config in `cwd` that listens on a free port, so tests can run at once.
+fn port_zero_config(cwd: &Path) -> std::path::PathBuf {
+    let path = cwd.join("spoold.toml");
+    std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    path
+}
+
+/// Starts `spoold` in `cwd` (with `args`) and waits (bounded) for its
+/// "ready" log.
+fn start_with(cwd: &Path, args: &[&str]) -> Spoold {
+    let mut child = Spoold(
+        Command::new(BIN)
+            .args(args)
+            .current_dir(cwd)
+            .env("SPOOLD_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("engine running") {
+            if line.contains(" ready") {
                 let _ = tx.send(());
             }
         }
     });
     rx.recv_timeout(Duration::from_secs(30))
-        .expect("spoold logged `engine running`");
+        .expect("spoold logged `ready`");
     child
+}
+
+/// Starts `spoold` in `cwd` on a free port.
+fn start(cwd: &Path) -> Spoold {
+    port_zero_config(cwd);
+    start_with(cwd, &["run", "--config", "spoold.toml"])
+}
+
+/// A running spoold that a failing test cannot leave behind.
+struct Spoold(Child);
+
+impl std::ops::Deref for Spoold {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Spoold {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Spoold {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -106,7 +146,11 @@ fn verify_exits_1_and_names_the_offset_of_damage() {
     assert_eq!(verify.status.code(), Some(1), "{out}");
     assert!(out.contains("offset 64"), "{out}");
 
-    let start_again = Command::new(BIN).current_dir(dir.path()).output().unwrap();
+    let start_again = Command::new(BIN)
+        .args(["run", "--config", "spoold.toml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&start_again.stderr);
     assert_eq!(start_again.status.code(), Some(1), "{stderr}");
     assert!(

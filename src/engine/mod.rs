@@ -56,6 +56,9 @@ use crate::time::{Clock, Millis, SystemClock};
 const DUE_RECORDS_PER_TICK_MAX: usize = 4096;
 /// Longest the timer sleeps when nothing is due.
 const TIMER_IDLE_MAX: Duration = Duration::from_secs(1);
+/// Arrival events buffered for `tail` subscribers; one that falls further
+/// behind skips ahead.
+const ARRIVALS_BUFFERED_MAX: usize = 4096;
 /// Most messages one receive may lease (spec §4: `max` ≤ 100).
 pub const RECEIVE_BATCH_MAX: usize = 100;
 
@@ -132,6 +135,8 @@ pub struct Delivery {
     pub retry_count: u32,
     pub enqueued_at: Millis,
     pub payload: Payload,
+    /// The message as a peek shows it (state `leased`).
+    pub view: MessageView,
 }
 
 struct Inner {
@@ -238,9 +243,11 @@ impl Engine {
             );
         }
         let (poisoned, _) = watch::channel(false);
+        let (arrivals, _) = tokio::sync::broadcast::channel(ARRIVALS_BUFFERED_MAX);
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             poisoned,
+            arrivals,
         });
         let reader = SegmentReader::new(storage.clone(), &dir, identity.salt);
         let journal = Journal::start(
@@ -327,6 +334,11 @@ impl Engine {
 
     pub fn tokens(&self) -> &Tokens {
         &self.inner.tokens
+    }
+
+    /// Every message as it arrives in a queue, for `tail`.
+    pub fn arrivals(&self) -> tokio::sync::broadcast::Receiver<sink::Arrival> {
+        self.inner.shared.arrivals.subscribe()
     }
 
     /// Fires once the journal is poisoned by a failed fsync.
@@ -551,6 +563,12 @@ impl Engine {
                     retry_count: l.message.retry_count,
                     enqueued_at: l.message.enqueued_at,
                     payload,
+                    view: MessageView {
+                        id: l.id,
+                        state: crate::spool::MessageState::Leased,
+                        message: l.message,
+                        failure: l.failure,
+                    },
                 }),
                 Err(e) => {
                     // Left leased: it expires, is retried and in the end
@@ -862,6 +880,13 @@ impl Engine {
             .queue(queue)
             .ok_or_else(|| queue_not_found(queue))?;
         Ok((q.settings.clone(), q.managed_by_config))
+    }
+
+    /// Messages in a queue and its failure queue.
+    pub fn message_count(&self, queue: &str) -> usize {
+        let core = self.core();
+        let count = |name: &str| core.spool.queue(name).map_or(0, |q| q.len());
+        count(queue) + count(&crate::spool::queue::failed_queue_name(queue))
     }
 
     pub fn queue_names(&self) -> Vec<String> {

@@ -130,6 +130,17 @@ pub struct Shared {
     pub core: Mutex<Core>,
     /// Flips to true when an fsync failed; `main` exits non-zero on it.
     pub poisoned: watch::Sender<bool>,
+    /// Every message as it arrives in a queue (sent, failed into a failure
+    /// queue, redriven), for `tail`. Slow subscribers miss events rather than
+    /// hold memory.
+    pub arrivals: tokio::sync::broadcast::Sender<Arrival>,
+}
+
+/// A message that just arrived in `queue`.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub queue: String,
+    pub id: MessageId,
 }
 
 pub struct Sink {
@@ -144,6 +155,9 @@ impl BatchSink<Op> for Sink {
             for placed in batch {
                 let Op { record, reply } = placed.entry;
                 let applied = core.spool.apply(&record, placed.seq, placed.loc);
+                if applied != Applied::Missing {
+                    announce(&self.shared, &record.command);
+                }
                 core.last_applied_seq = placed.seq;
                 let segment_id = u64::from(placed.loc.segment_id);
                 if !core.segments.contains_key(&segment_id) {
@@ -221,6 +235,26 @@ impl BatchSink<Op> for Sink {
                 }
             }
         }
+    }
+}
+
+/// Tells `tail` subscribers what arrived where.
+fn announce(shared: &Shared, command: &Command<'_>) {
+    if shared.arrivals.receiver_count() == 0 {
+        return;
+    }
+    let send = |queue: String, id: MessageId| {
+        let _ = shared.arrivals.send(Arrival { queue, id });
+    };
+    match command {
+        Command::Enqueue(meta) => send(meta.queue.to_string(), meta.id),
+        Command::Fail { queue, id, .. } => send(failed_queue_name(queue), *id),
+        Command::Redrive { queue, ids } => {
+            for id in ids {
+                send(queue.to_string(), *id);
+            }
+        }
+        _ => {}
     }
 }
 

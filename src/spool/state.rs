@@ -187,6 +187,8 @@ pub struct Leased {
     pub serial: u64,
     pub expires_at: Millis,
     pub message: Message,
+    /// Why it is in a failure queue, if it is.
+    pub failure: Option<FailInfo>,
 }
 
 /// What a peek shows of a message (besides what is read from disk).
@@ -684,6 +686,7 @@ impl Spool {
                 serial,
                 expires_at,
                 message,
+                failure: q.failures.get(&id).copied(),
             });
         }
         q.ready.extend(skipped);

@@ -1,0 +1,82 @@
+//! API keys: every `/v1` route needs one when keys are configured, checked
+//! before anything else so that an unauthenticated caller never learns
+//! whether a queue exists.
+//!
+//! `Authorization: Bearer <key>` and `Spooler-Api-Key: <key>` both count,
+//! except on `/v1/forward`, where `Authorization` belongs to the destination:
+//! there only `Spooler-Api-Key` counts (and it is never stored). Keys are
+//! compared in constant time and never logged.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::error::ApiError;
+
+/// Compares without an early exit on the first differing byte.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for (i, x) in a.iter().enumerate() {
+        diff |= usize::from(x ^ b.get(i).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+/// True if `presented` is one of `keys`. Every key is compared, so the time
+/// taken does not tell which one matched.
+pub fn key_matches(keys: &[String], presented: &str) -> bool {
+    keys.iter().fold(false, |found, k| {
+        constant_time_eq(k.as_bytes(), presented.as_bytes()) | found
+    })
+}
+
+/// The middleware on every `/v1` route.
+pub async fn require_key(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let keys = &state.config.api_keys;
+    if keys.is_empty() {
+        return next.run(request).await;
+    }
+    let path = request
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map_or_else(
+            || request.uri().path().to_string(),
+            |u| u.0.path().to_string(),
+        );
+    let forward = path.starts_with("/v1/forward/") || path == "/v1/forward";
+    let headers = request.headers();
+    let api_key = headers.get("spooler-api-key").and_then(|v| v.to_str().ok());
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let presented = if forward { api_key } else { api_key.or(bearer) };
+    match presented {
+        Some(key) if key_matches(keys, key.trim()) => next.run(request).await,
+        _ => ApiError::unauthorized().into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_exactly() {
+        let keys = vec!["alpha".to_string(), "beta-key".to_string()];
+        assert!(key_matches(&keys, "alpha"));
+        assert!(key_matches(&keys, "beta-key"));
+        assert!(!key_matches(&keys, "alph"));
+        assert!(!key_matches(&keys, "alphaa"));
+        assert!(!key_matches(&keys, ""));
+        assert!(!key_matches(&[], "alpha"));
+    }
+}

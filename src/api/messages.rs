@@ -1,0 +1,452 @@
+//! Message routes: send, forward, receive (single and batch), ack, nack,
+//! renew, peek, get, cancel, purge, tail.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{OriginalUri, Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::error::ApiError;
+use super::forward::{resolve_path, stored_headers};
+use super::{AppState, WAIT_SECONDS_MAX, query_pairs, read_body, seconds_param, view};
+use crate::engine::{Delivery, Engine, SendOutcome, SendRequest};
+use crate::spool::{MessageId, Payload, StoredRequest};
+use crate::time::format_rfc3339;
+
+/// Longest `Spooler-Delay` accepted: one year.
+const DELAY_SECONDS_MAX: f64 = 365.0 * 86_400.0;
+/// Longest idempotency key accepted.
+const IDEMPOTENCY_KEY_MAX_BYTES: usize = 256;
+/// Default and largest `max` of a batch receive (spec §4).
+const BATCH_DEFAULT: usize = 10;
+const BATCH_MAX: usize = 100;
+/// Default and largest `limit` of a peek (spec §4).
+const PEEK_DEFAULT: usize = 50;
+const PEEK_MAX: usize = 1000;
+const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("header {name} is not valid text"))),
+    }
+}
+
+fn delay_ms(headers: &HeaderMap) -> Result<u64, ApiError> {
+    match header_str(headers, "spooler-delay")? {
+        None => Ok(0),
+        Some(v) => {
+            Ok((seconds_param("Spooler-Delay", v, DELAY_SECONDS_MAX)? * 1000.0).round() as u64)
+        }
+    }
+}
+
+fn idempotency_key(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
+    match header_str(headers, name)? {
+        None => Ok(None),
+        Some(k) if k.is_empty() || k.len() > IDEMPOTENCY_KEY_MAX_BYTES => {
+            Err(ApiError::bad_request(format!(
+                "{name} must be 1 to {IDEMPOTENCY_KEY_MAX_BYTES} bytes"
+            )))
+        }
+        Some(k) => Ok(Some(k.to_string())),
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or(DEFAULT_CONTENT_TYPE)
+        .to_string()
+}
+
+fn parse_id(engine: &Engine, queue: &str, text: &str) -> Result<MessageId, ApiError> {
+    engine.tokens().parse_id(text).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "message_not_found",
+            format!("message {text} does not exist in queue {queue}"),
+        )
+    })
+}
+
+fn id_response(engine: &Engine, status: StatusCode, queue: &str, out: SendOutcome) -> Response {
+    let id = engine.tokens().format_id(out.id);
+    let mut response = (status, axum::Json(json!({ "id": id, "queue": queue }))).into_response();
+    let location = format!("/v1/queues/{queue}/messages/{id}");
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    response
+}
+
+/// `POST /v1/queues/{q}/messages`
+pub async fn send(
+    State(state): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let request = SendRequest {
+        delay_ms: delay_ms(&headers)?,
+        dedup_key: idempotency_key(&headers, "idempotency-key")?,
+        payload: Payload {
+            content_type: content_type(&headers),
+            request: None,
+            body: read_body(&state, &headers, body).await?.to_vec(),
+        },
+    };
+    let out = engine.send(&queue, request).await?;
+    if out.deduplicated {
+        let mut response = id_response(engine, StatusCode::OK, &queue, out);
+        response
+            .headers_mut()
+            .insert("spooler-deduplicated", HeaderValue::from_static("true"));
+        return Ok(response);
+    }
+    Ok(id_response(engine, StatusCode::CREATED, &queue, out))
+}
+
+/// `ANY /v1/forward/{q}/{path…}`
+pub async fn forward(
+    State(state): State<Arc<AppState>>,
+    Path(params): Path<HashMap<String, String>>,
+    OriginalUri(uri): OriginalUri,
+    method: Method,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let queue = params.get("q").cloned().unwrap_or_default();
+    let (settings, _) = engine.queue_settings(&queue)?;
+    if settings.destination.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_push_queue",
+            format!("{queue} has no destination: forward needs a push queue"),
+        ));
+    }
+    let prefix = format!("/v1/forward/{queue}");
+    let raw_path = uri.path().strip_prefix(&prefix).unwrap_or_default();
+    let path = resolve_path(raw_path).map_err(ApiError::bad_request)?;
+    let request = SendRequest {
+        delay_ms: delay_ms(&headers)?,
+        dedup_key: idempotency_key(&headers, "spooler-idempotency-key")?,
+        payload: Payload {
+            content_type: headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string(),
+            request: Some(StoredRequest {
+                method: method.as_str().to_string(),
+                path,
+                query: uri.query().unwrap_or_default().to_string(),
+                headers: stored_headers(&headers),
+            }),
+            body: read_body(&state, &headers, body).await?.to_vec(),
+        },
+    };
+    let out = engine.send(&queue, request).await?;
+    let id = engine.tokens().format_id(out.id);
+    let status = if out.deduplicated {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let mut response = (status, axum::Json(json!({ "id": id, "queue": queue }))).into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        h.insert("spooler-delivery-id", v);
+    }
+    if out.deduplicated {
+        h.insert("spooler-deduplicated", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+struct ReceiveParams {
+    wait: Duration,
+    max: usize,
+}
+
+fn receive_params(query: Option<&str>, batch: bool) -> Result<ReceiveParams, ApiError> {
+    let mut params = ReceiveParams {
+        wait: Duration::ZERO,
+        max: if batch { BATCH_DEFAULT } else { 1 },
+    };
+    for (k, v) in query_pairs(query) {
+        match k.as_str() {
+            "wait" => {
+                params.wait = Duration::from_secs_f64(seconds_param("wait", &v, WAIT_SECONDS_MAX)?)
+            }
+            "max" if batch => {
+                params.max = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|m| (1..=BATCH_MAX).contains(m))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!("max = {v:?}: allowed 1 to {BATCH_MAX}"))
+                    })?;
+            }
+            _ => {}
+        }
+    }
+    Ok(params)
+}
+
+/// Leases, holding a long-poll permit while waiting.
+async fn lease(
+    state: &AppState,
+    queue: &str,
+    params: ReceiveParams,
+) -> Result<Vec<Delivery>, ApiError> {
+    let engine = state.engine()?;
+    if params.wait.is_zero() {
+        return Ok(engine.receive(queue, params.max, Duration::ZERO).await?);
+    }
+    let _permit = state.long_polls.clone().try_acquire_owned().map_err(|_| {
+        ApiError::unavailable(format!(
+            "too many receivers are long-polling (limit {}); retry, or poll with wait=0",
+            super::LONG_POLLS_MAX
+        ))
+    })?;
+    Ok(engine.receive(queue, params.max, params.wait).await?)
+}
+
+/// `POST /v1/queues/{q}/receive`
+pub async fn receive(
+    State(state): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let params = receive_params(query.as_deref(), false)?;
+    let mut got = lease(&state, &queue, params).await?;
+    let Some(d) = got.pop() else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let engine = state.engine()?;
+    let mut response = (StatusCode::OK, d.payload.body).into_response();
+    let h = response.headers_mut();
+    let pairs = [
+        ("spooler-message-id", engine.tokens().format_id(d.id)),
+        ("spooler-lease-token", d.token),
+        ("spooler-lease-expires", format_rfc3339(d.expires_at)),
+        ("spooler-retry-count", d.retry_count.to_string()),
+    ];
+    for (name, value) in pairs {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+    if let Ok(v) = HeaderValue::from_str(&d.payload.content_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    Ok(response)
+}
+
+/// `POST /v1/queues/{q}/receive-batch`
+pub async fn receive_batch(
+    State(state): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let params = receive_params(query.as_deref(), true)?;
+    let got = lease(&state, &queue, params).await?;
+    let engine = state.engine()?;
+    let messages: Vec<Value> = got
+        .into_iter()
+        .map(|d| {
+            let mut v = view::render(
+                engine.tokens(),
+                &queue,
+                &d.view,
+                &d.payload,
+                &state.config.redact_headers,
+            );
+            let obj = v.as_object_mut().expect("rendered as an object");
+            obj.insert("leaseToken".into(), json!(d.token));
+            obj.insert("leaseExpiresAt".into(), json!(format_rfc3339(d.expires_at)));
+            v
+        })
+        .collect();
+    Ok(axum::Json(json!({ "messages": messages })).into_response())
+}
+
+/// `POST /v1/queues/{q}/leases/{token}/ack`
+pub async fn ack(
+    State(state): State<Arc<AppState>>,
+    Path((queue, token)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    state.engine()?.ack(&queue, &token).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/queues/{q}/leases/{token}/nack?delay=10`
+pub async fn nack(
+    State(state): State<Arc<AppState>>,
+    Path((queue, token)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<StatusCode, ApiError> {
+    let mut delay_ms = 0;
+    for (k, v) in query_pairs(query.as_deref()) {
+        if k == "delay" {
+            delay_ms = (seconds_param("delay", &v, DELAY_SECONDS_MAX)? * 1000.0).round() as u64;
+        }
+    }
+    state.engine()?.nack(&queue, &token, delay_ms).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/queues/{q}/leases/{token}/renew`
+pub async fn renew(
+    State(state): State<Arc<AppState>>,
+    Path((queue, token)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let expires_at = state.engine()?.renew(&queue, &token)?;
+    Ok(axum::Json(json!({ "leaseExpiresAt": format_rfc3339(expires_at) })).into_response())
+}
+
+/// Renders a message with its payload, as peek, get and tail show it.
+fn render_stored(
+    state: &AppState,
+    engine: &Engine,
+    queue: &str,
+    v: &crate::spool::MessageView,
+) -> Result<Value, ApiError> {
+    let payload = engine.payload(queue, v.id)?;
+    Ok(view::render(
+        engine.tokens(),
+        queue,
+        v,
+        &payload,
+        &state.config.redact_headers,
+    ))
+}
+
+/// `GET /v1/queues/{q}/messages?limit=50&after=<id>`
+pub async fn peek(
+    State(state): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let mut limit = PEEK_DEFAULT;
+    let mut after = None;
+    for (k, v) in query_pairs(query.as_deref()) {
+        match k.as_str() {
+            "limit" => {
+                limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|l| (1..=PEEK_MAX).contains(l))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!("limit = {v:?}: allowed 1 to {PEEK_MAX}"))
+                    })?;
+            }
+            "after" => {
+                after = Some(engine.tokens().parse_id(&v).ok_or_else(|| {
+                    ApiError::bad_request(format!("after = {v:?} is not a message id"))
+                })?);
+            }
+            _ => {}
+        }
+    }
+    let views = engine.peek(&queue, after, limit)?;
+    let mut messages = Vec::with_capacity(views.len());
+    for v in &views {
+        match render_stored(&state, engine, &queue, v) {
+            Ok(rendered) => messages.push(rendered),
+            // Settled between the peek and the read: no longer there.
+            Err(e) if e.kind == "message_not_found" => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(axum::Json(json!({ "messages": messages })).into_response())
+}
+
+/// `GET /v1/queues/{q}/messages/{id}`
+pub async fn get_one(
+    State(state): State<Arc<AppState>>,
+    Path((queue, id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let id = parse_id(engine, &queue, &id)?;
+    let v = engine.get(&queue, id)?;
+    Ok(axum::Json(render_stored(&state, engine, &queue, &v)?).into_response())
+}
+
+/// `DELETE /v1/queues/{q}/messages/{id}`
+pub async fn cancel(
+    State(state): State<Arc<AppState>>,
+    Path((queue, id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let engine = state.engine()?;
+    let id = parse_id(engine, &queue, &id)?;
+    engine.cancel(&queue, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /v1/queues/{q}/messages`
+pub async fn purge(
+    State(state): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+) -> Result<Response, ApiError> {
+    let purged = state.engine()?.purge(&queue).await?;
+    Ok(axum::Json(json!({ "purged": purged })).into_response())
+}
+
+/// `GET /v1/queues/{q}/tail`: one JSON line per message as it arrives,
+/// until the client leaves. A line per arrival that is still there when the
+/// stream reads it; a subscriber that falls far behind skips ahead.
+pub async fn tail(
+    State(state): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?.clone();
+    engine.stats(&queue)?;
+    let arrivals = engine.arrivals();
+    let lines = stream::unfold(
+        (arrivals, engine, state, queue),
+        |(mut rx, engine, state, queue)| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(a) if a.queue == queue => {
+                        let Ok(v) = engine.get(&queue, a.id) else {
+                            continue;
+                        };
+                        let Ok(rendered) = render_stored(&state, &engine, &queue, &v) else {
+                            continue;
+                        };
+                        let mut line = rendered.to_string();
+                        line.push('\n');
+                        return Some((
+                            Ok::<_, std::convert::Infallible>(line),
+                            (rx, engine, state, queue),
+                        ));
+                    }
+                    Ok(_) | Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return None,
+                }
+            }
+        },
+    );
+    let mut response = Response::new(Body::from_stream(lines));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok(response)
+}

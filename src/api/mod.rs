@@ -1,0 +1,331 @@
+//! The HTTP surface (spec §4): routes, auth, error mapping. It talks only
+//! to the [`Engine`].
+//!
+//! The server starts listening before the journal is replayed, so that
+//! `/healthz` answers and `/readyz` says "not ready" during a long replay;
+//! `/v1` answers `503 unavailable` until the engine is in place.
+
+pub mod auth;
+pub mod error;
+pub mod forward;
+pub mod messages;
+pub mod queues;
+pub mod server;
+pub mod settings;
+pub mod view;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use tokio::sync::Semaphore;
+
+use crate::config::Config;
+use crate::engine::Engine;
+use error::ApiError;
+
+/// How long reading a request body may take: a client that trickles its body
+/// cannot hold a connection and its buffer forever.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Long polls (`wait` > 0) that may wait at once; more are refused with
+/// `503` so that waiting receivers cannot exhaust the server.
+pub const LONG_POLLS_MAX: usize = 1024;
+/// Longest `wait` of a receive (spec §4).
+pub const WAIT_SECONDS_MAX: f64 = 20.0;
+
+/// What the HTTP layer needs from the config.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    pub api_keys: Vec<String>,
+    pub max_body_bytes: u64,
+    /// `server.redact_headers`, lower-cased.
+    pub redact_headers: Vec<String>,
+    pub allowed_destinations: Option<Vec<String>>,
+    /// Queues the config file manages (`PUT`/`DELETE` on them are refused).
+    pub config_queues: Vec<String>,
+}
+
+impl ApiConfig {
+    pub fn from_config(config: &Config, env_keys: Option<&str>) -> ApiConfig {
+        let mut api_keys = config.server.api_keys.clone();
+        if let Some(env) = env_keys {
+            api_keys.extend(
+                env.split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(String::from),
+            );
+        }
+        ApiConfig {
+            api_keys,
+            max_body_bytes: config.server.max_body_bytes,
+            redact_headers: config
+                .server
+                .redact_headers
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+            allowed_destinations: config.server.allowed_destinations.clone(),
+            config_queues: config.queues.keys().cloned().collect(),
+        }
+    }
+}
+
+/// Shared by every handler.
+pub struct AppState {
+    engine: OnceLock<Engine>,
+    pub config: ApiConfig,
+    shutting_down: AtomicBool,
+    long_polls: Arc<Semaphore>,
+}
+
+impl AppState {
+    pub fn new(config: ApiConfig) -> Arc<AppState> {
+        Arc::new(AppState {
+            engine: OnceLock::new(),
+            config,
+            shutting_down: AtomicBool::new(false),
+            long_polls: Arc::new(Semaphore::new(LONG_POLLS_MAX)),
+        })
+    }
+
+    /// Hands over the engine once replay is done.
+    pub fn set_engine(&self, engine: Engine) {
+        let _ = self.engine.set(engine);
+    }
+
+    /// Marks the server as stopping: `/readyz` fails from now on.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    pub fn engine(&self) -> Result<&Engine, ApiError> {
+        match self.engine.get() {
+            Some(engine) if engine.is_poisoned() => Err(ApiError::unavailable(
+                "storage failed (an fsync failed); the server is restarting",
+            )),
+            Some(engine) => Ok(engine),
+            None => Err(ApiError::unavailable(
+                "the spool is starting (replaying its journal)",
+            )),
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        !self.shutting_down.load(Ordering::SeqCst)
+            && self.engine.get().is_some_and(|e| !e.is_poisoned())
+    }
+}
+
+/// Every route of the spec.
+pub fn router(state: Arc<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/queues", get(queues::list))
+        .route(
+            "/queues/{q}",
+            get(queues::get_one).put(queues::put).delete(queues::delete),
+        )
+        .route(
+            "/queues/{q}/messages",
+            post(messages::send)
+                .get(messages::peek)
+                .delete(messages::purge),
+        )
+        .route(
+            "/queues/{q}/messages/{id}",
+            get(messages::get_one).delete(messages::cancel),
+        )
+        .route("/queues/{q}/receive", post(messages::receive))
+        .route("/queues/{q}/receive-batch", post(messages::receive_batch))
+        .route("/queues/{q}/leases/{token}/ack", post(messages::ack))
+        .route("/queues/{q}/leases/{token}/nack", post(messages::nack))
+        .route("/queues/{q}/leases/{token}/renew", post(messages::renew))
+        .route("/queues/{q}/tail", get(messages::tail))
+        .route("/queues/{q}/redrive", post(queues::redrive))
+        .route("/queues/{q}/pause", post(queues::pause))
+        .route("/queues/{q}/resume", post(queues::resume))
+        .route("/forward/{q}", any(messages::forward))
+        .route("/forward/{q}/", any(messages::forward))
+        .route("/forward/{q}/{*path}", any(messages::forward))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found()
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::method_not_allowed()
+}
+
+async fn healthz() -> impl IntoResponse {
+    (
+        StatusCode::OK,
+        axum::Json(serde_json::json!({ "status": "ok" })),
+    )
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.is_ready() {
+        (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({ "status": "ready" })),
+        )
+            .into_response()
+    } else {
+        ApiError::unavailable("not ready (starting, stopping, or storage failed)").into_response()
+    }
+}
+
+/// A first set of gauges; the observability issue replaces this with the
+/// full metrics registry.
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut text = String::new();
+    if let Some(engine) = state.engine.get() {
+        text.push_str("# HELP spoold_journal_bytes Bytes of all journal segment files on disk.\n");
+        text.push_str("# TYPE spoold_journal_bytes gauge\n");
+        text.push_str(&format!(
+            "spoold_journal_bytes {}\n",
+            engine.journal_bytes()
+        ));
+        text.push_str("# HELP spoold_journal_max_bytes The configured spool.max_bytes.\n");
+        text.push_str("# TYPE spoold_journal_max_bytes gauge\n");
+        text.push_str(&format!(
+            "spoold_journal_max_bytes {}\n",
+            engine.max_bytes()
+        ));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// Reads a request body: at most `max_body_bytes`, within
+/// [`BODY_READ_TIMEOUT`].
+pub async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, ApiError> {
+    let limit = state.config.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::payload_too_large(limit));
+    }
+    let limited = http_body_util::Limited::new(body, limit as usize);
+    match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "bad_request",
+            "the request body did not arrive in time",
+        )),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::payload_too_large(limit))
+        }
+        Ok(Err(_)) => Err(ApiError::bad_request("the request body could not be read")),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// The pairs of a query string, percent-decoded.
+pub fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                    16,
+                ) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A number of seconds from a query parameter or header: finite, ≥ 0 and at
+/// most `max`.
+pub fn seconds_param(name: &str, value: &str, max: f64) -> Result<f64, ApiError> {
+    match value.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=max).contains(&s) => Ok(s),
+        _ => Err(ApiError::bad_request(format!(
+            "{name} = {value:?} is not allowed: a number of seconds from 0 to {max}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_decode() {
+        let pairs = query_pairs(Some("max=5&id=a%20b&dryRun=true&x"));
+        assert_eq!(
+            pairs,
+            vec![
+                ("max".into(), "5".into()),
+                ("id".into(), "a b".into()),
+                ("dryRun".into(), "true".into()),
+                ("x".into(), "".into())
+            ]
+        );
+        assert_eq!(percent_decode("%"), "%");
+        assert_eq!(percent_decode("%4"), "%4");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn seconds_params_are_bounded() {
+        assert_eq!(seconds_param("wait", "20", 20.0).unwrap(), 20.0);
+        assert_eq!(seconds_param("wait", "0.5", 20.0).unwrap(), 0.5);
+        assert!(seconds_param("wait", "21", 20.0).is_err());
+        assert!(seconds_param("wait", "-1", 20.0).is_err());
+        assert!(seconds_param("wait", "NaN", 20.0).is_err());
+    }
+}

@@ -1,0 +1,308 @@
+//! Queue settings as JSON (spec §2: camelCase, durations as `…Seconds`).
+//!
+//! `signingSecret` is write-only: it is never rendered. In a `PUT`, an
+//! omitted field takes its default, except `signingSecret`, which an omitted
+//! field keeps and `null` clears.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::spool::queue::{Backoff, OnExpire, QueueSettings};
+use crate::spool::state::QueueStats;
+
+fn secs(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// The settings object of `GET /v1/queues/{q}`.
+pub fn render(s: &QueueSettings) -> Value {
+    let mut v = json!({
+        "leaseTimeoutSeconds": secs(s.lease_timeout_ms),
+        "maxRetries": s.max_retries,
+        "retentionSeconds": secs(s.retention_ms),
+        "dedupWindowSeconds": secs(s.dedup_window_ms),
+        "onExpire": match s.on_expire { OnExpire::Discard => "discard", OnExpire::Fail => "fail" },
+    });
+    if let Some(destination) = &s.destination {
+        let obj = v.as_object_mut().expect("built as an object");
+        obj.insert("destination".into(), json!(destination));
+        obj.insert("concurrency".into(), json!(s.concurrency));
+        obj.insert("rateLimit".into(), json!(s.rate_limit));
+        obj.insert("timeoutSeconds".into(), json!(secs(s.timeout_ms)));
+        obj.insert(
+            "backoff".into(),
+            json!({
+                "initialSeconds": secs(s.backoff.initial_ms),
+                "multiplier": s.backoff.multiplier,
+                "maxSeconds": secs(s.backoff.max_ms),
+                "jitter": s.backoff.jitter,
+            }),
+        );
+        obj.insert("headers".into(), json!(s.headers));
+        obj.insert("signingSecretSet".into(), json!(s.signing_secret.is_some()));
+        obj.insert(
+            "permanentFailureStatuses".into(),
+            json!(s.permanent_failure_statuses),
+        );
+        obj.insert("breakerFailures".into(), json!(s.breaker_failures));
+        obj.insert("caFile".into(), json!(s.ca_file));
+        obj.insert("clientCert".into(), json!(s.client_cert));
+        obj.insert("clientKey".into(), json!(s.client_key));
+    }
+    v
+}
+
+/// The stats object (spec §4).
+pub fn render_stats(st: &QueueStats, push: bool) -> Value {
+    let c = &st.counters;
+    let mut v = json!({
+        "visible": st.visible,
+        "leased": st.leased,
+        "delayed": st.delayed,
+        "sentTotal": c.sent,
+        "ackedTotal": c.acked,
+        "nackedTotal": c.nacked,
+        "expiredTotal": c.expired,
+        "failedTotal": c.failed,
+        "deduplicatedTotal": c.deduplicated,
+        "oldestVisibleAgeSeconds": st.oldest_visible_age_ms.map_or(0.0, |ms| ms as f64 / 1000.0),
+        "paused": st.paused,
+    });
+    if push {
+        let obj = v.as_object_mut().expect("built as an object");
+        obj.insert("deliveriesTotal".into(), json!(0));
+        obj.insert("deliveryFailuresTotal".into(), json!(0));
+    }
+    v
+}
+
+/// A `PUT /v1/queues/{q}` body. Unknown fields are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SettingsBody {
+    lease_timeout_seconds: Option<f64>,
+    max_retries: Option<u32>,
+    retention_seconds: Option<f64>,
+    dedup_window_seconds: Option<f64>,
+    on_expire: Option<OnExpire>,
+    destination: Option<String>,
+    concurrency: Option<u32>,
+    rate_limit: Option<f64>,
+    timeout_seconds: Option<f64>,
+    backoff: Option<BackoffBody>,
+    headers: Option<BTreeMap<String, String>>,
+    /// Absent: keep; `null`: clear; a string: set.
+    #[serde(default, deserialize_with = "present")]
+    signing_secret: Option<Option<String>>,
+    permanent_failure_statuses: Option<Vec<u16>>,
+    breaker_failures: Option<u32>,
+    ca_file: Option<String>,
+    client_cert: Option<String>,
+    client_key: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BackoffBody {
+    initial_seconds: Option<f64>,
+    multiplier: Option<f64>,
+    max_seconds: Option<f64>,
+    jitter: Option<f64>,
+}
+
+/// Distinguishes an explicit `null` from an absent field.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+/// Upper bound of any duration setting: ten years, far past any sane value,
+/// so that conversions never overflow.
+const DURATION_SECONDS_MAX: f64 = 10.0 * 365.0 * 86_400.0;
+
+fn ms(field: &str, seconds: Option<f64>, default_ms: u64) -> Result<u64, String> {
+    match seconds {
+        None => Ok(default_ms),
+        Some(s) if s.is_finite() && (0.0..=DURATION_SECONDS_MAX).contains(&s) => {
+            Ok((s * 1000.0).round() as u64)
+        }
+        Some(s) => Err(format!(
+            "{field} = {s} is out of range: allowed 0 to {DURATION_SECONDS_MAX} seconds"
+        )),
+    }
+}
+
+impl SettingsBody {
+    /// The full settings a `PUT` asks for. `previous_secret` is what an
+    /// omitted `signingSecret` keeps.
+    pub fn into_settings(self, previous_secret: Option<String>) -> Result<QueueSettings, String> {
+        let d = QueueSettings::default();
+        let b = Backoff::default();
+        let backoff = self.backoff.unwrap_or_default();
+        let settings = QueueSettings {
+            lease_timeout_ms: ms(
+                "leaseTimeoutSeconds",
+                self.lease_timeout_seconds,
+                d.lease_timeout_ms,
+            )?,
+            max_retries: self.max_retries.unwrap_or(d.max_retries),
+            retention_ms: ms("retentionSeconds", self.retention_seconds, d.retention_ms)?,
+            dedup_window_ms: ms(
+                "dedupWindowSeconds",
+                self.dedup_window_seconds,
+                d.dedup_window_ms,
+            )?,
+            on_expire: self.on_expire.unwrap_or(d.on_expire),
+            destination: self.destination,
+            concurrency: self.concurrency.unwrap_or(d.concurrency),
+            rate_limit: self.rate_limit,
+            timeout_ms: ms("timeoutSeconds", self.timeout_seconds, d.timeout_ms)?,
+            backoff: Backoff {
+                initial_ms: ms(
+                    "backoff.initialSeconds",
+                    backoff.initial_seconds,
+                    b.initial_ms,
+                )?,
+                multiplier: backoff.multiplier.unwrap_or(b.multiplier),
+                max_ms: ms("backoff.maxSeconds", backoff.max_seconds, b.max_ms)?,
+                jitter: backoff.jitter.unwrap_or(b.jitter),
+            },
+            headers: self.headers.unwrap_or_default(),
+            signing_secret: match self.signing_secret {
+                None => previous_secret,
+                Some(set) => set,
+            },
+            permanent_failure_statuses: self
+                .permanent_failure_statuses
+                .unwrap_or(d.permanent_failure_statuses),
+            breaker_failures: self.breaker_failures.unwrap_or(d.breaker_failures),
+            ca_file: self.ca_file,
+            client_cert: self.client_cert,
+            client_key: self.client_key,
+        };
+        validate(&settings)?;
+        Ok(settings)
+    }
+}
+
+/// Checks what serde cannot: ranges and the destination's shape.
+pub fn validate(s: &QueueSettings) -> Result<(), String> {
+    if s.lease_timeout_ms == 0 {
+        return Err("leaseTimeoutSeconds must be more than 0".into());
+    }
+    if s.concurrency == 0 || s.concurrency > 1024 {
+        return Err(format!(
+            "concurrency = {} is out of range: allowed 1 to 1024",
+            s.concurrency
+        ));
+    }
+    if let Some(r) = s.rate_limit
+        && !(r.is_finite() && r > 0.0)
+    {
+        return Err(format!(
+            "rateLimit = {r} must be a positive number of requests per second"
+        ));
+    }
+    if !(s.backoff.multiplier.is_finite() && s.backoff.multiplier >= 1.0) {
+        return Err("backoff.multiplier must be at least 1".into());
+    }
+    if !(0.0..=1.0).contains(&s.backoff.jitter) {
+        return Err("backoff.jitter must be between 0 and 1".into());
+    }
+    if let Some(dest) = &s.destination {
+        destination_host(dest)?;
+    }
+    Ok(())
+}
+
+/// The host of a destination URL, after checking its shape: `http` or
+/// `https`, a host, no query string, no fragment, no user info.
+pub fn destination_host(dest: &str) -> Result<String, String> {
+    let bad = |why: &str| Err(format!("destination {dest:?} is not usable: {why}"));
+    let Some((scheme, rest)) = dest.split_once("://") else {
+        return bad("expected http://host[:port][/path] or https://…");
+    };
+    if scheme != "http" && scheme != "https" {
+        return bad("the scheme must be http or https");
+    }
+    if dest.contains('?') || dest.contains('#') {
+        return bad("a destination has no query string or fragment");
+    }
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() || authority.contains('@') {
+        return bad("it needs a host (and no user info)");
+    }
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or_default().to_string()
+    } else {
+        authority.split(':').next().unwrap_or_default().to_string()
+    };
+    if host.is_empty() {
+        return bad("it needs a host");
+    }
+    Ok(host.to_ascii_lowercase())
+}
+
+/// Whether `host` matches one of `patterns` (`*.example.com` matches any
+/// subdomain of example.com; anything else matches exactly).
+pub fn host_allowed(host: &str, patterns: &[String]) -> bool {
+    patterns.iter().any(|p| {
+        let p = p.to_ascii_lowercase();
+        match p.strip_prefix("*.") {
+            Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
+            None => host == p,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_bodies_default_what_they_omit_but_keep_the_secret() {
+        let body: SettingsBody =
+            serde_json::from_str(r#"{"maxRetries": 2, "leaseTimeoutSeconds": 1.5}"#).unwrap();
+        let s = body.into_settings(Some("old".into())).unwrap();
+        assert_eq!((s.max_retries, s.lease_timeout_ms), (2, 1500));
+        assert_eq!(s.signing_secret.as_deref(), Some("old"));
+        let body: SettingsBody = serde_json::from_str(r#"{"signingSecret": null}"#).unwrap();
+        assert_eq!(
+            body.into_settings(Some("old".into()))
+                .unwrap()
+                .signing_secret,
+            None
+        );
+        assert!(serde_json::from_str::<SettingsBody>(r#"{"maxRetrys": 2}"#).is_err());
+    }
+
+    #[test]
+    fn the_secret_is_never_rendered() {
+        let s = QueueSettings {
+            destination: Some("https://x.example.com/h".into()),
+            signing_secret: Some("whsec_abc".into()),
+            ..QueueSettings::default()
+        };
+        let text = render(&s).to_string();
+        assert!(!text.contains("whsec_abc"), "{text}");
+        assert!(text.contains("\"signingSecretSet\":true"));
+    }
+
+    #[test]
+    fn destinations_are_checked_and_matched() {
+        assert_eq!(
+            destination_host("https://Api.Example.com:8443/h").unwrap(),
+            "api.example.com"
+        );
+        assert_eq!(destination_host("http://[::1]:80").unwrap(), "::1");
+        assert!(destination_host("https://x.example.com/h?a=1").is_err());
+        assert!(destination_host("ftp://x").is_err());
+        assert!(destination_host("https://user@x").is_err());
+        let allowed = vec!["*.example.com".to_string(), "127.0.0.1".to_string()];
+        assert!(host_allowed("api.example.com", &allowed));
+        assert!(!host_allowed("example.com", &allowed));
+        assert!(!host_allowed("evilexample.com", &allowed));
+        assert!(host_allowed("127.0.0.1", &allowed));
+    }
+}

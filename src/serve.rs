@@ -1,0 +1,252 @@
+//! Running spoold: bind, serve, replay, reconcile the config's queues, and
+//! stop cleanly. `main` calls [`start`]; tests call it too, on port 0.
+//!
+//! Order matters: the listener is bound first (so probes get answers and a
+//! bad address fails fast), then the journal is replayed while `/readyz`
+//! says "not ready", then the engine is handed to the routes.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::settings::{destination_host, host_allowed, validate};
+use crate::api::{ApiConfig, AppState, router, server};
+use crate::config::{Config, OnCorruption};
+use crate::engine::{Engine, EngineError, EngineOptions};
+use crate::journal::JournalError;
+use crate::spool::QueueSettings;
+
+/// How often the background compactor looks for garbage.
+const COMPACTION_PERIOD: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// `server.listen` is not loopback and no API key is configured.
+    #[error(
+        "refusing to listen on {listen} without an API key: set server.api_keys or \
+         SPOOLD_API_KEYS, listen on a loopback address, or set \
+         server.allow_unauthenticated = true"
+    )]
+    Unauthenticated { listen: String },
+
+    #[error("cannot listen on {listen}: {error}")]
+    Bind {
+        listen: String,
+        error: std::io::Error,
+    },
+
+    #[error("opening spool {dir}: {error}")]
+    Open { dir: String, error: JournalError },
+
+    #[error("queue {queue} in the config file: {reason}")]
+    Queue { queue: String, reason: String },
+
+    #[error("applying the config's queues: {0}")]
+    Engine(#[from] EngineError),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stopped on request, after the grace period at most.
+    Stopped,
+    /// An fsync failed: the journal took no more writes; restart so that
+    /// replay decides.
+    Poisoned,
+}
+
+/// A running server.
+pub struct Running {
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<Outcome, ServeError>>,
+}
+
+impl Running {
+    /// Asks the server to stop (SIGTERM/SIGINT do this in `main`).
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// A handle that stops the server from elsewhere (a signal task).
+    pub fn stop_handle(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+
+    /// Waits until the server has stopped.
+    pub async fn wait(self) -> Result<Outcome, ServeError> {
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+}
+
+/// Binds `server.listen` and starts serving; replay and the rest continue in
+/// the background.
+pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Running, ServeError> {
+    let api_config = ApiConfig::from_config(&config, env_api_keys.as_deref());
+    let listen = config.server.listen.clone();
+    let listener = TcpListener::bind(&listen)
+        .await
+        .map_err(|error| ServeError::Bind {
+            listen: listen.clone(),
+            error,
+        })?;
+    let addr = listener.local_addr().map_err(|error| ServeError::Bind {
+        listen: listen.clone(),
+        error,
+    })?;
+    if !addr.ip().is_loopback()
+        && api_config.api_keys.is_empty()
+        && !config.server.allow_unauthenticated
+    {
+        return Err(ServeError::Unauthenticated { listen });
+    }
+    for (name, queue) in &config.queues {
+        check_queue(&config, name, &queue.settings())?;
+    }
+    if !config.spool.fsync {
+        tracing::warn!("spool.fsync = false: acknowledged messages can be lost on a crash");
+    }
+    tracing::info!(%addr, "listening");
+    let state = AppState::new(api_config);
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(run(config, listener, state, stop_rx));
+    Ok(Running { addr, stop, task })
+}
+
+/// Refuses a config queue whose settings are out of range or whose
+/// destination `server.allowed_destinations` does not allow.
+fn check_queue(config: &Config, name: &str, settings: &QueueSettings) -> Result<(), ServeError> {
+    let err = |reason: String| ServeError::Queue {
+        queue: name.to_string(),
+        reason,
+    };
+    validate(settings).map_err(err)?;
+    if let (Some(dest), Some(allowed)) =
+        (&settings.destination, &config.server.allowed_destinations)
+    {
+        let host = destination_host(dest).map_err(err)?;
+        if !host_allowed(&host, allowed) {
+            return Err(err(format!(
+                "destination host {host} is not in server.allowed_destinations"
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn run(
+    config: Config,
+    listener: TcpListener,
+    state: std::sync::Arc<AppState>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Outcome, ServeError> {
+    let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    // The listener stops on a stop request and on a poisoned journal alike.
+    let (close_listener, mut listener_closed) = watch::channel(false);
+    let server = tokio::spawn(server::serve(
+        listener,
+        router(state.clone()),
+        async move {
+            let _ = listener_closed.wait_for(|s| *s).await;
+        },
+        grace,
+    ));
+
+    let mut options = EngineOptions::new(&config.spool.dir);
+    options.segment_bytes = config.spool.segment_bytes;
+    options.fsync = config.spool.fsync;
+    options.max_bytes = config.spool.max_bytes;
+    options.quarantine_corruption = config.spool.on_corruption == OnCorruption::Quarantine;
+    let (engine, report) = match Engine::open(options).await {
+        Ok(opened) => opened,
+        Err(error) => {
+            close_listener.send_replace(true);
+            return Err(ServeError::Open {
+                dir: config.spool.dir.display().to_string(),
+                error,
+            });
+        }
+    };
+    tracing::info!(
+        dir = %config.spool.dir.display(),
+        records = report.records,
+        messages = report.messages,
+        epoch = report.epoch,
+        replay_ms = report.duration.as_millis() as u64,
+        "spool open"
+    );
+    let wanted: BTreeMap<String, QueueSettings> = config
+        .queues
+        .iter()
+        .map(|(name, q)| (name.clone(), q.settings()))
+        .collect();
+    reconcile_config_queues(&engine, &wanted).await?;
+    let _timer = engine.spawn_timer();
+    let _compactor = engine.spawn_compactor(COMPACTION_PERIOD);
+    state.set_engine(engine.clone());
+    tracing::info!("ready");
+
+    let mut poisoned = engine.poisoned();
+    let outcome = tokio::select! {
+        _ = stop.wait_for(|s| *s) => Outcome::Stopped,
+        _ = poisoned.wait_for(|p| *p) => Outcome::Poisoned,
+    };
+    state.begin_shutdown();
+    match outcome {
+        Outcome::Stopped => {
+            tracing::info!(
+                grace_ms = grace.as_millis() as u64,
+                "stopping: no new connections, finishing requests"
+            );
+        }
+        Outcome::Poisoned => {
+            tracing::error!("journal poisoned by a failed fsync: stopping so that replay decides");
+        }
+    }
+    close_listener.send_replace(true);
+    let _ = server.await;
+    engine.close();
+    Ok(outcome)
+}
+
+/// Makes the spool's config-managed queues match the config file: creates
+/// or updates every queue it defines; a queue it no longer defines is
+/// deleted if empty, and otherwise becomes API-managed (nothing is dropped
+/// silently).
+pub async fn reconcile_config_queues(
+    engine: &Engine,
+    wanted: &BTreeMap<String, QueueSettings>,
+) -> Result<(), EngineError> {
+    for (name, settings) in wanted {
+        let current = engine.queue_settings(name).ok();
+        if current.as_ref() != Some(&(settings.clone(), true)) {
+            engine.upsert_queue(name, settings.clone(), true).await?;
+        }
+    }
+    for name in engine.queue_names() {
+        let Ok((settings, true)) = engine.queue_settings(&name) else {
+            continue;
+        };
+        if wanted.contains_key(&name) {
+            continue;
+        }
+        if engine.message_count(&name) == 0 {
+            tracing::info!(queue = %name, "queue left the config file and was empty: deleted");
+            engine.delete_queue(&name).await?;
+        } else {
+            tracing::warn!(
+                queue = %name,
+                "queue left the config file but still holds messages: it is now managed over the API"
+            );
+            engine.upsert_queue(&name, settings, false).await?;
+        }
+    }
+    Ok(())
+}

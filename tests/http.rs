@@ -1,0 +1,905 @@
+//! The HTTP API end to end: the real server (the library's `serve::start`)
+//! on 127.0.0.1:0, spoken to with an HTTP client. Every route, every error
+//! kind, auth on and off, long polls, lease expiry, failure queues, redrive,
+//! dedup and leases across restarts.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use reqwest::{Client, Method, Response, StatusCode};
+use serde_json::{Value, json};
+use spoold::config::Config;
+use spoold::serve::{Running, start};
+
+struct Server {
+    running: Option<Running>,
+    base: String,
+    client: Client,
+    key: Option<String>,
+}
+
+impl Server {
+    async fn start(dir: &Path, extra_toml: &str) -> Server {
+        let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{extra_toml}\n",);
+        let mut config = Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        config.spool.dir = dir.to_path_buf();
+        if config.spool.segment_bytes == 64 << 20 {
+            config.spool.segment_bytes = 1 << 20;
+        }
+        let key = config.server.api_keys.first().cloned();
+        let running = start(config, None).await.expect("server starts");
+        let base = format!("http://{}", running.addr);
+        let server = Server {
+            running: Some(running),
+            base,
+            client: Client::new(),
+            key,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = server
+                .client
+                .get(format!("{}/readyz", server.base))
+                .send()
+                .await;
+            if r.is_ok_and(|r| r.status() == StatusCode::OK) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server
+    }
+
+    async fn stop(mut self) {
+        let running = self.running.take().unwrap();
+        running.stop();
+        running.wait().await.unwrap();
+    }
+
+    fn req(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let b = self.client.request(method, format!("{}{path}", self.base));
+        match &self.key {
+            Some(k) => b.header("Spooler-Api-Key", k),
+            None => b,
+        }
+    }
+
+    async fn put_queue(&self, q: &str, settings: Value) -> Response {
+        self.req(Method::PUT, &format!("/v1/queues/{q}"))
+            .json(&settings)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn send(&self, q: &str, body: &str) -> Response {
+        self.req(Method::POST, &format!("/v1/queues/{q}/messages"))
+            .header("Content-Type", "text/plain")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn receive(&self, q: &str, query: &str) -> Response {
+        self.req(Method::POST, &format!("/v1/queues/{q}/receive{query}"))
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// Sends one raw HTTP/1.1 request line (no body) and returns the status.
+async fn raw_status(s: &Server, request_line: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = s.base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let key = s
+        .key
+        .as_ref()
+        .map(|k| format!("Spooler-Api-Key: {k}\r\n"))
+        .unwrap_or_default();
+    let text =
+        format!("{request_line}\r\nHost: x\r\n{key}Content-Length: 0\r\nConnection: close\r\n\r\n");
+    stream.write_all(text.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let head = String::from_utf8_lossy(&response);
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn json_of(r: Response) -> Value {
+    r.json().await.unwrap()
+}
+
+async fn assert_error(r: Response, status: StatusCode, kind: &str) {
+    assert_eq!(r.status(), status);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["kind"], kind, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+}
+
+fn header(r: &Response, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} header"))
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn send_receive_ack_with_spooler_headers_and_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "").await;
+    assert_eq!(
+        s.put_queue("orders", json!({})).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        s.put_queue("orders", json!({})).await.status(),
+        StatusCode::OK
+    );
+
+    let sent = s.send("orders", "hello").await;
+    assert_eq!(sent.status(), StatusCode::CREATED);
+    let location = header(&sent, "location");
+    let body = json_of(sent).await;
+    let id = body["id"].as_str().unwrap().to_string();
+    assert_eq!(body["queue"], "orders");
+    assert_eq!(location, format!("/v1/queues/orders/messages/{id}"));
+
+    let peeked = json_of(s.req(Method::GET, &location).send().await.unwrap()).await;
+    assert_eq!(peeked["state"], "visible");
+    assert_eq!(peeked["body"], "hello");
+    assert_eq!(peeked["retryCount"], 0);
+    assert!(peeked["attempts"].is_array());
+
+    let got = s.receive("orders", "").await;
+    assert_eq!(got.status(), StatusCode::OK);
+    assert_eq!(header(&got, "spooler-message-id"), id);
+    assert_eq!(header(&got, "spooler-retry-count"), "0");
+    assert_eq!(header(&got, "content-type"), "text/plain");
+    assert!(header(&got, "spooler-lease-expires").ends_with('Z'));
+    let token = header(&got, "spooler-lease-token");
+    assert!(
+        token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    );
+    assert_eq!(got.text().await.unwrap(), "hello");
+
+    let renew = s
+        .req(
+            Method::POST,
+            &format!("/v1/queues/orders/leases/{token}/renew"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(renew.status(), StatusCode::OK);
+    assert!(json_of(renew).await["leaseExpiresAt"].is_string());
+    let ack = s
+        .req(
+            Method::POST,
+            &format!("/v1/queues/orders/leases/{token}/ack"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ack.status(), StatusCode::NO_CONTENT);
+    let again = s
+        .req(
+            Method::POST,
+            &format!("/v1/queues/orders/leases/{token}/ack"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_error(again, StatusCode::CONFLICT, "stale_lease").await;
+    let garbled = s
+        .req(Method::POST, "/v1/queues/orders/leases/garbage/ack")
+        .send()
+        .await
+        .unwrap();
+    assert_error(garbled, StatusCode::BAD_REQUEST, "bad_request").await;
+    assert_eq!(
+        s.receive("orders", "").await.status(),
+        StatusCode::NO_CONTENT
+    );
+
+    let stats = json_of(
+        s.req(Method::GET, "/v1/queues/orders")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(stats["name"], "orders");
+    assert_eq!(stats["stats"]["sentTotal"], 1);
+    assert_eq!(stats["stats"]["ackedTotal"], 1);
+    assert_eq!(stats["settings"]["leaseTimeoutSeconds"], 30.0);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_long_poll_is_woken_by_a_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "").await;
+    s.put_queue("q", json!({})).await;
+    let started = Instant::now();
+    let poll = s.receive("q", "?wait=20");
+    let send = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        s.send("q", "wake up").await
+    };
+    let (got, sent) = tokio::join!(poll, send);
+    assert_eq!(sent.status(), StatusCode::CREATED);
+    assert_eq!(got.status(), StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "woken by the send, not the timeout"
+    );
+    assert_eq!(got.text().await.unwrap(), "wake up");
+
+    let batch = s
+        .req(Method::POST, "/v1/queues/q/receive-batch?max=5&wait=0.2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_of(batch).await["messages"], json!([]));
+    for bad in ["?wait=21", "?wait=-1", "?wait=soon"] {
+        assert_error(
+            s.receive("q", bad).await,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        )
+        .await;
+    }
+    let bad_max = s
+        .req(Method::POST, "/v1/queues/q/receive-batch?max=101")
+        .send()
+        .await
+        .unwrap();
+    assert_error(bad_max, StatusCode::BAD_REQUEST, "bad_request").await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn lease_expiry_redelivers_with_a_higher_retry_count_then_fails_and_redrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "").await;
+    s.put_queue("q", json!({"leaseTimeoutSeconds": 0.3, "maxRetries": 1}))
+        .await;
+    let id = json_of(s.send("q", "job").await).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let first = s.receive("q", "").await;
+    assert_eq!(header(&first, "spooler-retry-count"), "0");
+    let second = s.receive("q", "?wait=5").await;
+    assert_eq!(
+        second.status(),
+        StatusCode::OK,
+        "redelivered after the lease expired"
+    );
+    assert_eq!(header(&second, "spooler-retry-count"), "1");
+    let token = header(&second, "spooler-lease-token");
+    let nack = s
+        .req(Method::POST, &format!("/v1/queues/q/leases/{token}/nack"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(nack.status(), StatusCode::NO_CONTENT);
+
+    let failed = json_of(
+        s.req(Method::GET, "/v1/queues/q.failed/messages")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let entry = &failed["messages"][0];
+    assert_eq!(entry["id"], id.as_str());
+    assert_eq!(entry["originQueue"], "q");
+    assert_eq!(entry["reason"], "retries_exhausted");
+    assert_eq!(entry["retryCount"], 1);
+    assert!(entry["failedAt"].is_string());
+
+    let dry = json_of(
+        s.req(Method::POST, "/v1/queues/q/redrive?dryRun=true")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(dry["moved"], 1);
+    let moved = json_of(
+        s.req(Method::POST, &format!("/v1/queues/q/redrive?id={id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(moved["moved"], 1);
+    let back = s.receive("q", "").await;
+    assert_eq!(header(&back, "spooler-message-id"), id);
+    assert_eq!(
+        header(&back, "spooler-retry-count"),
+        "0",
+        "redrive resets the count"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn dedup_holds_across_a_restart_and_old_leases_go_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "").await;
+    s.put_queue("q", json!({"dedupWindowSeconds": 600})).await;
+    let keyed = || {
+        s.req(Method::POST, "/v1/queues/q/messages")
+            .header("Idempotency-Key", "order-7")
+            .body("once")
+    };
+    let first = keyed().send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let id = json_of(first).await["id"].clone();
+    let got = s.receive("q", "").await;
+    let token = header(&got, "spooler-lease-token");
+    s.stop().await;
+
+    let s = Server::start(dir.path(), "").await;
+    let again = s
+        .req(Method::POST, "/v1/queues/q/messages")
+        .header("Idempotency-Key", "order-7")
+        .body("twice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(header(&again, "spooler-deduplicated"), "true");
+    assert_eq!(json_of(again).await["id"], id);
+    let stale = s
+        .req(Method::POST, &format!("/v1/queues/q/leases/{token}/ack"))
+        .send()
+        .await
+        .unwrap();
+    assert_error(stale, StatusCode::CONFLICT, "stale_lease").await;
+    let redelivered = s.receive("q", "").await;
+    assert_eq!(
+        redelivered.status(),
+        StatusCode::OK,
+        "visible at once after the restart"
+    );
+    assert_eq!(header(&redelivered, "spooler-retry-count"), "0");
+
+    s.put_queue("plain", json!({})).await;
+    let refused = s
+        .req(Method::POST, "/v1/queues/plain/messages")
+        .header("Idempotency-Key", "k")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_error(refused, StatusCode::BAD_REQUEST, "bad_request").await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn forward_stores_the_request_and_checks_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "redact_headers = [\"X-Secret\"]\n").await;
+    s.put_queue(
+        "hooks",
+        json!({"destination": "https://hooks.example.com/in", "dedupWindowSeconds": 60}),
+    )
+    .await;
+    s.put_queue("pull", json!({})).await;
+    // The client would resolve dot segments itself: send those raw.
+    let raw = raw_status(&s, "POST /v1/forward/hooks/a/./b/../c/ HTTP/1.1").await;
+    assert_eq!(raw, 202);
+    for escape in [
+        "POST /v1/forward/hooks/a/../../etc HTTP/1.1",
+        "POST /v1/forward/hooks/%2e%2e/x HTTP/1.1",
+        "POST /v1/forward/hooks/.%2E/x HTTP/1.1",
+    ] {
+        assert_eq!(raw_status(&s, escape).await, 400, "{escape}");
+    }
+    let r = s
+        .req(Method::PATCH, "/v1/forward/hooks/a/c?x=1&y=%2F")
+        .header("Authorization", "Bearer for-the-destination")
+        .header("X-Secret", "s3cret")
+        .header("Spooler-Idempotency-Key", "not-forwarded")
+        .header("Content-Type", "application/json")
+        .body("{\"a\":1}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let delivery_id = header(&r, "spooler-delivery-id");
+    assert_eq!(json_of(r).await["id"], delivery_id.as_str());
+
+    let m = json_of(
+        s.req(
+            Method::GET,
+            &format!("/v1/queues/hooks/messages/{delivery_id}"),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(m["request"]["method"], "PATCH");
+    assert_eq!(m["request"]["path"], "/a/c?x=1&y=%2F");
+    assert_eq!(m["request"]["headers"]["authorization"], "<redacted>");
+    assert_eq!(m["request"]["headers"]["x-secret"], "<redacted>");
+    assert!(
+        m["request"]["headers"]
+            .get("spooler-idempotency-key")
+            .is_none()
+    );
+    assert_eq!(m["body"], "{\"a\":1}");
+
+    let twice = s
+        .req(Method::POST, "/v1/forward/hooks/a/c?x=1&y=%2F")
+        .header("Spooler-Idempotency-Key", "not-forwarded")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), StatusCode::OK);
+    assert_eq!(
+        header(&twice, "spooler-delivery-id"),
+        delivery_id,
+        "deduplicated"
+    );
+    let to_pull = s
+        .req(Method::POST, "/v1/forward/pull/x")
+        .send()
+        .await
+        .unwrap();
+    assert_error(to_pull, StatusCode::CONFLICT, "not_push_queue").await;
+    let receive_push = s.receive("hooks", "").await;
+    assert_error(receive_push, StatusCode::CONFLICT, "not_pull_queue").await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn queues_can_be_listed_changed_paused_peeked_cancelled_purged_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "[queues.fromconfig]\nmax_retries = 2\n").await;
+    s.put_queue("q", json!({"maxRetries": 3})).await;
+    let list = json_of(s.req(Method::GET, "/v1/queues").send().await.unwrap()).await;
+    let names: Vec<&str> = list["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["fromconfig", "fromconfig.failed", "q", "q.failed"]
+    );
+
+    assert_error(
+        s.put_queue("fromconfig", json!({})).await,
+        StatusCode::CONFLICT,
+        "queue_managed_by_config",
+    )
+    .await;
+    let del = s
+        .req(Method::DELETE, "/v1/queues/fromconfig")
+        .send()
+        .await
+        .unwrap();
+    assert_error(del, StatusCode::CONFLICT, "queue_managed_by_config").await;
+    assert_error(
+        s.put_queue("q.failed", json!({})).await,
+        StatusCode::CONFLICT,
+        "failure_queue",
+    )
+    .await;
+    let send_failed = s.send("q.failed", "x").await;
+    assert_eq!(send_failed.status(), StatusCode::CONFLICT);
+    assert_error(
+        s.put_queue("q", json!({"maxRetrys": 1})).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    assert_error(
+        s.put_queue("bad name", json!({})).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    let bad_json = s
+        .req(Method::PUT, "/v1/queues/q")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_error(bad_json, StatusCode::BAD_REQUEST, "bad_request").await;
+
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            json_of(s.send("q", &format!("m{i}")).await).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let page = json_of(
+        s.req(Method::GET, "/v1/queues/q/messages?limit=2")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let page_ids: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(page_ids, vec![ids[0].as_str(), ids[1].as_str()]);
+    let next = json_of(
+        s.req(
+            Method::GET,
+            &format!("/v1/queues/q/messages?limit=2&after={}", ids[1]),
+        )
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(next["messages"][0]["id"], ids[2].as_str());
+    let too_many = s
+        .req(Method::GET, "/v1/queues/q/messages?limit=1001")
+        .send()
+        .await
+        .unwrap();
+    assert_error(too_many, StatusCode::BAD_REQUEST, "bad_request").await;
+
+    let cancel = s
+        .req(Method::DELETE, &format!("/v1/queues/q/messages/{}", ids[0]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), StatusCode::NO_CONTENT);
+    let gone = s
+        .req(Method::GET, &format!("/v1/queues/q/messages/{}", ids[0]))
+        .send()
+        .await
+        .unwrap();
+    assert_error(gone, StatusCode::NOT_FOUND, "message_not_found").await;
+
+    assert_eq!(
+        s.req(Method::POST, "/v1/queues/q/pause")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        s.receive("q", "").await.status(),
+        StatusCode::NO_CONTENT,
+        "paused"
+    );
+    let stats = json_of(s.req(Method::GET, "/v1/queues/q").send().await.unwrap()).await;
+    assert_eq!(stats["stats"]["paused"], true);
+    assert_eq!(
+        s.req(Method::POST, "/v1/queues/q/resume")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(s.receive("q", "").await.status(), StatusCode::OK);
+
+    let purged = json_of(
+        s.req(Method::DELETE, "/v1/queues/q/messages")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(purged["purged"], 4);
+    assert_eq!(
+        s.req(Method::DELETE, "/v1/queues/q")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    let missing = s.req(Method::GET, "/v1/queues/q").send().await.unwrap();
+    assert_error(missing, StatusCode::NOT_FOUND, "queue_not_found").await;
+    assert_error(
+        s.send("nope", "x").await,
+        StatusCode::NOT_FOUND,
+        "queue_not_found",
+    )
+    .await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn tail_streams_new_messages_as_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "").await;
+    s.put_queue("q", json!({})).await;
+    let mut tail = s
+        .req(Method::GET, "/v1/queues/q/tail")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tail.status(), StatusCode::OK);
+    assert_eq!(header(&tail, "content-type"), "application/x-ndjson");
+    s.send("q", "first").await;
+    s.send("q", "second").await;
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while text.lines().count() < 2 {
+        let chunk = tokio::time::timeout_at(deadline.into(), tail.chunk())
+            .await
+            .expect("lines arrive")
+            .unwrap();
+        text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+    }
+    let bodies: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["body"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(bodies, vec!["first", "second"]);
+    drop(tail);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn errors_have_kinds_for_routes_methods_sizes_and_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        "max_body_bytes = 1000\n[spool]\nsegment_bytes = \"64KiB\"\nmax_bytes = \"256KiB\"\n",
+    )
+    .await;
+    s.put_queue("q", json!({})).await;
+    assert_error(
+        s.req(Method::GET, "/v1/nothing").send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_error(
+        s.req(Method::GET, "/elsewhere").send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    let wrong = s
+        .req(Method::PATCH, "/v1/queues/q/messages")
+        .send()
+        .await
+        .unwrap();
+    assert_error(wrong, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
+    assert_error(
+        s.send("q", &"x".repeat(1001)).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    )
+    .await;
+    let bad_delay = s
+        .req(Method::POST, "/v1/queues/q/messages")
+        .header("Spooler-Delay", "soon")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_error(bad_delay, StatusCode::BAD_REQUEST, "bad_request").await;
+
+    let full = loop {
+        let r = s.send("q", &"y".repeat(900)).await;
+        if r.status() != StatusCode::CREATED {
+            break r;
+        }
+    };
+    assert!(full.headers().contains_key("retry-after"));
+    assert_error(full, StatusCode::INSUFFICIENT_STORAGE, "spool_full").await;
+
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(
+            s.client
+                .get(format!("{}{path}", s.base))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
+    }
+    let metrics = s
+        .client
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("spoold_journal_max_bytes 262144"),
+        "{metrics}"
+    );
+    s.stop().await;
+}
+
+/// Every `/v1` route, with a method it takes.
+const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/v1/queues"),
+    ("GET", "/v1/queues/q"),
+    ("PUT", "/v1/queues/q"),
+    ("DELETE", "/v1/queues/q"),
+    ("POST", "/v1/queues/q/messages"),
+    ("GET", "/v1/queues/q/messages"),
+    ("DELETE", "/v1/queues/q/messages"),
+    (
+        "GET",
+        "/v1/queues/q/messages/000000000000000100000000000000ff",
+    ),
+    (
+        "DELETE",
+        "/v1/queues/q/messages/000000000000000100000000000000ff",
+    ),
+    ("POST", "/v1/queues/q/receive"),
+    ("POST", "/v1/queues/q/receive-batch"),
+    ("POST", "/v1/queues/q/leases/token/ack"),
+    ("POST", "/v1/queues/q/leases/token/nack"),
+    ("POST", "/v1/queues/q/leases/token/renew"),
+    ("GET", "/v1/queues/q/tail"),
+    ("POST", "/v1/queues/q/redrive"),
+    ("POST", "/v1/queues/q/pause"),
+    ("POST", "/v1/queues/q/resume"),
+    ("POST", "/v1/forward/q/x"),
+    ("GET", "/v1/forward/q"),
+    ("GET", "/v1/no-such-route"),
+];
+
+#[tokio::test]
+async fn with_keys_configured_no_v1_route_answers_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "api_keys = [\"k1\", \"second-key\"]\n").await;
+    for (method, path) in ROUTES {
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let url = format!("{}{path}", s.base);
+        let none = s.client.request(method.clone(), &url).send().await.unwrap();
+        assert_eq!(
+            none.status(),
+            StatusCode::UNAUTHORIZED,
+            "{method} {path} without a key"
+        );
+        assert_eq!(json_of(none).await["kind"], "unauthorized");
+        let wrong = s
+            .client
+            .request(method.clone(), &url)
+            .header("Spooler-Api-Key", "k2")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            wrong.status(),
+            StatusCode::UNAUTHORIZED,
+            "{method} {path} with a wrong key"
+        );
+        if path.starts_with("/v1/forward/") {
+            let bearer = s
+                .client
+                .request(method.clone(), &url)
+                .bearer_auth("k1")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                bearer.status(),
+                StatusCode::UNAUTHORIZED,
+                "forward ignores Authorization"
+            );
+        } else if *path != "/v1/queues/q/tail" {
+            let bearer = s
+                .client
+                .request(method.clone(), &url)
+                .bearer_auth("second-key")
+                .send()
+                .await
+                .unwrap();
+            assert_ne!(
+                bearer.status(),
+                StatusCode::UNAUTHORIZED,
+                "{method} {path} with a bearer key"
+            );
+        }
+    }
+    // Probes stay open.
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(
+            s.client
+                .get(format!("{}{path}", s.base))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
+    }
+    // Unauthenticated callers never learn whether a queue exists.
+    let unknown = s
+        .client
+        .get(format!("{}/v1/queues/nope", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
+
+    s.put_queue("hooks", json!({"destination": "https://h.example.com"}))
+        .await;
+    let forwarded = s
+        .client
+        .post(format!("{}/v1/forward/hooks/x", s.base))
+        .header("Spooler-Api-Key", "k1")
+        .header("Authorization", "Bearer dest-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forwarded.status(), StatusCode::ACCEPTED);
+    let id = header(&forwarded, "spooler-delivery-id");
+    let m = json_of(
+        s.req(Method::GET, &format!("/v1/queues/hooks/messages/{id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let headers = m["request"]["headers"].as_object().unwrap();
+    assert!(
+        headers.contains_key("authorization"),
+        "Authorization is forwarded"
+    );
+    assert!(
+        !headers.contains_key("spooler-api-key"),
+        "the key is stripped"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn listening_beyond_loopback_without_a_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::parse("[server]\nlisten = \"0.0.0.0:0\"\n").unwrap();
+    config.spool.dir = dir.path().to_path_buf();
+    let err = match start(config.clone(), None).await {
+        Ok(_) => panic!("started without a key on 0.0.0.0"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("without an API key"), "{err}");
+    let running = start(config, Some("env-key".into()))
+        .await
+        .expect("a key from SPOOLD_API_KEYS is enough");
+    running.stop();
+    running.wait().await.unwrap();
+}
