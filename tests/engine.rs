@@ -461,3 +461,21 @@ async fn a_full_spool_refuses_sends_but_takes_acks_and_compaction_frees_it() {
     assert!(!engine.is_full(), "{} bytes", engine.journal_bytes());
     engine.send("q", body("room again")).await.unwrap();
 }
+
+#[tokio::test]
+async fn the_spool_directory_and_its_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("spool");
+    let mut options = spoold::engine::EngineOptions::new(&dir);
+    options.segment_bytes = 1 << 20;
+    let (engine, _) = spoold::engine::Engine::open(options).await.unwrap();
+    make_queue(&engine, "q", QueueSettings::default()).await;
+    engine.send("q", body("secret")).await.unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
+}

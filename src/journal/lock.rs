@@ -1,6 +1,7 @@
 //! The lock file that keeps two processes off one spool.
 
 use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::error::JournalError;
@@ -22,6 +23,7 @@ impl DirLock {
             .truncate(false)
             .read(true)
             .write(true)
+            .mode(0o600)
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
         match file.try_lock() {

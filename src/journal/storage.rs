@@ -8,7 +8,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -77,8 +77,14 @@ pub trait StorageFile: Send + Sync {
 pub struct OsStorage;
 
 impl Storage for OsStorage {
+    /// Creates the spool directory readable by its owner only (`0700`):
+    /// payloads may hold anything the application sends.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        fs::create_dir_all(dir)
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
@@ -102,6 +108,7 @@ impl Storage for OsStorage {
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(path)?;
         Ok(Arc::new(OsFile(file)))
     }

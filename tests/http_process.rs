@@ -1,0 +1,235 @@
+//! The real binary over real sockets: `kill -9` in the middle of concurrent
+//! sends, and clients that hang up before reading their answer.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::{Client, StatusCode};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_spoold");
+
+/// A spoold process; killed if a failing test leaves it behind.
+struct Spoold {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Spoold {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts spoold on a free port with its spool in `dir`; returns once it is
+/// ready.
+async fn start(dir: &Path) -> Spoold {
+    let config = dir.join("spoold.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[spool]\ndir = \"{}\"\nsegment_bytes = \"1MiB\"\n",
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("SPOOLD_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("addr=").nth(1) {
+                let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("spoold logged its address");
+    let addr = addr.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == ':' || c == '.'));
+    let spoold = Spoold {
+        child,
+        base: format!("http://{addr}"),
+    };
+    let client = Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = client.get(format!("{}/readyz", spoold.base)).send().await
+            && r.status() == StatusCode::OK
+        {
+            return spoold;
+        }
+        assert!(Instant::now() < deadline, "spoold never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn ids_in(client: &Client, base: &str, queue: &str) -> BTreeSet<String> {
+    let mut ids = BTreeSet::new();
+    let mut after = String::new();
+    loop {
+        let url = format!("{base}/v1/queues/{queue}/messages?limit=1000{after}");
+        let page: Value = client.get(url).send().await.unwrap().json().await.unwrap();
+        let messages = page["messages"].as_array().unwrap();
+        if messages.is_empty() {
+            return ids;
+        }
+        for m in messages {
+            ids.insert(m["id"].as_str().unwrap().to_string());
+        }
+        after = format!(
+            "&after={}",
+            messages.last().unwrap()["id"].as_str().unwrap()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_sixteen_senders_loses_no_201() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::new();
+    let mut acknowledged = BTreeSet::new();
+    let mut attempted = 0usize;
+    for round in 0..5 {
+        let mut spoold = start(dir.path()).await;
+        if round == 0 {
+            let r = client
+                .put(format!("{}/v1/queues/q", spoold.base))
+                .json(&serde_json::json!({}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::CREATED);
+        }
+        let got = Arc::new(Mutex::new(Vec::<String>::new()));
+        let tried = Arc::new(Mutex::new(0usize));
+        let mut senders = Vec::new();
+        for w in 0..16 {
+            let (client, base, got, tried) = (
+                client.clone(),
+                spoold.base.clone(),
+                got.clone(),
+                tried.clone(),
+            );
+            senders.push(tokio::spawn(async move {
+                for n in 0.. {
+                    *tried.lock().unwrap() += 1;
+                    let sent = client
+                        .post(format!("{base}/v1/queues/q/messages"))
+                        .body(format!("round {round} writer {w} n {n}"))
+                        .send()
+                        .await;
+                    let Ok(r) = sent else { return };
+                    if r.status() == StatusCode::CREATED {
+                        let Ok(body) = r.json::<Value>().await else {
+                            return;
+                        };
+                        got.lock()
+                            .unwrap()
+                            .push(body["id"].as_str().unwrap().to_string());
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(300 + rand::random::<u64>() % 500)).await;
+        spoold.child.kill().unwrap();
+        spoold.child.wait().unwrap();
+        for s in senders {
+            let _ = s.await;
+        }
+        acknowledged.extend(got.lock().unwrap().iter().cloned());
+        attempted += *tried.lock().unwrap();
+    }
+    let spoold = start(dir.path()).await;
+    let found = ids_in(&client, &spoold.base, "q").await;
+    let lost: Vec<&String> = acknowledged.difference(&found).collect();
+    println!(
+        "5 kills: {attempted} sends attempted, {} answered 201, {} found after restart, {} lost",
+        acknowledged.len(),
+        found.len(),
+        lost.len()
+    );
+    assert!(
+        acknowledged.len() > 100,
+        "too few sends got through: {}",
+        acknowledged.len()
+    );
+    assert!(lost.is_empty(), "answered 201 but gone: {lost:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_hang_up_change_nothing_a_restart_would_not_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::new();
+    let spoold = start(dir.path()).await;
+    let r = client
+        .put(format!("{}/v1/queues/q", spoold.base))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let addr = spoold.base.trim_start_matches("http://").to_string();
+    let mut hangups = Vec::new();
+    for i in 0..200 {
+        let addr = addr.clone();
+        hangups.push(std::thread::spawn(move || {
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            let body = format!("hang-up {i}");
+            let request = format!(
+                "POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(request.as_bytes()).unwrap();
+            // Close without reading the answer.
+            drop(stream);
+        }));
+    }
+    for h in hangups {
+        h.join().unwrap();
+    }
+    // Wait until the count stops moving: every accepted write is applied.
+    let mut before = ids_in(&client, &spoold.base, "q").await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = ids_in(&client, &spoold.base, "q").await;
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &spoold.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut spoold = spoold;
+    let code = spoold.child.wait().unwrap().code();
+    assert_eq!(code, Some(0), "SIGTERM stops cleanly");
+    let spoold = start(dir.path()).await;
+    let after = ids_in(&client, &spoold.base, "q").await;
+    println!(
+        "200 hang-ups: {} messages before the restart, {} after",
+        before.len(),
+        after.len()
+    );
+    assert!(!before.is_empty(), "no hung-up send was applied at all");
+    assert_eq!(
+        before, after,
+        "what a restart shows is what the running process showed"
+    );
+}
