@@ -1,0 +1,14 @@
+-- wrk script: POST a 1 KiB body; prints one machine-readable RESULT line.
+wrk.method = "POST"
+wrk.body = string.rep("x", 1024)
+wrk.headers["Content-Type"] = "application/octet-stream"
+
+done = function(summary, latency, requests)
+  local seconds = summary.duration / 1e6
+  io.write(string.format(
+    "RESULT sends_per_s=%.0f p50_us=%d p99_us=%d requests=%d non_2xx=%d socket_errors=%d\n",
+    summary.requests / seconds,
+    latency:percentile(50), latency:percentile(99),
+    summary.requests, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
