@@ -903,3 +903,35 @@ async fn listening_beyond_loopback_without_a_key_is_refused() {
     running.stop();
     running.wait().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "").await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), slow.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the server closed the connection");
+    let waited = started.elapsed();
+    assert!(
+        waited >= spoold::api::server::HEADER_READ_TIMEOUT - Duration::from_secs(1),
+        "cut off after {waited:?}"
+    );
+    // Others were served meanwhile.
+    assert_eq!(
+        s.client
+            .get(format!("{}/healthz", s.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    s.stop().await;
+}
