@@ -17,6 +17,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod delivery;
 pub mod engine;
 pub mod journal;
 pub mod serve;

@@ -190,6 +190,12 @@ async fn run(
     reconcile_config_queues(&engine, &wanted).await?;
     let _timer = engine.spawn_timer();
     let _compactor = engine.spawn_compactor(COMPACTION_PERIOD);
+    let (stop_delivery, delivery_stop) = watch::channel(false);
+    let delivery = tokio::spawn(crate::delivery::run(
+        engine.clone(),
+        delivery_stop,
+        config.server.drain_on_shutdown,
+    ));
     state.set_engine(engine.clone());
     tracing::info!("ready");
 
@@ -211,6 +217,15 @@ async fn run(
         }
     }
     close_listener.send_replace(true);
+    stop_delivery.send_replace(true);
+    // In-flight requests and deliveries get the grace period; what is still
+    // in flight after it is dropped: its lease dies with the process, so the
+    // message is redelivered after the restart without a retry increment.
+    let mut delivery = delivery;
+    if tokio::time::timeout(grace, &mut delivery).await.is_err() {
+        delivery.abort();
+        tracing::warn!("deliveries still in flight after the grace period: released");
+    }
     let _ = server.await;
     engine.close();
     Ok(outcome)

@@ -32,7 +32,10 @@ impl Server {
         let server = Server {
             running: Some(running),
             base,
-            client: Client::new(),
+            client: {
+                spoold::delivery::client::install_crypto_provider();
+                Client::new()
+            },
             key,
         };
         let deadline = Instant::now() + Duration::from_secs(30);

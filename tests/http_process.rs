@@ -65,7 +65,10 @@ async fn start(dir: &Path) -> Spoold {
         child,
         base: format!("http://{addr}"),
     };
-    let client = Client::new();
+    let client = {
+        spoold::delivery::client::install_crypto_provider();
+        Client::new()
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(r) = client.get(format!("{}/readyz", spoold.base)).send().await
@@ -101,7 +104,10 @@ async fn ids_in(client: &Client, base: &str, queue: &str) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_sixteen_senders_loses_no_201() {
     let dir = tempfile::tempdir().unwrap();
-    let client = Client::new();
+    let client = {
+        spoold::delivery::client::install_crypto_provider();
+        Client::new()
+    };
     let mut acknowledged = BTreeSet::new();
     let mut attempted = 0usize;
     for round in 0..5 {
@@ -174,7 +180,10 @@ async fn kill_9_under_sixteen_senders_loses_no_201() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_hang_up_change_nothing_a_restart_would_not_show() {
     let dir = tempfile::tempdir().unwrap();
-    let client = Client::new();
+    let client = {
+        spoold::delivery::client::install_crypto_provider();
+        Client::new()
+    };
     let spoold = start(dir.path()).await;
     let r = client
         .put(format!("{}/v1/queues/q", spoold.base))

@@ -274,6 +274,7 @@ pub async fn receive_batch(
                 &queue,
                 &d.view,
                 &d.payload,
+                &[],
                 &state.config.redact_headers,
             );
             let obj = v.as_object_mut().expect("rendered as an object");
@@ -327,11 +328,13 @@ fn render_stored(
     v: &crate::spool::MessageView,
 ) -> Result<Value, ApiError> {
     let payload = engine.payload(queue, v.id)?;
+    let attempts = engine.attempts(queue, v.id).unwrap_or_default();
     Ok(view::render(
         engine.tokens(),
         queue,
         v,
         &payload,
+        &attempts,
         &state.config.redact_headers,
     ))
 }

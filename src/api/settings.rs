@@ -72,8 +72,8 @@ pub fn render_stats(st: &QueueStats, push: bool) -> Value {
     });
     if push {
         let obj = v.as_object_mut().expect("built as an object");
-        obj.insert("deliveriesTotal".into(), json!(0));
-        obj.insert("deliveryFailuresTotal".into(), json!(0));
+        obj.insert("deliveriesTotal".into(), json!(c.deliveries));
+        obj.insert("deliveryFailuresTotal".into(), json!(c.delivery_failures));
     }
     v
 }

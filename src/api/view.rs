@@ -5,6 +5,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 
 use crate::engine::token::Tokens;
+use crate::spool::command::AttemptInfo;
 use crate::spool::queue::FAILED_SUFFIX;
 use crate::spool::{MessageView, Payload};
 use crate::time::format_rfc3339;
@@ -26,6 +27,7 @@ pub fn render(
     queue: &str,
     view: &MessageView,
     payload: &Payload,
+    attempts: &[AttemptInfo],
     extra_redacted: &[String],
 ) -> Value {
     let m = &view.message;
@@ -67,7 +69,36 @@ pub fn render(
             json!({ "method": req.method, "path": path, "headers": headers }),
         );
     }
-    v.insert("attempts".into(), json!([]));
+    let rendered: Vec<Value> = attempts
+        .iter()
+        .map(|a| {
+            let mut o = Map::new();
+            o.insert("at".into(), json!(format_rfc3339(a.at)));
+            if let Some(s) = a.status {
+                o.insert("status".into(), json!(s));
+            }
+            if !a.error.is_empty() {
+                o.insert("error".into(), json!(a.error));
+            }
+            o.insert(
+                "durationSeconds".into(),
+                json!(f64::from(a.duration_ms) / 1000.0),
+            );
+            if !a.response.is_empty() {
+                o.insert("response".into(), json!(a.response));
+            }
+            Value::Object(o)
+        })
+        .collect();
+    v.insert("attempts".into(), Value::Array(rendered));
+    if let Some(last) = attempts.last() {
+        if let Some(s) = last.status {
+            v.insert("lastStatus".into(), json!(s));
+        }
+        if !last.error.is_empty() {
+            v.insert("lastError".into(), json!(last.error));
+        }
+    }
     if let Some(f) = &view.failure {
         let origin = queue.strip_suffix(FAILED_SUFFIX).unwrap_or(queue);
         v.insert("originQueue".into(), json!(origin));

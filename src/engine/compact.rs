@@ -60,12 +60,14 @@ enum Decision {
     DedupKey(Vec<u8>),
 }
 
-/// A kept enqueue whose message must be pointed at the new file.
+/// A kept enqueue (or newest attempt record) whose message must be pointed
+/// at the new file.
 struct Relocation {
     piece: usize,
     base_queue: String,
     id: MessageId,
     from: RecordLoc,
+    attempts: bool,
 }
 
 impl Engine {
@@ -181,7 +183,12 @@ impl Engine {
                         .expect("bug: offset overflows u32"),
                     len: r.from.len,
                 };
-                core.spool.relocate(&r.base_queue, r.id, r.from, to);
+                if r.attempts {
+                    core.spool
+                        .relocate_attempts(&r.base_queue, r.id, r.from, to);
+                } else {
+                    core.spool.relocate(&r.base_queue, r.id, r.from, to);
+                }
             }
             let live = core.spool.live_bytes(target_u32);
             let futile = (report.records_dropped == 0).then_some((live, floor));
@@ -349,14 +356,26 @@ impl Engine {
                             };
                             let d =
                                 decide_record(&core.spool, &record, frame.seq, from, floor, now);
-                            if let (Decision::Copy, Command::Enqueue(meta)) = (&d, &record.command)
-                            {
-                                relocations.push(Relocation {
-                                    piece: pieces,
-                                    base_queue: meta.queue.to_string(),
-                                    id: meta.id,
-                                    from,
-                                });
+                            match (&d, &record.command) {
+                                (Decision::Copy, Command::Enqueue(meta)) => {
+                                    relocations.push(Relocation {
+                                        piece: pieces,
+                                        base_queue: meta.queue.to_string(),
+                                        id: meta.id,
+                                        from,
+                                        attempts: false,
+                                    });
+                                }
+                                (Decision::Copy, Command::Attempt { queue, id, .. }) => {
+                                    relocations.push(Relocation {
+                                        piece: pieces,
+                                        base_queue: base_queue(queue).to_string(),
+                                        id: *id,
+                                        from,
+                                        attempts: true,
+                                    });
+                                }
+                                _ => {}
                             }
                             d
                         }
@@ -434,5 +453,13 @@ fn decide_record(
         Command::DedupKey {
             queue, hash, id, ..
         } => keep(spool.dedup_lookup(queue, *hash, now) == Some(*id)),
+        Command::Attempt { queue, id, .. } => {
+            // Each attempt record carries the last ten; only the newest one
+            // of a message still here is needed.
+            let current = spool
+                .find(base_queue(queue), *id)
+                .and_then(|(q, _)| spool.attempts_loc(&q.name, *id));
+            keep(current == Some(loc))
+        }
     }
 }

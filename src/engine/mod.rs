@@ -20,6 +20,7 @@
 
 pub mod compact;
 pub mod error;
+pub mod settle;
 pub mod sink;
 pub mod token;
 
@@ -56,6 +57,16 @@ use crate::time::{Clock, Millis, SystemClock};
 const DUE_RECORDS_PER_TICK_MAX: usize = 4096;
 /// Longest the timer sleeps when nothing is due.
 const TIMER_IDLE_MAX: Duration = Duration::from_secs(1);
+/// How much longer than its request timeout a delivery worker's lease lasts.
+const WORKER_LEASE_SLACK_MS: u64 = 5_000;
+
+/// Who leases: a pull consumer, or a push queue's delivery worker.
+#[derive(Debug, Clone, Copy)]
+enum Consumer {
+    Pull,
+    Worker { probe: bool },
+}
+
 /// Arrival events buffered for `tail` subscribers; one that falls further
 /// behind skips ahead.
 const ARRIVALS_BUFFERED_MAX: usize = 4096;
@@ -487,6 +498,31 @@ impl Engine {
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Delivery>, EngineError> {
+        self.lease_inner(queue, max, wait, Consumer::Pull).await
+    }
+
+    /// Leases one message of a push queue for a delivery worker, for the
+    /// queue's `timeout` + 5 s, waiting up to `wait`. With `probe`, an open
+    /// circuit breaker does not stop it (the breaker's probe).
+    pub async fn lease_for_delivery(
+        &self,
+        queue: &str,
+        wait: Duration,
+        probe: bool,
+    ) -> Result<Option<Delivery>, EngineError> {
+        let mut got = self
+            .lease_inner(queue, 1, wait, Consumer::Worker { probe })
+            .await?;
+        Ok(got.pop())
+    }
+
+    async fn lease_inner(
+        &self,
+        queue: &str,
+        max: usize,
+        wait: Duration,
+        consumer: Consumer,
+    ) -> Result<Vec<Delivery>, EngineError> {
         let deadline = tokio::time::Instant::now() + wait;
         let max = max.clamp(1, RECEIVE_BATCH_MAX);
         loop {
@@ -501,16 +537,29 @@ impl Engine {
                     .spool
                     .queue(queue)
                     .ok_or_else(|| queue_not_found(queue))?;
-                if q.settings.is_push() {
-                    return Err(EngineError::Conflict {
-                        kind: ConflictKind::NotPullQueue,
-                        message: format!("{queue} is a push queue: its own workers consume it"),
-                    });
-                }
-                let lease_ms = q.settings.lease_timeout_ms;
+                let (lease_ms, probe) = match consumer {
+                    Consumer::Pull if q.settings.is_push() => {
+                        return Err(EngineError::Conflict {
+                            kind: ConflictKind::NotPullQueue,
+                            message: format!("{queue} is a push queue: its own workers consume it"),
+                        });
+                    }
+                    Consumer::Pull => (q.settings.lease_timeout_ms, false),
+                    Consumer::Worker { .. } if !q.settings.is_push() => {
+                        return Err(EngineError::Conflict {
+                            kind: ConflictKind::NotPushQueue,
+                            message: format!("{queue} has no destination"),
+                        });
+                    }
+                    // The worker's lease outlasts its request, so it cannot
+                    // lapse mid-request (spec §3).
+                    Consumer::Worker { probe } => {
+                        (q.settings.timeout_ms + WORKER_LEASE_SLACK_MS, probe)
+                    }
+                };
                 let leased = core
                     .spool
-                    .lease(queue, now, lease_ms, max)
+                    .lease(queue, now, lease_ms, max, probe)
                     .map_err(|e| spool_error(queue, e))?;
                 // Take each record's file under the lock: compaction swaps
                 // files and locations under it too.

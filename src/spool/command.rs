@@ -103,6 +103,22 @@ pub struct StoredRequest {
     pub headers: Vec<(String, String)>,
 }
 
+/// One delivery attempt of a push queue's worker.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AttemptInfo {
+    pub at: Millis,
+    /// The destination's status, if it answered.
+    pub status: Option<u16>,
+    /// Why there was no usable answer (connect error, timeout, …).
+    pub error: String,
+    pub duration_ms: u32,
+    /// The first KiB of the response body.
+    pub response: String,
+}
+
+/// Attempts kept per message (spec §3: "the last 10").
+pub const ATTEMPTS_KEPT: usize = 10;
+
 /// What stays on disk: read back by receive and peek.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Payload {
@@ -172,6 +188,14 @@ pub enum Command<'a> {
     Epoch {
         epoch: u64,
     },
+    /// The last attempts (at most [`ATTEMPTS_KEPT`], oldest first) of
+    /// delivering a message; each record carries them all, so the newest
+    /// one is all that matters.
+    Attempt {
+        queue: Cow<'a, str>,
+        id: MessageId,
+        attempts: Vec<AttemptInfo>,
+    },
     /// A dedup key that outlives its message: written by compaction in place
     /// of a dropped enqueue whose key is still inside its window.
     DedupKey {
@@ -210,6 +234,7 @@ impl Record<'_> {
             Command::Redrive { .. } => kind::REDRIVE,
             Command::Epoch { .. } => kind::EPOCH,
             Command::DedupKey { .. } => kind::DEDUP_KEY,
+            Command::Attempt { .. } => kind::ATTEMPT,
         }
     }
 
@@ -298,6 +323,22 @@ impl Record<'_> {
                 put_u32(out, *retry_count);
             }
             Command::Epoch { epoch } => put_u64(out, *epoch),
+            Command::Attempt {
+                queue,
+                id,
+                attempts,
+            } => {
+                put_str16(out, queue);
+                put_u64(out, id.0);
+                put_u32(out, attempts.len() as u32);
+                for a in attempts {
+                    put_i64(out, a.at);
+                    out.extend_from_slice(&a.status.unwrap_or(0).to_le_bytes());
+                    put_u32(out, a.duration_ms);
+                    put_bytes32(out, a.error.as_bytes());
+                    put_bytes32(out, a.response.as_bytes());
+                }
+            }
             Command::DedupKey {
                 queue,
                 hash,
@@ -397,6 +438,31 @@ impl Record<'_> {
                 }
             }
             kind::EPOCH => Command::Epoch { epoch: r.u64()? },
+            kind::ATTEMPT => {
+                let queue = Cow::Borrowed(r.str16()?);
+                let id = MessageId(r.u64()?);
+                let n = r.u32()? as usize;
+                let mut attempts = Vec::with_capacity(n.min(ATTEMPTS_KEPT));
+                for _ in 0..n {
+                    let at = r.i64()?;
+                    let status = u16::from_le_bytes([r.u8()?, r.u8()?]);
+                    let duration_ms = r.u32()?;
+                    let error = r.str32()?.to_owned();
+                    let response = r.str32()?.to_owned();
+                    attempts.push(AttemptInfo {
+                        at,
+                        status: (status != 0).then_some(status),
+                        error,
+                        duration_ms,
+                        response,
+                    });
+                }
+                Command::Attempt {
+                    queue,
+                    id,
+                    attempts,
+                }
+            }
             kind::DEDUP_KEY => Command::DedupKey {
                 queue: Cow::Borrowed(r.str16()?),
                 hash: r.u64()?,
@@ -479,6 +545,15 @@ impl Record<'_> {
                 ids,
             },
             Command::Epoch { epoch } => Command::Epoch { epoch },
+            Command::Attempt {
+                queue,
+                id,
+                attempts,
+            } => Command::Attempt {
+                queue: own(queue),
+                id,
+                attempts,
+            },
             Command::DedupKey {
                 queue,
                 hash,
@@ -495,6 +570,14 @@ impl Record<'_> {
             at: self.at,
             command,
         }
+    }
+}
+
+/// Decodes the attempts of an attempt record's body.
+pub fn decode_attempts(body: &[u8]) -> Result<Vec<AttemptInfo>, DecodeError> {
+    match Record::decode(kind::ATTEMPT, body)?.command {
+        Command::Attempt { attempts, .. } => Ok(attempts),
+        _ => Err(DecodeError("not an attempt record".into())),
     }
 }
 
@@ -679,6 +762,26 @@ mod tests {
                 hash: 0xfeed,
                 first_at: 77,
                 id: MessageId(5),
+            },
+            Command::Attempt {
+                queue: q(),
+                id: MessageId(5),
+                attempts: vec![
+                    AttemptInfo {
+                        at: 1,
+                        status: Some(503),
+                        error: String::new(),
+                        duration_ms: 12,
+                        response: "busy".into(),
+                    },
+                    AttemptInfo {
+                        at: 2,
+                        status: None,
+                        error: "connection refused".into(),
+                        duration_ms: 1,
+                        response: String::new(),
+                    },
+                ],
             },
             Command::Redrive {
                 queue: q(),

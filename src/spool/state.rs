@@ -61,6 +61,9 @@ pub struct Counters {
     pub expired: u64,
     pub failed: u64,
     pub deduplicated: u64,
+    /// Delivery attempts of a push queue, and the failed ones.
+    pub deliveries: u64,
+    pub delivery_failures: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,6 +75,8 @@ pub struct Queue {
     pub settings: QueueSettings,
     pub managed_by_config: bool,
     pub paused: bool,
+    /// The circuit breaker of a push queue is open (memory only).
+    pub breaker_open: bool,
     /// Sequence numbers of the records that set the settings and the pause
     /// state: the only queue records compaction keeps.
     pub upsert_seq: u64,
@@ -91,6 +96,9 @@ pub struct Queue {
     dedup: HashMap<u64, (Millis, MessageId)>,
     dedup_order: VecDeque<(Millis, u64)>,
     failures: HashMap<MessageId, FailInfo>,
+    /// Where the latest delivery-attempt record of a message is (it carries
+    /// the last ten attempts). Only messages a worker has tried have one.
+    attempts: HashMap<MessageId, RecordLoc>,
     pub counters: Counters,
 }
 
@@ -101,6 +109,7 @@ impl Queue {
             settings,
             managed_by_config,
             paused: false,
+            breaker_open: false,
             upsert_seq: 0,
             pause_seq: 0,
             parent: None,
@@ -113,6 +122,7 @@ impl Queue {
             dedup: HashMap::new(),
             dedup_order: VecDeque::new(),
             failures: HashMap::new(),
+            attempts: HashMap::new(),
             counters: Counters::default(),
         }
     }
@@ -372,6 +382,7 @@ impl Spool {
                 let Some((mut message, _)) = q.take(*id) else {
                     return Applied::Missing;
                 };
+                let attempts = q.attempts.remove(id);
                 q.counters.failed += 1;
                 message.visible_at = at;
                 message.retention_from = at;
@@ -382,6 +393,9 @@ impl Spool {
                     .get_mut(&failed_qid)
                     .expect("bug: failure queue missing");
                 fq.insert(*id, message);
+                if let Some(a) = attempts {
+                    fq.attempts.insert(*id, a);
+                }
                 fq.failures.insert(
                     *id,
                     FailInfo {
@@ -396,7 +410,10 @@ impl Spool {
                 Some(q) => {
                     let gone: Vec<RecordLoc> = ids
                         .iter()
-                        .filter_map(|id| q.take(*id))
+                        .filter_map(|id| {
+                            q.attempts.remove(id);
+                            q.take(*id)
+                        })
                         .map(|(m, _)| m.loc)
                         .collect();
                     for loc in &gone {
@@ -424,13 +441,16 @@ impl Spool {
                         message.visible_at = at;
                         message.retention_from = at;
                         message.pending = false;
-                        moved.push((id, message));
+                        moved.push((id, message, fq.attempts.remove(&id)));
                     }
                 }
                 let q = self.queues.get_mut(&qid).expect("bug: name without queue");
                 let n = moved.len() as u64;
-                for (id, message) in moved {
+                for (id, message, attempts) in moved {
                     q.insert(id, message);
+                    if let Some(a) = attempts {
+                        q.attempts.insert(id, a);
+                    }
                 }
                 Applied::Count(n)
             }
@@ -440,6 +460,26 @@ impl Spool {
                     self.epoch_seq = seq;
                 }
                 Applied::Done
+            }
+            Command::Attempt { queue, id, .. } => {
+                let base = queue
+                    .strip_suffix(super::queue::FAILED_SUFFIX)
+                    .unwrap_or(queue);
+                let Some(&qid) = self.names.get(base) else {
+                    return Applied::Missing;
+                };
+                let fid = self.queues[&qid].failed;
+                for queue_id in std::iter::once(qid).chain(fid) {
+                    let q = self
+                        .queues
+                        .get_mut(&queue_id)
+                        .expect("bug: queue id without queue");
+                    if q.messages.contains_key(id) {
+                        q.attempts.insert(*id, loc);
+                        return Applied::Done;
+                    }
+                }
+                Applied::Missing
             }
             Command::DedupKey {
                 queue,
@@ -457,6 +497,57 @@ impl Spool {
                     None => Applied::Missing,
                 }
             }
+        }
+    }
+
+    /// Where the latest attempt record of a message is, if a worker tried
+    /// it.
+    pub fn attempts_loc(&self, queue: &str, id: MessageId) -> Option<RecordLoc> {
+        self.queue(queue)?.attempts.get(&id).copied()
+    }
+
+    /// Points a message's attempts at their record's new place after
+    /// compaction; a no-op if a newer record took over.
+    pub fn relocate_attempts(
+        &mut self,
+        base_queue: &str,
+        id: MessageId,
+        from: RecordLoc,
+        to: RecordLoc,
+    ) {
+        let Some(&qid) = self.names.get(base_queue) else {
+            return;
+        };
+        let fid = self.queues[&qid].failed;
+        for queue_id in std::iter::once(qid).chain(fid) {
+            let q = self
+                .queues
+                .get_mut(&queue_id)
+                .expect("bug: queue id without queue");
+            if let Some(loc) = q.attempts.get_mut(&id)
+                && *loc == from
+            {
+                *loc = to;
+                return;
+            }
+        }
+    }
+
+    /// Counts a delivery attempt of a push queue (memory only).
+    pub fn count_delivery(&mut self, queue: &str, ok: bool) {
+        if let Some(q) = self.queue_mut(queue) {
+            q.counters.deliveries += 1;
+            if !ok {
+                q.counters.delivery_failures += 1;
+            }
+        }
+    }
+
+    /// Opens or closes a queue's circuit breaker (memory only): while open,
+    /// workers get no leases except an explicit probe.
+    pub fn set_breaker(&mut self, queue: &str, open: bool) {
+        if let Some(q) = self.queue_mut(queue) {
+            q.breaker_open = open;
         }
     }
 
@@ -564,6 +655,7 @@ impl Spool {
             return Applied::Missing;
         };
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+        q.attempts.remove(&id);
         match q.take(id) {
             Some((message, _)) => {
                 count(&mut q.counters);
@@ -639,18 +731,20 @@ impl Spool {
     }
 
     /// Leases up to `max` visible messages of `queue`, longest-waiting
-    /// first, until `now + duration_ms`. A paused queue hands out nothing.
+    /// first, until `now + duration_ms`. A paused queue hands out nothing;
+    /// one whose breaker is open only a `probe`.
     pub fn lease(
         &mut self,
         queue: &str,
         now: Millis,
         duration_ms: u64,
         max: usize,
+        probe: bool,
     ) -> Result<Vec<Leased>, SpoolError> {
         let qid = *self.names.get(queue).ok_or(SpoolError::QueueNotFound)?;
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         let mut out = Vec::new();
-        if q.paused {
+        if q.paused || (q.breaker_open && !probe) {
             return Ok(out);
         }
         let retention_ms = q.settings.retention_ms as i64;
@@ -947,7 +1041,7 @@ impl Spool {
             delayed,
             counters: q.counters,
             oldest_visible_age_ms: oldest,
-            paused: q.paused,
+            paused: q.paused || q.breaker_open,
         })
     }
 

@@ -77,12 +77,12 @@ fn longest_waiting_first_and_a_nacked_message_goes_to_the_back() {
     let mut spool = with_queue(QueueSettings::default());
     let a = send(&mut spool, 10, 10);
     let b = send(&mut spool, 20, 20);
-    let first = spool.lease("q", 30, 1000, 1).unwrap();
+    let first = spool.lease("q", 30, 1000, 1, false).unwrap();
     assert_eq!(first[0].id, a);
     nack(&mut spool, 40, &first[0], 0);
     let c = send(&mut spool, 50, 50);
     let order: Vec<MessageId> = spool
-        .lease("q", 60, 1000, 10)
+        .lease("q", 60, 1000, 10, false)
         .unwrap()
         .iter()
         .map(|l| l.id)
@@ -98,7 +98,7 @@ fn delayed_messages_wait_and_do_not_lose_retention() {
     };
     let mut spool = with_queue(settings);
     let id = send(&mut spool, 0, 1_000);
-    assert!(spool.lease("q", 999, 10, 1).unwrap().is_empty());
+    assert!(spool.lease("q", 999, 10, 1, false).unwrap().is_empty());
     let stats = spool.stats("q", 500).unwrap();
     assert_eq!((stats.visible, stats.delayed), (0, 1));
     tick(&mut spool, 1_050);
@@ -122,17 +122,17 @@ fn lease_expiry_retries_and_eventually_fails_with_origin() {
     };
     let mut spool = with_queue(settings);
     let id = send(&mut spool, 0, 0);
-    let l = spool.lease("q", 0, 100, 1).unwrap()[0];
+    let l = spool.lease("q", 0, 100, 1, false).unwrap()[0];
     assert_eq!(
         spool.reserve_settle("q", id, l.serial, 100),
         Err(SpoolError::StaleLease),
         "stale from the moment now reaches the expiry, before the auto-nack"
     );
     tick(&mut spool, 100);
-    let l = spool.lease("q", 100, 100, 1).unwrap()[0];
+    let l = spool.lease("q", 100, 100, 1, false).unwrap()[0];
     assert_eq!(l.message.retry_count, 1);
     tick(&mut spool, 200);
-    assert!(spool.lease("q", 200, 100, 1).unwrap().is_empty());
+    assert!(spool.lease("q", 200, 100, 1, false).unwrap().is_empty());
     let failed = spool.peek("q.failed", None, 10, 200).unwrap();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].id, id);
@@ -153,7 +153,12 @@ fn consumer_sees_a_message_max_retries_plus_one_times() {
     let mut spool = with_queue(settings);
     send(&mut spool, 0, 0);
     let mut deliveries = 0;
-    while let Some(l) = spool.lease("q", 10, 1000, 1).unwrap().first().copied() {
+    while let Some(l) = spool
+        .lease("q", 10, 1000, 1, false)
+        .unwrap()
+        .first()
+        .copied()
+    {
         deliveries += 1;
         nack(&mut spool, 10, &l, 0);
     }
@@ -169,10 +174,10 @@ fn failure_queue_has_no_retry_limit_and_redrive_resets_the_count() {
     };
     let mut spool = with_queue(settings);
     let id = send(&mut spool, 0, 0);
-    let l = spool.lease("q", 0, 1000, 1).unwrap()[0];
+    let l = spool.lease("q", 0, 1000, 1, false).unwrap()[0];
     nack(&mut spool, 0, &l, 0);
     for _ in 0..5 {
-        let l = spool.lease("q.failed", 1, 1000, 1).unwrap()[0];
+        let l = spool.lease("q.failed", 1, 1000, 1, false).unwrap()[0];
         let cmd = spool
             .reserve_nack("q.failed", l.id, l.serial, 1, 0)
             .unwrap();
@@ -198,7 +203,7 @@ fn failure_queue_has_no_retry_limit_and_redrive_resets_the_count() {
 fn stale_leases_cannot_settle_and_renew_extends() {
     let mut spool = with_queue(QueueSettings::default());
     send(&mut spool, 0, 0);
-    let l = spool.lease("q", 0, 1_000, 1).unwrap()[0];
+    let l = spool.lease("q", 0, 1_000, 1, false).unwrap()[0];
     assert_eq!(spool.renew("q", l.id, l.serial, 900), Ok(900 + 30_000));
     ack(&mut spool, 5_000, &l).expect("renewed lease still valid");
     assert_eq!(ack(&mut spool, 5_000, &l), Err(SpoolError::StaleLease));
@@ -209,7 +214,7 @@ fn stale_leases_cannot_settle_and_renew_extends() {
 fn a_settling_lease_is_not_expired_twice_and_release_undoes_it() {
     let mut spool = with_queue(QueueSettings::default());
     send(&mut spool, 0, 0);
-    let l = spool.lease("q", 0, 100, 1).unwrap()[0];
+    let l = spool.lease("q", 0, 100, 1, false).unwrap()[0];
     spool.reserve_settle("q", l.id, l.serial, 50).unwrap();
     assert!(
         spool.due(200, 100).is_empty(),
@@ -223,7 +228,7 @@ fn a_settling_lease_is_not_expired_twice_and_release_undoes_it() {
 fn cancel_makes_the_live_lease_stale() {
     let mut spool = with_queue(QueueSettings::default());
     let id = send(&mut spool, 0, 0);
-    let l = spool.lease("q", 0, 1_000, 1).unwrap()[0];
+    let l = spool.lease("q", 0, 1_000, 1, false).unwrap()[0];
     spool.reserve_message("q", id).unwrap();
     assert_eq!(
         spool.reserve_message("q", id),
@@ -246,11 +251,11 @@ fn new_epoch_drops_leases_keeping_counts_and_place() {
     let mut spool = with_queue(QueueSettings::default());
     let a = send(&mut spool, 0, 0);
     let b = send(&mut spool, 1, 1);
-    let l = spool.lease("q", 2, 1_000, 2).unwrap();
+    let l = spool.lease("q", 2, 1_000, 2, false).unwrap();
     nack(&mut spool, 3, &l[1], 0);
     spool.drop_leases();
     let again: Vec<(MessageId, u32)> = spool
-        .lease("q", 4, 1_000, 2)
+        .lease("q", 4, 1_000, 2, false)
         .unwrap()
         .iter()
         .map(|l| (l.id, l.message.retry_count))
@@ -276,7 +281,7 @@ fn dedup_window_remembers_keys_after_ack_and_forgets_after_window() {
             dedup_hash: Some(7),
         }),
     );
-    let l = spool.lease("q", 200, 1_000, 1).unwrap()[0];
+    let l = spool.lease("q", 200, 1_000, 1, false).unwrap()[0];
     ack(&mut spool, 200, &l).unwrap();
     assert_eq!(spool.dedup_lookup("q", 7, 1_099), Some(id));
     tick(&mut spool, 1_100);
@@ -312,7 +317,7 @@ fn leased_message_expires_only_after_its_lease_ends() {
     };
     let mut spool = with_queue(settings);
     send(&mut spool, 0, 0);
-    let l = spool.lease("q", 5, 100, 1).unwrap()[0];
+    let l = spool.lease("q", 5, 100, 1, false).unwrap()[0];
     tick(&mut spool, 50);
     assert_eq!(spool.message_count(), 1, "leased: retention waits");
     ack(&mut spool, 60, &l).unwrap();
@@ -331,7 +336,7 @@ fn paused_queue_hands_out_nothing() {
             paused: true,
         },
     );
-    assert!(spool.lease("q", 2, 100, 1).unwrap().is_empty());
+    assert!(spool.lease("q", 2, 100, 1, false).unwrap().is_empty());
     assert!(spool.stats("q", 2).unwrap().paused);
 }
 

@@ -1,0 +1,56 @@
+//! One pooled HTTP client per push queue: rustls (with the system's roots
+//! plus the queue's `ca_file`), optional client certificate (mTLS), the
+//! per-attempt timeout, no redirects, HTTP/1.1 and HTTP/2, and proxies from
+//! the standard `HTTPS_PROXY` / `NO_PROXY` variables.
+
+use std::sync::Once;
+use std::time::Duration;
+
+use reqwest::{Certificate, Client, Identity, redirect};
+
+use crate::spool::QueueSettings;
+
+/// Idle pooled connections are closed after this long.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(10);
+
+static CRYPTO: Once = Once::new();
+
+/// rustls needs one process-wide crypto provider; ring builds with gcc alone.
+/// Any reqwest client in the process needs it, tests' clients included.
+pub fn install_crypto_provider() {
+    CRYPTO.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// The client for a queue's settings.
+pub fn build(settings: &QueueSettings) -> Result<Client, String> {
+    install_crypto_provider();
+    let timeout = Duration::from_millis(settings.timeout_ms.max(1));
+    let mut builder = Client::builder()
+        .redirect(redirect::Policy::none())
+        .timeout(timeout)
+        .connect_timeout(timeout.min(CONNECT_TIMEOUT_MAX))
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .user_agent(concat!("spoold/", env!("CARGO_PKG_VERSION")));
+    if let Some(path) = &settings.ca_file {
+        let pem = std::fs::read(path).map_err(|e| format!("ca_file {path}: {e}"))?;
+        let certs =
+            Certificate::from_pem_bundle(&pem).map_err(|e| format!("ca_file {path}: {e}"))?;
+        builder = builder.tls_certs_merge(certs);
+    }
+    match (&settings.client_cert, &settings.client_key) {
+        (Some(cert), Some(key)) => {
+            let mut pem = std::fs::read(cert).map_err(|e| format!("client_cert {cert}: {e}"))?;
+            pem.push(b'\n');
+            pem.extend(std::fs::read(key).map_err(|e| format!("client_key {key}: {e}"))?);
+            let identity =
+                Identity::from_pem(&pem).map_err(|e| format!("client_cert/client_key: {e}"))?;
+            builder = builder.identity(identity);
+        }
+        (None, None) => {}
+        _ => return Err("client_cert and client_key go together".into()),
+    }
+    builder.build().map_err(|e| format!("HTTP client: {e}"))
+}

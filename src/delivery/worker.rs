@@ -1,0 +1,340 @@
+//! The workers of one push queue: lease, send the request, settle by the
+//! outcome (spec §3, §5), and the circuit breaker.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Client, Method};
+use tokio::sync::watch;
+
+use super::backoff::{delay_ms, retry_after_ms};
+use super::signing::signature_header;
+use super::target::target_url;
+use crate::engine::settle::Outcome;
+use crate::engine::{Delivery, Engine, EngineError};
+use crate::spool::QueueSettings;
+use crate::spool::command::AttemptInfo;
+
+/// How much of a response body an attempt keeps.
+const RESPONSE_KEPT_BYTES: usize = 1024;
+/// The breaker's first probe waits this long; each failed probe doubles it
+/// up to [`PROBE_INTERVAL_MAX`].
+const PROBE_INTERVAL_FIRST: Duration = Duration::from_secs(5);
+const PROBE_INTERVAL_MAX: Duration = Duration::from_secs(300);
+/// How long an idle worker waits for a message before looking around.
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+
+/// What every worker of one queue shares.
+pub struct QueueShared {
+    pub engine: Engine,
+    pub queue: String,
+    pub settings: QueueSettings,
+    pub client: Client,
+    limiter: Option<DefaultDirectRateLimiter>,
+    /// Retryable failures in a row (permanent statuses do not count).
+    consecutive_failures: AtomicU32,
+    breaker_open: AtomicBool,
+}
+
+impl QueueShared {
+    pub fn new(
+        engine: Engine,
+        queue: String,
+        settings: QueueSettings,
+        client: Client,
+    ) -> Arc<QueueShared> {
+        let limiter = settings.rate_limit.and_then(|per_second| {
+            // Whole requests per second, at least one; fractional rates
+            // become one request per 1/rate seconds.
+            let quota = if per_second >= 1.0 {
+                Quota::per_second(NonZeroU32::new(per_second.round() as u32)?)
+            } else {
+                Quota::with_period(Duration::from_secs_f64(1.0 / per_second))?
+            };
+            Some(RateLimiter::direct(quota))
+        });
+        Arc::new(QueueShared {
+            engine,
+            queue,
+            settings,
+            client,
+            limiter,
+            consecutive_failures: AtomicU32::new(0),
+            breaker_open: AtomicBool::new(false),
+        })
+    }
+}
+
+/// One worker: until `stop`, lease and deliver; with `drain`, keep going
+/// after `stop` while messages are visible.
+pub async fn run(shared: Arc<QueueShared>, mut stop: watch::Receiver<bool>, drain: bool) {
+    loop {
+        let stopping = *stop.borrow();
+        if stopping && !drain {
+            return;
+        }
+        if shared.breaker_open.load(Ordering::Acquire) {
+            // The probe task owns the queue until it closes the breaker.
+            tokio::select! {
+                _ = stop.changed() => {}
+                () = tokio::time::sleep(IDLE_WAIT) => {}
+            }
+            continue;
+        }
+        if let Some(limiter) = &shared.limiter {
+            limiter.until_ready().await;
+        }
+        let wait = if stopping { Duration::ZERO } else { IDLE_WAIT };
+        let leased = tokio::select! {
+            leased = shared.engine.lease_for_delivery(&shared.queue, wait, false) => leased,
+            _ = stop.changed(), if !stopping => continue,
+        };
+        match leased {
+            Ok(Some(d)) => {
+                deliver(&shared, d, false).await;
+            }
+            // Draining and nothing left: done.
+            Ok(None) if stopping => return,
+            Ok(None) => {}
+            Err(EngineError::QueueNotFound { .. } | EngineError::Conflict { .. }) => return,
+            Err(e) => {
+                tracing::warn!(queue = %shared.queue, error = %e, "cannot lease for delivery");
+                tokio::time::sleep(IDLE_WAIT).await;
+            }
+        }
+    }
+}
+
+/// Sends one delivery and settles it. Returns whether it was delivered.
+async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
+    let started_at = shared.engine_now_ms();
+    let started = Instant::now();
+    let result = send(shared, &d).await;
+    let duration_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
+    let settings = &shared.settings;
+    let backoff = delay_ms(&settings.backoff, d.retry_count, rand::random::<f64>());
+    let (attempt, outcome) = match result {
+        Ok(answer) => {
+            let status = answer.status;
+            let outcome = if (200..300).contains(&status) {
+                Outcome::Delivered
+            } else if settings.permanent_failure_statuses.contains(&status) {
+                Outcome::Permanent { status }
+            } else {
+                let delay = answer
+                    .retry_after
+                    .as_deref()
+                    .and_then(|v| retry_after_ms(v, SystemTime::now(), settings.backoff.max_ms))
+                    .unwrap_or(backoff);
+                Outcome::Retry { delay_ms: delay }
+            };
+            let attempt = AttemptInfo {
+                at: started_at,
+                status: Some(status),
+                error: String::new(),
+                duration_ms,
+                response: answer.body,
+            };
+            (attempt, outcome)
+        }
+        Err(error) => {
+            let attempt = AttemptInfo {
+                at: started_at,
+                status: None,
+                error,
+                duration_ms,
+                response: String::new(),
+            };
+            (attempt, Outcome::Retry { delay_ms: backoff })
+        }
+    };
+    let delivered = outcome == Outcome::Delivered;
+    let retryable = matches!(outcome, Outcome::Retry { .. });
+    let outcome = match outcome {
+        // A failed probe does not raise the message's retry count.
+        Outcome::Retry { .. } if probe => Outcome::ProbeFailed { delay_ms: 0 },
+        other => other,
+    };
+    if let Err(e) = shared
+        .engine
+        .settle_delivery(&shared.queue, &d.token, attempt, outcome)
+        .await
+    {
+        tracing::warn!(queue = %shared.queue, error = %e, "could not settle a delivery");
+    }
+    if delivered {
+        shared.consecutive_failures.store(0, Ordering::Release);
+    } else if retryable {
+        let failures = shared.consecutive_failures.fetch_add(1, Ordering::AcqRel) + 1;
+        if !probe && failures >= shared.settings.breaker_failures.max(1) {
+            open_breaker(shared);
+        }
+    }
+    delivered
+}
+
+impl QueueShared {
+    fn engine_now_ms(&self) -> i64 {
+        use crate::time::Clock;
+        crate::time::SystemClock.now_ms()
+    }
+}
+
+/// Opens the breaker (once) and starts its probe.
+fn open_breaker(shared: &Arc<QueueShared>) {
+    if shared.breaker_open.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    shared.engine.set_breaker(&shared.queue, true);
+    tracing::warn!(
+        queue = %shared.queue,
+        failures = shared.consecutive_failures.load(Ordering::Acquire),
+        "circuit breaker open: delivery paused, probing"
+    );
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let mut interval = PROBE_INTERVAL_FIRST;
+        loop {
+            tokio::time::sleep(interval).await;
+            if shared.engine.is_poisoned() {
+                return;
+            }
+            let leased = shared
+                .engine
+                .lease_for_delivery(&shared.queue, Duration::ZERO, true)
+                .await;
+            let closed = match leased {
+                Ok(Some(d)) => deliver(&shared, d, true).await,
+                // Nothing to probe with: resume and let the next failures
+                // decide.
+                Ok(None) => true,
+                // The queue is gone or changed: this task is done.
+                Err(_) => return,
+            };
+            if closed {
+                shared.consecutive_failures.store(0, Ordering::Release);
+                shared.breaker_open.store(false, Ordering::Release);
+                shared.engine.set_breaker(&shared.queue, false);
+                tracing::info!(queue = %shared.queue, "circuit breaker closed: delivery resumed");
+                return;
+            }
+            interval = (interval * 2).min(PROBE_INTERVAL_MAX);
+        }
+    });
+}
+
+/// What came back from a destination that answered.
+struct Answer {
+    status: u16,
+    retry_after: Option<String>,
+    body: String,
+}
+
+/// Sends the request of one delivery.
+async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
+    let settings = &shared.settings;
+    let destination = settings
+        .destination
+        .as_deref()
+        .ok_or("queue has no destination")?;
+    let request = d.payload.request.as_ref();
+    let url = target_url(destination, request)?;
+    let method = match request {
+        Some(r) => Method::from_bytes(r.method.as_bytes()).map_err(|e| format!("method: {e}"))?,
+        None => Method::POST,
+    };
+    let mut headers = HeaderMap::new();
+    if let Some(r) = request {
+        for (name, value) in &r.headers {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(n, v);
+            }
+        }
+    } else if let Ok(v) = HeaderValue::from_str(&d.payload.content_type) {
+        headers.insert(reqwest::header::CONTENT_TYPE, v);
+    }
+    for (name, value) in &settings.headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(n, v);
+        }
+    }
+    let id = shared.engine.tokens().format_id(d.id);
+    let put = |headers: &mut HeaderMap, name: &'static str, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(name, v);
+        }
+    };
+    put(&mut headers, "spooler-delivery-id", &id);
+    put(
+        &mut headers,
+        "spooler-retry-count",
+        &d.retry_count.to_string(),
+    );
+    if let Some(secrets) = &settings.signing_secret {
+        let timestamp = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |t| t.as_secs() as i64);
+        let signature = signature_header(secrets, &id, timestamp, &d.payload.body)?;
+        put(&mut headers, "webhook-id", &id);
+        put(&mut headers, "webhook-timestamp", &timestamp.to_string());
+        put(&mut headers, "webhook-signature", &signature);
+    }
+    let response = shared
+        .client
+        .request(method, url)
+        .headers(headers)
+        .body(d.payload.body.clone())
+        .send()
+        .await
+        .map_err(describe)?;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut body = Vec::new();
+    let mut response = response;
+    while body.len() < RESPONSE_KEPT_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(RESPONSE_KEPT_BYTES);
+    Ok(Answer {
+        status,
+        retry_after,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// A transport error as one line: timeout, connect, DNS, TLS, ….
+fn describe(e: reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect error"
+    } else if e.is_request() {
+        "request error"
+    } else {
+        "error"
+    };
+    let mut text = format!("{kind}: {e}");
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,148 @@
+//! The engine side of push delivery: settling a worker's lease by the
+//! outcome of its HTTP attempt, with the attempt recorded.
+
+use std::borrow::Cow;
+
+use tokio::sync::oneshot;
+
+use super::sink::Reply;
+use super::{Engine, EngineError, closed, spool_error, unavailable};
+use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo, decode_attempts};
+use crate::spool::queue::FAILED_SUFFIX;
+use crate::spool::{Command, FailReason, MessageId, Record};
+
+/// What a delivery attempt means for its message (spec §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx: ack.
+    Delivered,
+    /// Retryable: nack with this delay (to the failure queue once past
+    /// `max_retries`).
+    Retry { delay_ms: u64 },
+    /// A permanent status: to the failure queue at once, retry count kept.
+    Permanent { status: u16 },
+    /// The breaker's probe failed: back in line after `delay_ms` without
+    /// raising the retry count.
+    ProbeFailed { delay_ms: u64 },
+}
+
+impl Engine {
+    /// The last attempts of a message, oldest first (empty if never tried).
+    pub fn attempts(&self, queue: &str, id: MessageId) -> Result<Vec<AttemptInfo>, EngineError> {
+        let pinned = {
+            let core = self.core();
+            let base = queue.strip_suffix(FAILED_SUFFIX).unwrap_or(queue);
+            let Some((q, _)) = core.spool.find(base, id) else {
+                return Ok(Vec::new());
+            };
+            match core.spool.attempts_loc(&q.name, id) {
+                None => return Ok(Vec::new()),
+                Some(loc) => (self.inner.reader.file(u64::from(loc.segment_id)), loc),
+            }
+        };
+        let (file, loc) = pinned;
+        let body = self.inner.reader.read_body_from(&file?, loc)?;
+        decode_attempts(&body).map_err(|e| EngineError::BadRequest(format!("attempt record: {e}")))
+    }
+
+    /// Opens or closes a push queue's circuit breaker.
+    pub fn set_breaker(&self, queue: &str, open: bool) {
+        self.core().spool.set_breaker(queue, open);
+    }
+
+    /// Settles a worker's lease by the outcome of `attempt`: `Ok` once the
+    /// records are durable. A stale lease (expired, or the message was
+    /// cancelled meanwhile) is `StaleLease`, and nothing is written.
+    pub async fn settle_delivery(
+        &self,
+        queue: &str,
+        token: &str,
+        attempt: AttemptInfo,
+        outcome: Outcome,
+    ) -> Result<(), EngineError> {
+        let lease = self.lease_of(token)?;
+        let id = lease.id;
+        let mut attempts = if outcome == Outcome::Delivered {
+            Vec::new()
+        } else {
+            self.attempts(queue, id)?
+        };
+        attempts.push(attempt);
+        if attempts.len() > ATTEMPTS_KEPT {
+            attempts.drain(..attempts.len() - ATTEMPTS_KEPT);
+        }
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            let q: Cow<'static, str> = Cow::Owned(queue.to_owned());
+            let settle = match outcome {
+                Outcome::Delivered => {
+                    core.spool
+                        .reserve_settle(queue, id, lease.serial, now)
+                        .map_err(|e| spool_error(queue, e))?;
+                    Command::Ack {
+                        queue: q.clone(),
+                        id,
+                    }
+                }
+                Outcome::Retry { delay_ms } => core
+                    .spool
+                    .reserve_nack(queue, id, lease.serial, now, delay_ms)
+                    .map_err(|e| spool_error(queue, e))?,
+                Outcome::Permanent { status } => {
+                    core.spool
+                        .reserve_settle(queue, id, lease.serial, now)
+                        .map_err(|e| spool_error(queue, e))?;
+                    Command::Fail {
+                        queue: q.clone(),
+                        id,
+                        reason: FailReason::PermanentStatus,
+                        last_status: Some(status),
+                        retry_count: retry_count(&core.spool, queue, id),
+                    }
+                }
+                Outcome::ProbeFailed { delay_ms } => {
+                    core.spool
+                        .reserve_settle(queue, id, lease.serial, now)
+                        .map_err(|e| spool_error(queue, e))?;
+                    Command::Retry {
+                        queue: q.clone(),
+                        id,
+                        visible_at: now + delay_ms as i64,
+                        retry_count: retry_count(&core.spool, queue, id),
+                    }
+                }
+            };
+            core.spool
+                .count_delivery(queue, outcome == Outcome::Delivered);
+            let settle = Record {
+                at: now,
+                command: settle,
+            };
+            let undo = settle.clone();
+            let attempt_record = (outcome != Outcome::Delivered).then_some(Record {
+                at: now,
+                command: Command::Attempt {
+                    queue: q,
+                    id,
+                    attempts,
+                },
+            });
+            let appended = match attempt_record {
+                Some(r) => self.append(&core, r, None, Reply::Nobody),
+                None => Ok(()),
+            }
+            .and_then(|()| self.append(&core, settle, None, Reply::Done(tx)));
+            if let Err(e) = appended {
+                core.release(&undo);
+                return Err(unavailable(e));
+            }
+        }
+        rx.await.map_err(|_| closed())?
+    }
+}
+
+fn retry_count(spool: &crate::spool::Spool, queue: &str, id: MessageId) -> u32 {
+    spool.find(queue, id).map_or(0, |(_, m)| m.retry_count)
+}
