@@ -2,97 +2,16 @@
 //! arrives, retries with a stable delivery id, Retry-After, permanent
 //! failures, redirects, signatures, and the circuit breaker.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+mod common;
+
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use axum::response::IntoResponse;
+use axum::http::Method;
+use common::sink::{Seen, Sink};
 use reqwest::Client;
 use serde_json::{Value, json};
 use spoold::config::Config;
 use spoold::serve::{Running, start};
-
-/// One request the sink received.
-#[derive(Debug, Clone)]
-struct Seen {
-    at: Instant,
-    method: Method,
-    uri: String,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-/// A scripted answer: status and extra headers.
-type Answer = (u16, Vec<(&'static str, String)>);
-
-#[derive(Default)]
-struct SinkState {
-    seen: Vec<Seen>,
-    script: VecDeque<Answer>,
-}
-
-#[derive(Clone, Default)]
-struct Sink(Arc<Mutex<SinkState>>);
-
-impl Sink {
-    async fn start() -> (Sink, String) {
-        let sink = Sink::default();
-        let handler = {
-            let sink = sink.clone();
-            move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
-                let sink = sink.clone();
-                async move {
-                    let mut s = sink.0.lock().unwrap();
-                    s.seen.push(Seen {
-                        at: Instant::now(),
-                        method,
-                        uri: uri.to_string(),
-                        headers,
-                        body,
-                    });
-                    let (status, extra) = s.script.pop_front().unwrap_or((200, Vec::new()));
-                    let mut response =
-                        (StatusCode::from_u16(status).unwrap(), "sink says hi").into_response();
-                    for (name, value) in extra {
-                        response.headers_mut().insert(name, value.parse().unwrap());
-                    }
-                    response
-                }
-            }
-        };
-        let app = axum::Router::new().fallback(handler);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (sink, format!("http://{addr}"))
-    }
-
-    fn script(&self, answers: impl IntoIterator<Item = Answer>) {
-        self.0.lock().unwrap().script.extend(answers);
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.0.lock().unwrap().seen.clone()
-    }
-
-    async fn wait_for(&self, n: usize) -> Vec<Seen> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let seen = self.seen();
-            if seen.len() >= n {
-                return seen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sink saw {} of {n} requests",
-                seen.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
 
 struct Spoold {
     running: Running,

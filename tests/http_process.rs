@@ -1,105 +1,17 @@
 //! The real binary over real sockets: `kill -9` in the middle of concurrent
 //! sends, and clients that hang up before reading their answer.
 
-use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::process::{ids_in, start};
 use reqwest::{Client, StatusCode};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_spoold");
-
-/// A spoold process; killed if a failing test leaves it behind.
-struct Spoold {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Spoold {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts spoold on a free port with its spool in `dir`; returns once it is
-/// ready.
-async fn start(dir: &Path) -> Spoold {
-    let config = dir.join("spoold.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n[spool]\ndir = \"{}\"\nsegment_bytes = \"1MiB\"\n",
-            dir.join("spool").display()
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("SPOOLD_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("addr=").nth(1) {
-                let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
-                let _ = tx.send(addr);
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("spoold logged its address");
-    let addr = addr.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == ':' || c == '.'));
-    let spoold = Spoold {
-        child,
-        base: format!("http://{addr}"),
-    };
-    let client = {
-        spoold::delivery::client::install_crypto_provider();
-        Client::new()
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = client.get(format!("{}/readyz", spoold.base)).send().await
-            && r.status() == StatusCode::OK
-        {
-            return spoold;
-        }
-        assert!(Instant::now() < deadline, "spoold never became ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn ids_in(client: &Client, base: &str, queue: &str) -> BTreeSet<String> {
-    let mut ids = BTreeSet::new();
-    let mut after = String::new();
-    loop {
-        let url = format!("{base}/v1/queues/{queue}/messages?limit=1000{after}");
-        let page: Value = client.get(url).send().await.unwrap().json().await.unwrap();
-        let messages = page["messages"].as_array().unwrap();
-        if messages.is_empty() {
-            return ids;
-        }
-        for m in messages {
-            ids.insert(m["id"].as_str().unwrap().to_string());
-        }
-        after = format!(
-            "&after={}",
-            messages.last().unwrap()["id"].as_str().unwrap()
-        );
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_sixteen_senders_loses_no_201() {

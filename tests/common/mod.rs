@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod process;
+pub mod sink;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -1,0 +1,195 @@
+//! Push delivery with the real binary: `kill -9` while delivering to a slow
+//! sink loses nothing accepted, and SIGTERM gives deliveries in flight the
+//! grace period (or, with `drain_on_shutdown`, the whole backlog).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::process::start_with;
+use common::sink::Sink;
+use reqwest::{Client, StatusCode};
+use serde_json::Value;
+
+fn client() -> Client {
+    spoold::delivery::client::install_crypto_provider();
+    Client::new()
+}
+
+fn hooks_queue(sink_url: &str, extra: &str) -> String {
+    format!("[queues.hooks]\ndestination = \"{sink_url}/in\"\n{extra}\n")
+}
+
+async fn forward(client: &Client, base: &str, n: usize) -> String {
+    let r = client
+        .post(format!("{base}/v1/forward/hooks/item/{n}"))
+        .body(format!("message {n}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    r.headers()["spooler-delivery-id"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn delivered_ids(sink: &Sink) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for r in sink.seen() {
+        let id = r.headers["spooler-delivery-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        *counts.entry(id).or_insert(0) += 1;
+    }
+    counts
+}
+
+async fn wait_delivered(sink: &Sink, ids: &BTreeSet<String>, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let seen = delivered_ids(sink);
+        if ids.iter().all(|id| seen.contains_key(id)) {
+            return;
+        }
+        let missing = ids.iter().filter(|id| !seen.contains_key(*id)).count();
+        assert!(
+            Instant::now() < deadline,
+            "{missing} of {} accepted messages never reached the sink",
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn sigterm(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_delivering_loses_no_accepted_message() {
+    let (sink, sink_url) = Sink::start_slow(Duration::from_millis(40)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = client();
+    let queue = hooks_queue(&sink_url, "concurrency = 4");
+    let mut spoold = start_with(dir.path(), "", &queue).await;
+    let mut accepted = BTreeSet::new();
+    for n in 0..150 {
+        accepted.insert(forward(&client, &spoold.base, n).await);
+    }
+    // Some are delivered, some in flight, most still queued.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    spoold.child.kill().unwrap();
+    spoold.child.wait().unwrap();
+    let before_restart = delivered_ids(&sink).len();
+
+    let _spoold = start_with(dir.path(), "", &queue).await;
+    wait_delivered(&sink, &accepted, Duration::from_secs(60)).await;
+    let counts = delivered_ids(&sink);
+    let duplicates: usize = counts.values().map(|c| c - 1).sum();
+    println!(
+        "kill -9 while delivering: {} accepted (202), {before_restart} delivered before the kill, \
+         all {} delivered after restart, {duplicates} duplicate deliveries (at least once)",
+        accepted.len(),
+        counts.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_gives_a_delivery_in_flight_its_grace_period() {
+    let (sink, sink_url) = Sink::start_slow(Duration::from_millis(1500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = client();
+    let queue = hooks_queue(&sink_url, "timeout = \"10s\"");
+    let mut spoold = start_with(dir.path(), "shutdown_grace = \"5s\"", &queue).await;
+    let id = forward(&client, &spoold.base, 1).await;
+    // Wait until the request is at the sink (in flight).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sink.seen().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopping = Instant::now();
+    sigterm(spoold.child.id());
+    let status = spoold.child.wait().unwrap();
+    let took = stopping.elapsed();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped within the grace period ({took:?})"
+    );
+    // The delivery finished and was acked before the exit.
+    let spoold = start_with(dir.path(), "", &queue).await;
+    let stats: Value = client
+        .get(format!("{}/v1/queues/hooks", spoold.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["stats"]["visible"], 0, "acked before exit: {stats}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(delivered_ids(&sink)[&id], 1, "not delivered again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_grace_period_a_delivery_is_released_without_a_retry() {
+    let (sink, sink_url) = Sink::start_slow(Duration::from_secs(8)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = client();
+    let queue = hooks_queue(&sink_url, "timeout = \"20s\"");
+    let mut spoold = start_with(dir.path(), "shutdown_grace = \"500ms\"", &queue).await;
+    forward(&client, &spoold.base, 1).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sink.seen().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopping = Instant::now();
+    sigterm(spoold.child.id());
+    assert_eq!(spoold.child.wait().unwrap().code(), Some(0));
+    assert!(
+        stopping.elapsed() < Duration::from_secs(4),
+        "did not wait for the slow sink"
+    );
+    let _spoold = start_with(dir.path(), "", &queue).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sink.seen().len() < 2 {
+        assert!(Instant::now() < deadline, "never redelivered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let retry = sink.seen()[1].headers["spooler-retry-count"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(retry, "0", "a shutdown is not the consumer's failure");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_on_shutdown_delivers_the_backlog_first() {
+    let (sink, sink_url) = Sink::start_slow(Duration::from_millis(30)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = client();
+    let queue = hooks_queue(&sink_url, "concurrency = 1");
+    let mut spoold = start_with(
+        dir.path(),
+        "shutdown_grace = \"30s\"\ndrain_on_shutdown = true",
+        &queue,
+    )
+    .await;
+    let mut accepted = BTreeSet::new();
+    for n in 0..30 {
+        accepted.insert(forward(&client, &spoold.base, n).await);
+    }
+    sigterm(spoold.child.id());
+    assert_eq!(spoold.child.wait().unwrap().code(), Some(0));
+    let seen = delivered_ids(&sink);
+    let missing = accepted.iter().filter(|id| !seen.contains_key(*id)).count();
+    assert_eq!(missing, 0, "the backlog was delivered before the exit");
+}
