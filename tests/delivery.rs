@@ -377,3 +377,145 @@ async fn the_breaker_opens_probes_and_closes() {
     );
     s.stop().await;
 }
+
+/// An HTTPS sink with a self-signed certificate (made here with rcgen);
+/// returns its URL, the certificate's PEM, and how many requests it served.
+async fn https_sink() -> (
+    String,
+    String,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use hyper_util::rt::TokioIo;
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    spoold::delivery::client::install_crypto_provider();
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let pem = certified.cert.pem();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        certified.signing_key.serialize_der(),
+    ));
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = Arc::new(AtomicUsize::new(0));
+    let counter = served.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, counter) = (acceptor.clone(), counter.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(move |_req| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(String::from(
+                            "secure",
+                        )))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (format!("https://localhost:{port}/in"), pem, served)
+}
+
+#[tokio::test]
+async fn https_to_a_self_signed_sink_works_once_its_certificate_is_trusted() {
+    use std::sync::atomic::Ordering;
+    let (url, pem, served) = https_sink().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("sink-ca.pem");
+    std::fs::write(&ca_file, pem).unwrap();
+    let s = Spoold::start(&dir.path().join("spool")).await;
+    // Not trusted: the handshake fails and the message is retried.
+    s.queue(
+        "untrusted",
+        json!({"destination": url, "backoff": fast_backoff()}),
+    )
+    .await;
+    s.client
+        .post(format!("{}/v1/queues/untrusted/messages", s.base))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    wait_until("a failed TLS attempt", async || {
+        s.get("/v1/queues/untrusted").await["stats"]["deliveryFailuresTotal"] != 0
+    })
+    .await;
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+    let peek = s.get("/v1/queues/untrusted/messages").await;
+    let error = peek["messages"][0]["lastError"]
+        .as_str()
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(
+        error.contains("certificate") || error.contains("connect"),
+        "{error}"
+    );
+
+    s.queue(
+        "trusted",
+        json!({"destination": url, "caFile": ca_file.to_str().unwrap(), "backoff": fast_backoff()}),
+    )
+    .await;
+    s.client
+        .post(format!("{}/v1/queues/trusted/messages", s.base))
+        .body("y")
+        .send()
+        .await
+        .unwrap();
+    wait_until("delivered over TLS", async || {
+        served.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    wait_until("acked", async || {
+        s.get("/v1/queues/trusted").await["stats"]["deliveriesTotal"] == 1
+    })
+    .await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn only_the_last_ten_attempts_are_kept() {
+    let (sink, sink_url) = Sink::start().await;
+    sink.script((0..100).map(|_| (503, vec![])));
+    let dir = tempfile::tempdir().unwrap();
+    let s = Spoold::start(dir.path()).await;
+    s.queue(
+        "hooks",
+        json!({"destination": sink_url, "maxRetries": 50, "breakerFailures": 100, "backoff": fast_backoff()}),
+    )
+    .await;
+    s.client
+        .post(format!("{}/v1/queues/hooks/messages", s.base))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    sink.wait_for(13).await;
+    let peek = s.get("/v1/queues/hooks/messages").await;
+    let m = &peek["messages"][0];
+    let attempts = m["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 10, "{m}");
+    assert!(
+        attempts
+            .iter()
+            .all(|a| a["status"] == 503 && a["durationSeconds"].is_number())
+    );
+    assert!(m["retryCount"].as_u64().unwrap() >= 12);
+    assert_eq!(m["lastStatus"], 503);
+    s.stop().await;
+}

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | enqueue | its message is still here; else, if its dedup key is still in its window, a dedup-key record takes its place |
 //! | retry, fail, redrive | a message it names is still here (records about a message are absolute, so the last one decides) |
+//! | attempt | it is the newest attempt record of a message still here |
 //! | ack, expire, cancel, purge, queue delete | an older segment may still hold a record it settles: its sequence number is above the *floor*, the lowest "compacted through" watermark of the segments before the run |
 //! | queue upsert / pause, epoch | it is the one in force |
 //! | dedup key | the key is still in its window |
