@@ -100,8 +100,8 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let end_secs = started.elapsed().as_secs_f64();
-    let accepted = accepted.lock().unwrap();
-    let delivered = delivered.lock().unwrap();
+    let accepted = accepted.lock().unwrap().clone();
+    let delivered = delivered.lock().unwrap().clone();
     let mut latencies: Vec<f64> = accepted
         .iter()
         .filter_map(|(id, at)| {
