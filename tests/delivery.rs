@@ -149,13 +149,28 @@ async fn forwarded_requests_arrive_as_sent_and_are_acked() {
     assert_eq!(seen[1].method, Method::POST);
     assert_eq!(seen[1].uri, "/in");
     assert_eq!(h(&seen[1], "content-type"), "text/plain");
+    // A path that looks like another host stays below the destination.
+    let r = s
+        .client
+        .post(format!("{}/v1/forward/hooks//evil.example.com/x", s.base))
+        .body("escape?")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let seen = sink.wait_for(3).await;
+    assert_eq!(seen[2].uri, "/in/evil.example.com/x");
+    assert_eq!(
+        seen[2].headers["host"].to_str().unwrap(),
+        sink_url.trim_start_matches("http://")
+    );
     wait_until("both acked", async || {
         s.get("/v1/queues/hooks").await["stats"]["visible"] == 0
             && s.get("/v1/queues/hooks").await["stats"]["leased"] == 0
     })
     .await;
     let stats = s.get("/v1/queues/hooks").await["stats"].clone();
-    assert_eq!(stats["deliveriesTotal"], 2);
+    assert_eq!(stats["deliveriesTotal"], 3);
     assert_eq!(stats["deliveryFailuresTotal"], 0);
     s.stop().await;
 }

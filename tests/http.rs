@@ -891,6 +891,55 @@ async fn with_keys_configured_no_v1_route_answers_without_one() {
 }
 
 #[tokio::test]
+async fn destinations_outside_allowed_destinations_are_forbidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        "allowed_destinations = [\"*.example.com\", \"127.0.0.1\"]\n",
+    )
+    .await;
+    let ok = s
+        .put_queue("a", json!({"destination": "https://hooks.example.com/in"}))
+        .await;
+    assert_eq!(ok.status(), StatusCode::CREATED);
+    let local = s
+        .put_queue("b", json!({"destination": "http://127.0.0.1:9/in"}))
+        .await;
+    assert_eq!(local.status(), StatusCode::CREATED);
+    assert_error(
+        s.put_queue("c", json!({"destination": "https://evil.example.org/in"}))
+            .await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    assert_error(
+        s.put_queue(
+            "d",
+            json!({"destination": "https://hooks.example.com/in?x=1"}),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    s.stop().await;
+
+    // A config queue outside the list stops the start.
+    let mut config = Config::parse(
+        "[server]\nlisten = \"127.0.0.1:0\"\nallowed_destinations = [\"*.example.com\"]\n\
+         [queues.bad]\ndestination = \"https://elsewhere.org/\"\n",
+    )
+    .unwrap();
+    config.spool.dir = dir.path().join("other");
+    let err = match start(config, None).await {
+        Ok(_) => panic!("started with a forbidden destination"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("allowed_destinations"), "{err}");
+}
+
+#[tokio::test]
 async fn listening_beyond_loopback_without_a_key_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::parse("[server]\nlisten = \"0.0.0.0:0\"\n").unwrap();
