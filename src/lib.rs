@@ -20,6 +20,7 @@ pub mod config;
 pub mod delivery;
 pub mod engine;
 pub mod journal;
+pub mod metrics;
 pub mod serve;
 pub mod spool;
 pub mod time;

@@ -89,6 +89,7 @@ impl Running {
 /// Binds `server.listen` and starts serving; replay and the rest continue in
 /// the background.
 pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Running, ServeError> {
+    crate::metrics::install();
     let api_config = ApiConfig::from_config(&config, env_api_keys.as_deref());
     let listen = config.server.listen.clone();
     let listener = TcpListener::bind(&listen)

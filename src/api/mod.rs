@@ -160,15 +160,30 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
-        ));
+        ))
+        .route_layer(axum::middleware::from_fn(count_request));
     Router::new()
         .nest("/v1", v1)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn(count_request))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+/// Counts each request by the route template it matched (never by the raw
+/// path, so queue names and tokens do not blow up the label set).
+async fn count_request(
+    path: Option<axum::extract::MatchedPath>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = path.map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(request).await;
+    crate::metrics::record_http(&route, response.status().as_u16());
+    response
 }
 
 async fn not_found() -> ApiError {
@@ -198,24 +213,9 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// A first set of gauges; the observability issue replaces this with the
-/// full metrics registry.
+/// Prometheus text (spec §8), the state machine's numbers refreshed first.
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let mut text = String::new();
-    if let Some(engine) = state.engine.get() {
-        text.push_str("# HELP spoold_journal_bytes Bytes of all journal segment files on disk.\n");
-        text.push_str("# TYPE spoold_journal_bytes gauge\n");
-        text.push_str(&format!(
-            "spoold_journal_bytes {}\n",
-            engine.journal_bytes()
-        ));
-        text.push_str("# HELP spoold_journal_max_bytes The configured spool.max_bytes.\n");
-        text.push_str("# TYPE spoold_journal_max_bytes gauge\n");
-        text.push_str(&format!(
-            "spoold_journal_max_bytes {}\n",
-            engine.max_bytes()
-        ));
-    }
+    let text = crate::metrics::render(state.engine.get());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -16,6 +16,7 @@ use super::signing::signature_header;
 use super::target::target_url;
 use crate::engine::settle::Outcome;
 use crate::engine::{Delivery, Engine, EngineError};
+use crate::metrics::DeliveryOutcome;
 use crate::spool::QueueSettings;
 use crate::spool::command::AttemptInfo;
 
@@ -154,6 +155,24 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
     };
     let delivered = outcome == Outcome::Delivered;
     let retryable = matches!(outcome, Outcome::Retry { .. });
+    let labelled = match outcome {
+        Outcome::Delivered => DeliveryOutcome::Success,
+        Outcome::Permanent { .. } => DeliveryOutcome::Failure,
+        _ => DeliveryOutcome::Retry,
+    };
+    crate::metrics::record_delivery(
+        &shared.queue,
+        labelled,
+        Duration::from_millis(u64::from(duration_ms)),
+    );
+    let event_id = shared.engine.tokens().format_id(d.id);
+    if delivered {
+        tracing::debug!(queue = %shared.queue, delivery_id = %event_id, status = ?attempt.status,
+            duration_ms, retry = d.retry_count, outcome = labelled.as_str(), "delivery");
+    } else {
+        tracing::info!(queue = %shared.queue, delivery_id = %event_id, status = ?attempt.status,
+            error = %attempt.error, duration_ms, retry = d.retry_count, outcome = labelled.as_str(), "delivery");
+    }
     let outcome = match outcome {
         // A failed probe does not raise the message's retry count.
         Outcome::Retry { .. } if probe => Outcome::ProbeFailed { delay_ms: 0 },

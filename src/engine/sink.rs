@@ -149,6 +149,7 @@ pub struct Sink {
 
 impl BatchSink<Op> for Sink {
     fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<Op>>) {
+        crate::metrics::record_fsync(receipt.fsync_duration());
         let mut answers = Vec::with_capacity(batch.len());
         {
             let mut core = self.shared.core.lock().expect("core lock poisoned");
