@@ -17,6 +17,17 @@ use spoold::serve::Outcome;
     about = "A durable local spool for outbound work"
 )]
 struct Cli {
+    /// The running server, for the operator commands.
+    #[arg(
+        long,
+        global = true,
+        env = "SPOOLD_URL",
+        default_value = "http://127.0.0.1:8787"
+    )]
+    url: String,
+    /// API key for the operator commands (never logged).
+    #[arg(long, global = true, env = "SPOOLD_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -37,6 +48,51 @@ enum Command {
     Journal {
         #[command(subcommand)]
         command: JournalCommand,
+    },
+    /// List queues with their stats.
+    Queues,
+    /// Follow new messages of a queue, like `tail -f`.
+    Tail {
+        queue: String,
+        /// Print the raw JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send one message (the body from --data, else standard input).
+    Send {
+        queue: String,
+        #[arg(long)]
+        data: Option<String>,
+        #[arg(long, default_value = "application/octet-stream")]
+        content_type: String,
+        /// Idempotency key (the queue needs a dedup window).
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Dead letters: the failure queue of QUEUE.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Failed messages with reason, last status, attempts and time.
+    List { queue: String },
+    /// Move failed messages back into QUEUE (retry counts reset).
+    Redrive {
+        queue: String,
+        #[arg(long)]
+        max: Option<u64>,
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Delete every failed message (asks first unless --yes).
+    Purge {
+        queue: String,
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -62,7 +118,58 @@ enum JournalCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let target = spoold::cli::ops::Target {
+        url: cli.url.clone(),
+        api_key: cli.api_key.clone(),
+    };
     let result = match cli.command.unwrap_or(Command::Run { config: None }) {
+        Command::Queues => ops(|| async { spoold::cli::ops::queues(&target).await }),
+        Command::Tail { queue, json } => ops(|| async {
+            spoold::cli::ops::tail(&target, &queue, json, &mut std::io::stdout()).await?;
+            Ok(String::new())
+        }),
+        Command::Send {
+            queue,
+            data,
+            content_type,
+            key,
+        } => ops(|| async {
+            let body = match data {
+                Some(d) => d.into_bytes(),
+                None => {
+                    let mut buf = Vec::new();
+                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
+                    buf
+                }
+            };
+            let id = spoold::cli::ops::send(&target, &queue, body, &content_type, key.as_deref())
+                .await?;
+            Ok(format!("{id}\n"))
+        }),
+        Command::Dlq { command } => match command {
+            DlqCommand::List { queue } => {
+                ops(|| async { spoold::cli::ops::dlq_list(&target, &queue).await })
+            }
+            DlqCommand::Redrive {
+                queue,
+                max,
+                dry_run,
+            } => ops(|| async {
+                Ok(spoold::cli::ops::dlq_redrive(&target, &queue, max, dry_run).await? + "\n")
+            }),
+            DlqCommand::Purge { queue, yes } => ops(|| async {
+                let stdin = std::io::stdin();
+                let line = spoold::cli::ops::dlq_purge(
+                    &target,
+                    &queue,
+                    yes,
+                    &mut stdin.lock(),
+                    &mut std::io::stderr(),
+                )
+                .await?;
+                Ok(line + "\n")
+            }),
+        },
         Command::Run { config } => run(config),
         Command::CheckConfig { config } => check_config(config),
         Command::Journal { command } => match command {
@@ -78,6 +185,21 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Runs an operator command on a small runtime and prints what it returns.
+fn ops<F, Fut>(command: F) -> anyhow::Result<ExitCode>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<String, spoold::cli::ops::OpsError>>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let text = runtime.block_on(command())?;
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {

@@ -1,3 +1,4 @@
 //! Operator subcommands that do not need a running server.
 
 pub mod journal;
+pub mod ops;

@@ -1,0 +1,250 @@
+//! The operator subcommands of the binary against a running server.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use reqwest::Client;
+use serde_json::json;
+use spoold::config::Config;
+
+const BIN: &str = env!("CARGO_BIN_EXE_spoold");
+
+async fn server(dir: &std::path::Path, keys: &str) -> (spoold::serve::Running, String) {
+    let mut config =
+        Config::parse(&format!("[server]\nlisten = \"127.0.0.1:0\"\n{keys}\n")).unwrap();
+    config.spool.dir = dir.to_path_buf();
+    config.spool.segment_bytes = 1 << 20;
+    let running = spoold::serve::start(config, None).await.unwrap();
+    let base = format!("http://{}", running.addr);
+    spoold::delivery::client::install_crypto_provider();
+    let client = Client::new();
+    while !client
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (running, base)
+}
+
+/// Runs the binary with `args` (off the async runtime's threads).
+async fn run(args: Vec<String>, stdin: &'static str) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(BIN)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn err(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_send_tail_and_dead_letters_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, base) = server(dir.path(), "").await;
+    let client = Client::new();
+    client
+        .put(format!("{base}/v1/queues/orders"))
+        .json(&json!({"maxRetries": 0}))
+        .send()
+        .await
+        .unwrap();
+
+    // tail follows while we send.
+    let mut tail = Command::new(BIN)
+        .args(["--url", &base, "tail", "orders", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let sent = run(
+        args(&["--url", &base, "send", "orders", "--data", "from-flag"]),
+        "",
+    )
+    .await;
+    assert!(sent.status.success(), "{}", err(&sent));
+    let id = text(&sent).trim().to_string();
+    assert_eq!(id.len(), 32, "{id}");
+    let piped = run(
+        args(&[
+            "send",
+            "orders",
+            "--url",
+            &base,
+            "--content-type",
+            "text/plain",
+        ]),
+        "from stdin",
+    )
+    .await;
+    assert!(piped.status.success(), "{}", err(&piped));
+
+    let stdout = tail.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    });
+    let line = tokio::time::timeout(Duration::from_secs(10), line)
+        .await
+        .expect("tail printed a line")
+        .unwrap();
+    let first: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(first["id"], id.as_str());
+    assert_eq!(first["body"], "from-flag");
+    tail.kill().unwrap();
+    tail.wait().unwrap();
+
+    let table = run(args(&["--url", &base, "queues"]), "").await;
+    let t = text(&table);
+    assert!(t.starts_with("QUEUE"), "{t}");
+    let orders = t.lines().find(|l| l.starts_with("orders ")).unwrap();
+    assert!(
+        orders.split_whitespace().nth(2) == Some("2"),
+        "two visible: {orders}"
+    );
+    assert!(t.lines().any(|l| l.starts_with("orders.failed")), "{t}");
+
+    // Fail both (max_retries = 0), then look at, redrive and purge them.
+    for _ in 0..2 {
+        let r = client
+            .post(format!("{base}/v1/queues/orders/receive"))
+            .send()
+            .await
+            .unwrap();
+        let token = r.headers()["spooler-lease-token"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        client
+            .post(format!("{base}/v1/queues/orders/leases/{token}/nack"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let list = run(args(&["--url", &base, "dlq", "list", "orders"]), "").await;
+    let l = text(&list);
+    assert!(l.starts_with("ID"), "{l}");
+    assert_eq!(
+        l.lines()
+            .filter(|x| x.contains("retries_exhausted"))
+            .count(),
+        2,
+        "{l}"
+    );
+
+    let dry = run(
+        args(&["--url", &base, "dlq", "redrive", "orders", "--dry-run"]),
+        "",
+    )
+    .await;
+    assert!(text(&dry).contains("would move 2"), "{}", text(&dry));
+    let one = run(
+        args(&["--url", &base, "dlq", "redrive", "orders", "--max", "1"]),
+        "",
+    )
+    .await;
+    assert!(text(&one).contains("moved 1"), "{}", text(&one));
+
+    let refused = run(args(&["--url", &base, "dlq", "purge", "orders"]), "no\n").await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(err(&refused).contains("not confirmed"), "{}", err(&refused));
+    let confirmed = run(
+        args(&["--url", &base, "dlq", "purge", "orders"]),
+        "orders\n",
+    )
+    .await;
+    assert!(
+        text(&confirmed).contains("purged 1"),
+        "{}",
+        text(&confirmed)
+    );
+    let yes = run(
+        args(&["--url", &base, "dlq", "purge", "orders", "--yes"]),
+        "",
+    )
+    .await;
+    assert!(text(&yes).contains("purged 0"), "{}", text(&yes));
+
+    running.stop();
+    running.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_one_line_and_keys_go_before_or_after_the_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, base) = server(dir.path(), "api_keys = [\"k1\"]").await;
+
+    let no_key = run(args(&["--url", &base, "queues"]), "").await;
+    assert_eq!(no_key.status.code(), Some(1));
+    let e = err(&no_key);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.starts_with("spoold: unauthorized:"), "{e}");
+
+    let before = run(args(&["--url", &base, "--api-key", "k1", "queues"]), "").await;
+    assert!(before.status.success(), "{}", err(&before));
+    let after = run(args(&["queues", "--url", &base, "--api-key", "k1"]), "").await;
+    assert!(after.status.success(), "{}", err(&after));
+
+    let missing = run(
+        args(&[
+            "--url",
+            &base,
+            "--api-key",
+            "k1",
+            "send",
+            "nope",
+            "--data",
+            "x",
+        ]),
+        "",
+    )
+    .await;
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        err(&missing).starts_with("spoold: queue_not_found:"),
+        "{}",
+        err(&missing)
+    );
+
+    let down = run(args(&["--url", "http://127.0.0.1:1", "queues"]), "").await;
+    assert_eq!(down.status.code(), Some(1));
+    assert!(
+        err(&down).contains("cannot talk to http://127.0.0.1:1"),
+        "{}",
+        err(&down)
+    );
+
+    let usage = run(args(&["dlq", "frobnicate"]), "").await;
+    assert_eq!(usage.status.code(), Some(2), "usage errors exit 2");
+    running.stop();
+    running.wait().await.unwrap();
+}
