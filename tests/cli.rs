@@ -217,3 +217,29 @@ fn verify_of_an_empty_directory_is_clean_and_bad_config_names_key_and_line() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("line 3"), "{stderr}");
 }
+
+#[test]
+fn every_shipped_config_passes_check_config() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in [
+        "config.example.toml",
+        "deploy/kubernetes/base/spoold.toml",
+        "deploy/kubernetes/statefulset/spoold.toml",
+    ] {
+        let out = Command::new(BIN)
+            .args(["check-config", "--config"])
+            .arg(root.join(file))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !printed.contains("whsec_ZXhh"),
+            "secrets are hidden: {file}"
+        );
+    }
+}
