@@ -80,7 +80,24 @@ pub fn verify_with(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport
         });
     };
     let mut undecodable = Vec::new();
+    // Bytes before each segment, for the progress bar.
+    let mut before = std::collections::HashMap::new();
+    let mut total = 0u64;
+    for id in crate::journal::scan::list_segments(storage.as_ref(), dir)? {
+        before.insert(id, total);
+        let path = dir.join(segment_file_name(id));
+        total += storage
+            .open(&path)
+            .and_then(|f| f.size_bytes())
+            .unwrap_or(0);
+    }
+    let bar = progress_bar(total, "verifying");
+    let mut seen = 0u64;
     let summary = scan_dir(&storage, dir, identity.salt, |rec| {
+        seen += 1;
+        if seen.is_multiple_of(PROGRESS_EVERY_RECORDS) {
+            bar.set_position(before.get(&rec.segment_id).copied().unwrap_or(0) + rec.offset);
+        }
         if let Err(e) = Record::decode(rec.kind, rec.body) {
             undecodable.push(format!(
                 "{} offset {}: undecodable record: {e}",
@@ -90,10 +107,36 @@ pub fn verify_with(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport
         }
         Ok(())
     })?;
+    bar.finish_and_clear();
     Ok(VerifyReport {
         summary,
         undecodable,
     })
+}
+
+/// How often (in records) the progress bar moves: often enough to watch,
+/// rarely enough to cost nothing.
+const PROGRESS_EVERY_RECORDS: u64 = 4096;
+
+/// A progress bar on standard error; indicatif draws nothing when standard
+/// error is not a terminal, so scripts and tests see only the report.
+fn progress_bar(total_bytes: u64, what: &'static str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total_bytes);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:40}] {bytes}/{total_bytes} ({eta} left)",
+    ) {
+        bar.set_style(style);
+    }
+    bar.set_message(what);
+    bar
+}
+
+/// A spinner for work whose size is not known up front.
+fn spinner(what: &'static str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_message(what);
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
 }
 
 /// Scans a spool directory on the real file system.
@@ -140,10 +183,12 @@ impl RepairOutcome {
 pub fn repair(dir: &Path) -> Result<RepairOutcome, JournalError> {
     let _lock = crate::journal::lock::DirLock::acquire(dir)?;
     let storage: Arc<dyn Storage> = Arc::new(OsStorage);
+    let bar = spinner("repairing (scanning, quarantining, rewriting)");
     let report = crate::journal::repair::repair(&storage, dir, &|kind, body| {
         Record::decode(kind, body).is_ok()
-    })?;
-    Ok(RepairOutcome { report })
+    });
+    bar.finish_and_clear();
+    Ok(RepairOutcome { report: report? })
 }
 
 /// Compacts every sealed segment of a stopped spool; returns the report as
@@ -152,9 +197,12 @@ pub async fn compact(dir: &Path) -> Result<String, crate::engine::EngineError> {
     let mut options = crate::engine::EngineOptions::new(dir);
     // An offline tool should not leave a fresh spare segment behind.
     options.preallocate = false;
+    let bar = spinner("replaying, then compacting");
     let (engine, _) = crate::engine::Engine::open(options).await?;
     let before = engine.journal_bytes();
-    let reports = engine.compact_all(true).await?;
+    let reports = engine.compact_all(true).await;
+    bar.finish_and_clear();
+    let reports = reports?;
     let after = engine.journal_bytes();
     engine.close();
     let mut out = String::new();
