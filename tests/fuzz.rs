@@ -1,0 +1,145 @@
+//! Arbitrary-input harnesses (the fallback the reliability issue allows
+//! where `cargo fuzz` cannot run): random bytes and random mutations of real
+//! journals, configs, lease tokens, forward paths. None may panic; replay
+//! must truncate, refuse or quarantine, never crash.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use proptest::prelude::*;
+use spoold::config::Config;
+use spoold::engine::token::Tokens;
+use spoold::journal::format::{SpoolIdentity, segment_file_name};
+use spoold::journal::scan::scan_dir;
+use spoold::journal::sim::{SimStorage, Tear};
+use spoold::journal::storage::Storage;
+use spoold::spool::{QueueSettings, Record};
+use spoold::time::ManualClock;
+
+/// A small real journal to mutate: its segment bytes and identity file.
+fn real_journal() -> (Vec<u8>, Vec<u8>) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let sim = SimStorage::new();
+        let clock = ManualClock::new(START_MS);
+        let engine = open(&sim, &clock).await.unwrap();
+        make_queue(&engine, "q", QueueSettings::default()).await;
+        for i in 0..8 {
+            engine.send("q", body(&format!("m{i}"))).await.unwrap();
+        }
+        let got = engine
+            .receive("q", 2, std::time::Duration::ZERO)
+            .await
+            .unwrap();
+        engine.ack("q", &got[0].token).await.unwrap();
+        engine.nack("q", &got[1].token, 0).await.unwrap();
+        drop(engine);
+        sim.crash(Tear::DropUnsynced);
+        let seg = sim
+            .file_bytes(&sim_dir().join(segment_file_name(1)))
+            .unwrap();
+        let meta = sim.file_bytes(&sim_dir().join("spool.meta")).unwrap();
+        (seg, meta)
+    })
+}
+
+/// Replays `segment` (with `meta`) the way start-up and verify do; any
+/// outcome but a panic is fine.
+fn replay_bytes(segment: Vec<u8>, meta: Vec<u8>) {
+    let sim = SimStorage::new();
+    sim.set_file_bytes(&sim_dir().join("spool.meta"), meta);
+    sim.set_file_bytes(&sim_dir().join(segment_file_name(1)), segment);
+    let storage: Arc<dyn Storage> = Arc::new(sim.clone());
+    if let Some(identity) = spoold::journal::load_identity(&storage, &sim_dir(), false)
+        .ok()
+        .flatten()
+    {
+        let _ = scan_dir(&storage, &sim_dir(), identity.salt, |rec| {
+            let _ = Record::decode(rec.kind, rec.body);
+            Ok(())
+        });
+    }
+    let _ = spoold::cli::journal::verify_with(storage.clone(), &sim_dir());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let clock = ManualClock::new(START_MS);
+        let _ = open(&sim, &clock).await;
+        let mut options = sim_options(&sim, &clock);
+        options.quarantine_corruption = true;
+        let _ = spoold::engine::Engine::open(options).await;
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn replay_of_mutated_journals_never_panics(
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        cut in any::<prop::sample::Index>(),
+        do_cut in any::<bool>(),
+    ) {
+        let (mut seg, meta) = real_journal();
+        for (i, byte) in flips {
+            let at = i.index(seg.len());
+            seg[at] ^= byte | 1;
+        }
+        if do_cut {
+            seg.truncate(cut.index(seg.len() + 1));
+        }
+        replay_bytes(seg, meta);
+    }
+
+    #[test]
+    fn replay_of_random_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let (_, meta) = real_journal();
+        let mut seg = bytes.clone();
+        replay_bytes(seg.clone(), meta.clone());
+        // Random bytes behind a valid header exercise the record scanner.
+        let (real, _) = real_journal();
+        seg.splice(0..0, real[..64].iter().copied());
+        replay_bytes(seg, meta);
+        let _ = SpoolIdentity::decode(&bytes);
+    }
+
+    #[test]
+    fn record_bodies_never_panic_the_decoder(kind in any::<u8>(), body in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = Record::decode(kind, &body);
+        let _ = spoold::spool::command::decode_payload(&body);
+        let _ = spoold::spool::command::decode_attempts(&body);
+    }
+
+    #[test]
+    fn configs_never_panic_the_parser(text in "(\\[[a-z.]{0,12}\\]\\n)?([a-z_]{1,16} = (\"[ -~]{0,12}\"|[0-9]{1,6}|true|\\[\\])\\n){0,6}") {
+        let _ = Config::parse(&text);
+    }
+
+    #[test]
+    fn lease_tokens_and_ids_never_panic_the_parser(text in "[ -~]{0,80}") {
+        let tokens = Tokens::new([3; 32], 7);
+        prop_assert!(tokens.decode(&text).is_none() || text.len() <= 64);
+        let _ = tokens.parse_id(&text);
+    }
+
+    #[test]
+    fn forward_paths_never_escape_or_panic(segments in proptest::collection::vec("(\\.|\\.\\.|%2[eE]|%2[eE]%2[eE]|\\.%2e|[a-z]{1,3}|%2F|)", 0..8)) {
+        let raw = format!("/{}", segments.join("/"));
+        if let Ok(path) = spoold::api::forward::resolve_path(&raw) {
+            let target = spoold::delivery::target::target_url(
+                "https://h.example.com/base",
+                Some(&spoold::spool::StoredRequest { method: "POST".into(), path, query: String::new(), headers: vec![] }),
+            );
+            let url = target.expect("a resolved path always stays below the destination");
+            prop_assert_eq!(url.host_str(), Some("h.example.com"));
+            prop_assert!(url.path().starts_with("/base"));
+        }
+    }
+}
