@@ -40,6 +40,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_headers(HEADERS_MAX)
+        .max_header_size(HEADER_BYTES_MAX)
         .max_buf_size(HEADER_BYTES_MAX.max(8192));
     let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();

@@ -218,26 +218,36 @@ pub fn validate(s: &QueueSettings) -> Result<(), String> {
 
 /// The host of a destination URL, after checking its shape: `http` or
 /// `https`, a host, no query string, no fragment, no user info.
+///
+/// The host is the one the HTTP client will connect to, as the URL
+/// standard normalises it (lower case, `http://2130706433` is 127.0.0.1,
+/// IPv6 without brackets, no trailing dot), so that `allowed_destinations`
+/// judges exactly what is dialled.
 pub fn destination_host(dest: &str) -> Result<String, String> {
     let bad = |why: &str| Err(format!("destination {dest:?} is not usable: {why}"));
-    let Some((scheme, rest)) = dest.split_once("://") else {
-        return bad("expected http://host[:port][/path] or https://…");
+    let url = match reqwest::Url::parse(dest) {
+        Ok(url) => url,
+        Err(e) => {
+            return bad(&format!(
+                "{e}; expected http://host[:port][/path] or https://…"
+            ));
+        }
     };
-    if scheme != "http" && scheme != "https" {
+    if url.scheme() != "http" && url.scheme() != "https" {
         return bad("the scheme must be http or https");
     }
-    if dest.contains('?') || dest.contains('#') {
+    if url.query().is_some() || url.fragment().is_some() || dest.contains('?') || dest.contains('#')
+    {
         return bad("a destination has no query string or fragment");
     }
-    let authority = rest.split('/').next().unwrap_or_default();
-    if authority.is_empty() || authority.contains('@') {
-        return bad("it needs a host (and no user info)");
+    if !url.username().is_empty() || url.password().is_some() {
+        return bad("a destination has no user info");
     }
-    let host = if let Some(v6) = authority.strip_prefix('[') {
-        v6.split(']').next().unwrap_or_default().to_string()
-    } else {
-        authority.split(':').next().unwrap_or_default().to_string()
-    };
+    let host = url.host_str().unwrap_or_default();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim_end_matches('.');
     if host.is_empty() {
         return bad("it needs a host");
     }
@@ -297,6 +307,17 @@ mod tests {
         );
         assert_eq!(destination_host("http://[::1]:80").unwrap(), "::1");
         assert!(destination_host("https://x.example.com/h?a=1").is_err());
+        // What the client dials, not how it was written.
+        assert_eq!(destination_host("http://2130706433/").unwrap(), "127.0.0.1");
+        assert_eq!(destination_host("http://127.1/").unwrap(), "127.0.0.1");
+        assert_eq!(
+            destination_host("https://HOOKS.Example.COM./x").unwrap(),
+            "hooks.example.com"
+        );
+        assert_eq!(
+            destination_host("http://[::ffff:127.0.0.1]/").unwrap(),
+            "::ffff:7f00:1"
+        );
         assert!(destination_host("ftp://x").is_err());
         assert!(destination_host("https://user@x").is_err());
         let allowed = vec!["*.example.com".to_string(), "127.0.0.1".to_string()];
@@ -304,5 +325,25 @@ mod tests {
         assert!(!host_allowed("example.com", &allowed));
         assert!(!host_allowed("evilexample.com", &allowed));
         assert!(host_allowed("127.0.0.1", &allowed));
+        // Bypass attempts: each resolves to a host the list does not allow.
+        for dest in [
+            "https://hooks.example.com.evil.org/",
+            "https://evil.org#.example.com",
+            "https://evil.org/.example.com",
+            "http://0x7f.0.0.2/",
+            "http://[::ffff:127.0.0.1]/",
+            "https://example.com/",
+        ] {
+            let allowed_now = destination_host(dest).is_ok_and(|h| host_allowed(&h, &allowed));
+            assert!(!allowed_now, "{dest} slipped through");
+        }
+        assert!(
+            destination_host("https://hooks.example.com@evil.org/").is_err(),
+            "user info"
+        );
+        assert!(
+            host_allowed(&destination_host("http://2130706433/").unwrap(), &allowed),
+            "decimal 127.0.0.1"
+        );
     }
 }
