@@ -23,7 +23,7 @@ fn start(dir: &std::path::Path) -> (std::process::Child, String, std::path::Path
     )
     .unwrap();
     let log = dir.join("spoold.log");
-    let child = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .args(["run", "--config"])
         .arg(&config)
         .env("SPOOLD_LOG", "trace")
@@ -44,7 +44,11 @@ fn start(dir: &std::path::Path) -> (std::process::Child, String, std::path::Path
                 .collect();
             return (child, addr, log);
         }
-        assert!(Instant::now() < deadline, "spoold did not start:\n{text}");
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("spoold did not start:\n{text}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
