@@ -534,3 +534,88 @@ async fn only_the_last_ten_attempts_are_kept() {
     assert_eq!(m["lastStatus"], 503);
     s.stop().await;
 }
+
+/// A destination that misbehaves at the TCP level: the first connections
+/// are reset, answered with garbage, or left hanging; later ones get a
+/// proper 200.
+async fn chaotic_sink() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
+    let ok = served.clone();
+    tokio::spawn(async move {
+        let mut n = 0usize;
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            n += 1;
+            let ok = ok.clone();
+            let kind = n % 4;
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let _ = sock.read(&mut buf).await;
+                match kind {
+                    // Reset: close without answering.
+                    1 => drop(sock),
+                    // Garbage instead of HTTP.
+                    2 => {
+                        let _ = sock.write_all(b"\x00\x01garbage\r\n\r\n").await;
+                    }
+                    // Hang past the attempt timeout.
+                    3 => tokio::time::sleep(Duration::from_secs(5)).await,
+                    _ => {
+                        ok.fetch_add(1, Ordering::SeqCst);
+                        let _ = sock
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/in"), served)
+}
+
+#[tokio::test]
+async fn a_chaotic_destination_still_gets_everything_at_least_once() {
+    use std::sync::atomic::Ordering;
+    let (url, served) = chaotic_sink().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Spoold::start(dir.path()).await;
+    s.queue(
+        "hooks",
+        json!({"destination": url, "timeoutSeconds": 0.5, "backoff": fast_backoff(), "breakerFailures": 1000, "maxRetries": 100}),
+    )
+    .await;
+    for i in 0..12 {
+        s.client
+            .post(format!("{}/v1/queues/hooks/messages", s.base))
+            .body(format!("m{i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    wait_until("all delivered", async || {
+        let st = s.get("/v1/queues/hooks").await["stats"].clone();
+        st["visible"] == 0 && st["leased"] == 0 && st["delayed"] == 0
+    })
+    .await;
+    assert!(
+        served.load(Ordering::SeqCst) >= 12,
+        "every message reached a healthy answer"
+    );
+    let stats = s.get("/v1/queues/hooks").await["stats"].clone();
+    assert!(
+        stats["deliveryFailuresTotal"].as_u64().unwrap() > 0,
+        "the chaos was felt: {stats}"
+    );
+    assert_eq!(
+        s.get("/v1/queues/hooks.failed").await["stats"]["visible"],
+        0
+    );
+    s.stop().await;
+}

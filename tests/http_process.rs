@@ -154,3 +154,66 @@ async fn clients_that_hang_up_change_nothing_a_restart_would_not_show() {
         "what a restart shows is what the running process showed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_exits_in_time_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = {
+        spoold::delivery::client::install_crypto_provider();
+        Client::new()
+    };
+    let mut spoold =
+        common::process::start_with(dir.path(), "shutdown_grace = \"5s\"", "[queues.q]\n").await;
+    let got = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut senders = Vec::new();
+    for w in 0..16 {
+        let (client, base, got) = (client.clone(), spoold.base.clone(), got.clone());
+        senders.push(tokio::spawn(async move {
+            for n in 0.. {
+                let Ok(r) = client
+                    .post(format!("{base}/v1/queues/q/messages"))
+                    .body(format!("{w}-{n}"))
+                    .send()
+                    .await
+                else {
+                    return;
+                };
+                if r.status() == StatusCode::CREATED {
+                    let Ok(body) = r.json::<Value>().await else {
+                        return;
+                    };
+                    got.lock()
+                        .unwrap()
+                        .push(body["id"].as_str().unwrap().to_string());
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = std::time::Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &spoold.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let code = spoold.child.wait().unwrap().code();
+    let took = stopping.elapsed();
+    for s in senders {
+        let _ = s.await;
+    }
+    assert_eq!(code, Some(0));
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped within the grace period: {took:?}"
+    );
+    let acknowledged: BTreeSet<String> = got.lock().unwrap().iter().cloned().collect();
+    let spoold = start(dir.path()).await;
+    let found = ids_in(&client, &spoold.base, "q").await;
+    let lost = acknowledged.difference(&found).count();
+    println!(
+        "SIGTERM under 16 senders: {} acknowledged, stopped in {took:?}, {lost} lost",
+        acknowledged.len()
+    );
+    assert!(acknowledged.len() > 50);
+    assert_eq!(lost, 0);
+}
