@@ -465,21 +465,13 @@ impl Spool {
                 let base = queue
                     .strip_suffix(super::queue::FAILED_SUFFIX)
                     .unwrap_or(queue);
-                let Some(&qid) = self.names.get(base) else {
-                    return Applied::Missing;
-                };
-                let fid = self.queues[&qid].failed;
-                for queue_id in std::iter::once(qid).chain(fid) {
-                    let q = self
-                        .queues
-                        .get_mut(&queue_id)
-                        .expect("bug: queue id without queue");
-                    if q.messages.contains_key(id) {
+                match self.holder_mut(base, *id) {
+                    Some(q) => {
                         q.attempts.insert(*id, loc);
-                        return Applied::Done;
+                        Applied::Done
                     }
+                    None => Applied::Missing,
                 }
-                Applied::Missing
             }
             Command::DedupKey {
                 queue,
@@ -515,21 +507,11 @@ impl Spool {
         from: RecordLoc,
         to: RecordLoc,
     ) {
-        let Some(&qid) = self.names.get(base_queue) else {
-            return;
-        };
-        let fid = self.queues[&qid].failed;
-        for queue_id in std::iter::once(qid).chain(fid) {
-            let q = self
-                .queues
-                .get_mut(&queue_id)
-                .expect("bug: queue id without queue");
-            if let Some(loc) = q.attempts.get_mut(&id)
-                && *loc == from
-            {
-                *loc = to;
-                return;
-            }
+        if let Some(q) = self.holder_mut(base_queue, id)
+            && let Some(loc) = q.attempts.get_mut(&id)
+            && *loc == from
+        {
+            *loc = to;
         }
     }
 
@@ -691,24 +673,32 @@ impl Spool {
     /// Points a message at its record's new place after compaction moved
     /// it; a no-op if the message is gone or already elsewhere.
     pub fn relocate(&mut self, base_queue: &str, id: MessageId, from: RecordLoc, to: RecordLoc) {
-        let Some(&qid) = self.names.get(base_queue) else {
+        let Some(m) = self
+            .holder_mut(base_queue, id)
+            .and_then(|q| q.messages.get_mut(&id))
+        else {
             return;
         };
-        let fid = self.queues[&qid].failed;
-        for queue_id in std::iter::once(qid).chain(fid) {
-            let q = self
-                .queues
-                .get_mut(&queue_id)
-                .expect("bug: queue id without queue");
-            if let Some(m) = q.messages.get_mut(&id)
-                && m.loc == from
-            {
-                m.loc = to;
-                self.forget_bytes(from);
-                *self.live_bytes.entry(to.segment_id).or_default() += u64::from(to.len);
-                return;
-            }
+        if m.loc != from {
+            return;
         }
+        m.loc = to;
+        self.forget_bytes(from);
+        *self.live_bytes.entry(to.segment_id).or_default() += u64::from(to.len);
+    }
+
+    /// The queue (a base queue or its failure queue) that holds message `id`.
+    fn holder_mut(&mut self, base_queue: &str, id: MessageId) -> Option<&mut Queue> {
+        let qid = *self.names.get(base_queue)?;
+        let q = &self.queues[&qid];
+        let holder = if q.messages.contains_key(&id) {
+            qid
+        } else {
+            q.failed?
+        };
+        self.queues
+            .get_mut(&holder)
+            .filter(|q| q.messages.contains_key(&id))
     }
 
     /// The message a dedup key hash points at, if the key is still inside
