@@ -1,33 +1,18 @@
 //! The operator subcommands of the binary against a running server.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use reqwest::Client;
 use serde_json::json;
-use spoold::config::Config;
 
 const BIN: &str = env!("CARGO_BIN_EXE_spoold");
 
 async fn server(dir: &std::path::Path, keys: &str) -> (spoold::serve::Running, String) {
-    let mut config =
-        Config::parse(&format!("[server]\nlisten = \"127.0.0.1:0\"\n{keys}\n")).unwrap();
-    config.spool.dir = dir.to_path_buf();
-    config.spool.segment_bytes = 1 << 20;
-    let running = spoold::serve::start(config, None).await.unwrap();
-    let base = format!("http://{}", running.addr);
-    spoold::delivery::client::install_crypto_provider();
-    let client = Client::new();
-    while !client
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    (running, base)
+    common::serve_in_process(dir, keys).await
 }
 
 /// Runs the binary with `args` (off the async runtime's threads).

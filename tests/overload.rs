@@ -1,29 +1,15 @@
 //! Overload: thousands of slow-loris connections do not starve others, and
 //! long-poll receivers beyond the cap are refused clearly.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use reqwest::{Client, StatusCode};
-use spoold::config::Config;
 use tokio::io::AsyncWriteExt;
 
 async fn server(dir: &std::path::Path) -> (spoold::serve::Running, String) {
-    let mut config = Config::parse("[server]\nlisten = \"127.0.0.1:0\"\n[queues.q]\n").unwrap();
-    config.spool.dir = dir.to_path_buf();
-    config.spool.segment_bytes = 1 << 20;
-    let running = spoold::serve::start(config, None).await.unwrap();
-    let base = format!("http://{}", running.addr);
-    spoold::delivery::client::install_crypto_provider();
-    let client = Client::new();
-    while !client
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    (running, base)
+    common::serve_in_process(dir, "[queues.q]").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,3 +56,29 @@ pub async fn make_queue(engine: &Engine, name: &str, settings: QueueSettings) {
         .await
         .expect("create queue");
 }
+
+/// Starts the server in this process on 127.0.0.1:0 with its spool in
+/// `dir`; `toml` follows the `listen` line (more `[server]` keys, then
+/// tables). Returns once `/readyz` answers 200.
+pub async fn serve_in_process(
+    dir: &std::path::Path,
+    toml: &str,
+) -> (spoold::serve::Running, String) {
+    let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{toml}\n");
+    let mut config = spoold::config::Config::parse(&text).unwrap();
+    config.spool.dir = dir.to_path_buf();
+    config.spool.segment_bytes = 1 << 20;
+    let running = spoold::serve::start(config, None).await.unwrap();
+    let base = format!("http://{}", running.addr);
+    spoold::delivery::client::install_crypto_provider();
+    let client = reqwest::Client::new();
+    while !client
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    (running, base)
+}
