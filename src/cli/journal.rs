@@ -42,7 +42,7 @@ impl VerifyReport {
             let (file, offset) = p.location(dir);
             let _ = writeln!(
                 out,
-                "BAD {} offset {offset}: {}",
+                "BAD {} at offset {offset}: {}",
                 file.display(),
                 p.reason()
             );

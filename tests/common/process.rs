@@ -2,14 +2,14 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::{Client, StatusCode};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_spoold");
+pub const BIN: &str = env!("CARGO_BIN_EXE_spoold");
 
 /// A spoold process; killed if a failing test leaves it behind.
 pub struct Spoold {
@@ -32,15 +32,13 @@ pub async fn start(dir: &Path) -> Spoold {
 
 /// Like [`start`], with more `[server]` keys and more tables (queues).
 pub async fn start_with(dir: &Path, server_keys: &str, tables: &str) -> Spoold {
-    let config = dir.join("spoold.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n{server_keys}\n[spool]\ndir = \"{}\"\nsegment_bytes = \"1MiB\"\n{tables}\n",
-            dir.join("spool").display()
-        ),
-    )
-    .unwrap();
+    let spool_keys = "segment_bytes = \"1MiB\"";
+    start_config(dir, server_keys, spool_keys, tables).await
+}
+
+/// Like [`start_with`], with the `[spool]` keys (but `dir`) given too.
+pub async fn start_config(dir: &Path, server_keys: &str, spool_keys: &str, tables: &str) -> Spoold {
+    let config = write_config(dir, server_keys, spool_keys, tables);
     let mut child = Command::new(BIN)
         .args(["run", "--config"])
         .arg(&config)
@@ -82,6 +80,21 @@ pub async fn start_with(dir: &Path, server_keys: &str, tables: &str) -> Spoold {
         assert!(Instant::now() < deadline, "spoold never became ready");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Writes `dir/spoold.toml` (listening on a free port, spool in
+/// `dir/spool`) and returns its path.
+pub fn write_config(dir: &Path, server_keys: &str, spool_keys: &str, tables: &str) -> PathBuf {
+    let config = dir.join("spoold.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n{server_keys}\n[spool]\ndir = \"{}\"\n{spool_keys}\n{tables}\n",
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    config
 }
 
 pub async fn ids_in(client: &Client, base: &str, queue: &str) -> BTreeSet<String> {

@@ -1,0 +1,274 @@
+//! The crash loop: rounds of concurrent send / receive / ack / forward
+//! traffic against the real binary, killed with SIGKILL at a random moment
+//! and restarted, checked the way Jepsen's set checker does.
+//!
+//! The checker keeps, per message tag, whether its send was *attempted*,
+//! *acknowledged* (`201`/`202`), *received* (with the instant the receive was
+//! asked for) and *acked* (`204`, with the instant the answer came). At the
+//! end a last process drains every queue, and:
+//!
+//! - lost: acknowledged but never received nor delivered: must be 0;
+//! - resurrected: received by a receive asked for after its ack had answered
+//!   `204`: must be 0;
+//! - unexpected: received or delivered but never attempted: must be 0;
+//! - duplicates: received or delivered more than once: allowed, counted.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::process::start_with;
+use common::sink::Sink;
+use reqwest::{Client, StatusCode};
+use serde_json::Value;
+
+const ROUNDS: usize = 25;
+const SENDERS: usize = 6;
+const FORWARDERS: usize = 2;
+const RECEIVERS: usize = 4;
+
+/// Everything the clients saw, in one place.
+#[derive(Default)]
+struct History {
+    attempted: BTreeSet<String>,
+    acknowledged: BTreeSet<String>,
+    /// tag → instants at which a receive that returned it was asked for.
+    received: BTreeMap<String, Vec<Instant>>,
+    /// tag → instant at which its ack answered `204`.
+    acked: BTreeMap<String, Instant>,
+    ack_failures: usize,
+}
+
+type Shared = Arc<Mutex<History>>;
+
+fn queues(sink_url: &str) -> String {
+    format!(
+        "[queues.jobs]\nlease_timeout = \"60s\"\nmax_retries = 1000\n\n\
+         [queues.hooks]\ndestination = \"{sink_url}/in\"\nconcurrency = 4\nmax_retries = 1000\n\
+         backoff = {{ initial = \"50ms\", max = \"200ms\" }}\n"
+    )
+}
+
+async fn sender(client: Client, base: String, history: Shared, round: usize, w: usize) {
+    for n in 0.. {
+        let tag = format!("send r{round} w{w} n{n}");
+        history.lock().unwrap().attempted.insert(tag.clone());
+        let Ok(r) = client
+            .post(format!("{base}/v1/queues/jobs/messages"))
+            .body(tag.clone())
+            .send()
+            .await
+        else {
+            return;
+        };
+        if r.status() == StatusCode::CREATED && r.bytes().await.is_ok() {
+            history.lock().unwrap().acknowledged.insert(tag);
+        }
+    }
+}
+
+async fn forwarder(client: Client, base: String, history: Shared, round: usize, w: usize) {
+    for n in 0.. {
+        let tag = format!("forward r{round} w{w} n{n}");
+        history.lock().unwrap().attempted.insert(tag.clone());
+        let Ok(r) = client
+            .post(format!("{base}/v1/forward/hooks/events?n={n}"))
+            .header("content-type", "text/plain")
+            .body(tag.clone())
+            .send()
+            .await
+        else {
+            return;
+        };
+        if r.status() == StatusCode::ACCEPTED && r.bytes().await.is_ok() {
+            history.lock().unwrap().acknowledged.insert(tag);
+        }
+        // Forwards are a smaller share of the traffic than sends.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Receives in batches and acks each message; returns when spoold is gone,
+/// or (when `drain`) when the queue has nothing left.
+async fn receiver(client: Client, base: String, history: Shared, drain: bool) {
+    loop {
+        let asked = Instant::now();
+        let wait = if drain { 0 } else { 1 };
+        let Ok(r) = client
+            .post(format!(
+                "{base}/v1/queues/jobs/receive-batch?max=10&wait={wait}"
+            ))
+            .send()
+            .await
+        else {
+            return;
+        };
+        let Ok(batch) = r.json::<Value>().await else {
+            return;
+        };
+        let messages = batch["messages"].as_array().cloned().unwrap_or_default();
+        if messages.is_empty() && drain {
+            return;
+        }
+        for m in messages {
+            let tag = m["body"].as_str().unwrap().to_string();
+            history
+                .lock()
+                .unwrap()
+                .received
+                .entry(tag.clone())
+                .or_default()
+                .push(asked);
+            let token = m["leaseToken"].as_str().unwrap();
+            let Ok(r) = client
+                .post(format!("{base}/v1/queues/jobs/leases/{token}/ack"))
+                .send()
+                .await
+            else {
+                return;
+            };
+            let mut h = history.lock().unwrap();
+            if r.status() == StatusCode::NO_CONTENT {
+                h.acked.insert(tag, Instant::now());
+            } else {
+                h.ack_failures += 1;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = {
+        spoold::delivery::client::install_crypto_provider();
+        Client::new()
+    };
+    let (sink, sink_url) = Sink::start().await;
+    let tables = queues(&sink_url);
+    let history: Shared = Arc::default();
+    let started = Instant::now();
+
+    for round in 0..ROUNDS {
+        let mut spoold = start_with(dir.path(), "", &tables).await;
+        let mut clients = Vec::new();
+        for w in 0..SENDERS {
+            let (c, b, h) = (client.clone(), spoold.base.clone(), history.clone());
+            clients.push(tokio::spawn(sender(c, b, h, round, w)));
+        }
+        for w in 0..FORWARDERS {
+            let (c, b, h) = (client.clone(), spoold.base.clone(), history.clone());
+            clients.push(tokio::spawn(forwarder(c, b, h, round, w)));
+        }
+        for _ in 0..RECEIVERS {
+            let (c, b, h) = (client.clone(), spoold.base.clone(), history.clone());
+            clients.push(tokio::spawn(receiver(c, b, h, false)));
+        }
+        tokio::time::sleep(Duration::from_millis(200 + rand::random::<u64>() % 800)).await;
+        spoold.child.kill().unwrap();
+        spoold.child.wait().unwrap();
+        for c in clients {
+            c.await.unwrap();
+        }
+    }
+
+    // The last process: drain the pull queue, let the push queue deliver.
+    let spoold = start_with(dir.path(), "", &tables).await;
+    receiver(client.clone(), spoold.base.clone(), history.clone(), true).await;
+    let h = history.lock().unwrap();
+    let forwards_acknowledged = h
+        .acknowledged
+        .iter()
+        .filter(|t| t.starts_with("forward"))
+        .count();
+    drop(h);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let delivered: BTreeMap<String, usize> = loop {
+        let mut delivered = BTreeMap::<String, usize>::new();
+        for seen in sink.seen() {
+            let tag = String::from_utf8(seen.body.to_vec()).unwrap();
+            *delivered.entry(tag).or_default() += 1;
+        }
+        let history = history.lock().unwrap();
+        let missing = history
+            .acknowledged
+            .iter()
+            .filter(|t| t.starts_with("forward") && !delivered.contains_key(*t))
+            .count();
+        if missing == 0 || Instant::now() > deadline {
+            break delivered;
+        }
+        drop(history);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let stats: Value = client
+        .get(format!("{}/v1/queues/jobs", spoold.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+
+    // The checker.
+    let h = history.lock().unwrap();
+    let lost: Vec<&String> = h
+        .acknowledged
+        .iter()
+        .filter(|t| !h.received.contains_key(*t) && !delivered.contains_key(*t))
+        .collect();
+    let resurrected: Vec<&String> = h
+        .received
+        .iter()
+        .filter(|(tag, asks)| {
+            h.acked
+                .get(*tag)
+                .is_some_and(|acked| asks.iter().any(|asked| asked > acked))
+        })
+        .map(|(tag, _)| tag)
+        .collect();
+    let unexpected: Vec<&String> = h
+        .received
+        .keys()
+        .chain(delivered.keys())
+        .filter(|t| !h.attempted.contains(*t))
+        .collect();
+    let duplicates: usize = h
+        .received
+        .values()
+        .map(|asks| asks.len() - 1)
+        .chain(delivered.values().map(|n| n - 1))
+        .sum();
+    let received_total: usize = h.received.values().map(Vec::len).sum();
+    println!(
+        "crash loop: {ROUNDS} SIGKILLs in {:.1}s; attempted {}, acknowledged {} ({} sends, {} forwards); \
+         received {} ({} distinct), acked {} (ack not 204: {}); delivered {} ({} distinct); \
+         lost {}, resurrected {}, unexpected {}, duplicates {}",
+        started.elapsed().as_secs_f64(),
+        h.attempted.len(),
+        h.acknowledged.len(),
+        h.acknowledged.len() - forwards_acknowledged,
+        forwards_acknowledged,
+        received_total,
+        h.received.len(),
+        h.acked.len(),
+        h.ack_failures,
+        delivered.values().sum::<usize>(),
+        delivered.len(),
+        lost.len(),
+        resurrected.len(),
+        unexpected.len(),
+        duplicates,
+    );
+    assert!(lost.is_empty(), "lost: {:?}", &lost[..lost.len().min(10)]);
+    assert!(resurrected.is_empty(), "resurrected: {resurrected:?}");
+    assert!(unexpected.is_empty(), "unexpected: {unexpected:?}");
+    // Every round did real work, and the drain left the queue empty.
+    assert!(h.acknowledged.len() > ROUNDS * 10);
+    assert!(h.acked.len() > ROUNDS);
+    assert!(forwards_acknowledged > ROUNDS);
+    assert_eq!(stats["stats"]["visible"], 0, "{stats}");
+    assert_eq!(stats["stats"]["leased"], 0, "{stats}");
+}
