@@ -86,18 +86,47 @@ impl Running {
     }
 }
 
+/// How many connections the kernel may queue before spoold accepts them.
+/// tokio's default (1 024) overflows under a burst of connects; the kernel
+/// caps this at `net.core.somaxconn` (4 096 on current kernels).
+const LISTEN_BACKLOG: u32 = 8192;
+
+/// Binds the first address `listen` resolves to that accepts a bind, with
+/// [`LISTEN_BACKLOG`].
+async fn bind(listen: &str) -> std::io::Result<TcpListener> {
+    let mut last_error = None;
+    for addr in tokio::net::lookup_host(listen).await? {
+        let socket = match addr {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.set_reuseaddr(true)?;
+        match socket
+            .bind(addr)
+            .and_then(|()| socket.listen(LISTEN_BACKLOG))
+        {
+            Ok(listener) => return Ok(listener),
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+    }))
+}
+
 /// Binds `server.listen` and starts serving; replay and the rest continue in
 /// the background.
 pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Running, ServeError> {
     crate::metrics::install();
     let api_config = ApiConfig::from_config(&config, env_api_keys.as_deref());
     let listen = config.server.listen.clone();
-    let listener = TcpListener::bind(&listen)
-        .await
-        .map_err(|error| ServeError::Bind {
-            listen: listen.clone(),
-            error,
-        })?;
+    let listener = bind(&listen).await.map_err(|error| ServeError::Bind {
+        listen: listen.clone(),
+        error,
+    })?;
     let addr = listener.local_addr().map_err(|error| ServeError::Bind {
         listen: listen.clone(),
         error,
