@@ -11,7 +11,9 @@ use common::*;
 use proptest::prelude::*;
 use spoold::config::Config;
 use spoold::engine::token::Tokens;
-use spoold::journal::format::{SpoolIdentity, segment_file_name};
+use spoold::journal::format::{
+    FRAME_HEADER_BYTES, FrameHeader, SegmentHeader, SpoolIdentity, segment_file_name,
+};
 use spoold::journal::scan::scan_dir;
 use spoold::journal::sim::{SimStorage, Tear};
 use spoold::journal::storage::Storage;
@@ -76,6 +78,98 @@ fn replay_bytes(segment: Vec<u8>, meta: Vec<u8>) {
         options.quarantine_corruption = true;
         let _ = spoold::engine::Engine::open(options).await;
     });
+}
+
+/// The salt of the identity `fuzz/fuzz_targets/replay.rs` writes.
+const FUZZ_SALT: u64 = 0x5eed_5eed_5eed_5eed;
+
+/// Segment 1 made from a `replay` fuzz input exactly as the fuzz target
+/// makes it (see `fuzz/fuzz_targets/replay.rs`).
+fn fuzz_segment(data: &[u8]) -> Vec<u8> {
+    let Some((&mode, data)) = data.split_first() else {
+        return Vec::new();
+    };
+    if mode % 3 == 0 {
+        return data.to_vec();
+    }
+    let header = SegmentHeader {
+        flags: 0,
+        salt: FUZZ_SALT,
+        segment_id: 1,
+        first_seq: 1,
+        compacted_through: 0,
+        id_floor: 0,
+        covers_from: 0,
+    };
+    let mut out = header.encode().to_vec();
+    if mode % 3 == 1 {
+        out.extend_from_slice(data);
+        return out;
+    }
+    let mut rest = data;
+    let mut seq = 1;
+    while rest.len() >= 3 {
+        let len = usize::from(u16::from_le_bytes([rest[1], rest[2]]));
+        if rest.len() < 3 + len {
+            break;
+        }
+        let mut frame = vec![0u8; FRAME_HEADER_BYTES + len];
+        frame[FRAME_HEADER_BYTES..].copy_from_slice(&rest[3..3 + len]);
+        FrameHeader::seal(&mut frame, FUZZ_SALT, seq, rest[0]);
+        out.extend_from_slice(&frame);
+        seq += 1;
+        rest = &rest[3 + len..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+/// Every input `cargo fuzz` ever found a crash with (kept in
+/// `fuzz/regressions/replay/`) replays without a panic.
+#[test]
+fn replay_fuzz_regressions_never_panic() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/replay");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        let meta = SpoolIdentity {
+            salt: FUZZ_SALT,
+            token_key: [9; 32],
+        };
+        replay_bytes(fuzz_segment(&data), meta.encode().to_vec());
+        n += 1;
+    }
+    assert!(
+        n >= 1,
+        "the regression inputs are missing from {}",
+        dir.display()
+    );
+}
+
+/// The first crash `cargo fuzz` found: an epoch record carrying the last
+/// u64, whose successor overflowed at start-up. Such a record is now
+/// refused as one that does not decode, naming file and offset.
+#[tokio::test]
+async fn an_epoch_with_no_successor_is_refused_naming_the_offset() {
+    // A record body is its time (i64), then the command's fields.
+    let mut body = START_MS.to_le_bytes().to_vec();
+    body.extend_from_slice(&u64::MAX.to_le_bytes());
+    let mut input = vec![2u8, spoold::spool::command::kind::EPOCH, 16, 0];
+    input.extend_from_slice(&body);
+    let sim = SimStorage::new();
+    let meta = SpoolIdentity {
+        salt: FUZZ_SALT,
+        token_key: [9; 32],
+    };
+    sim.set_file_bytes(&sim_dir().join("spool.meta"), meta.encode().to_vec());
+    sim.set_file_bytes(&sim_dir().join(segment_file_name(1)), fuzz_segment(&input));
+    let clock = ManualClock::new(START_MS);
+    let Err(err) = open(&sim, &clock).await else {
+        panic!("an epoch with no successor was replayed");
+    };
+    let err = err.to_string();
+    assert!(err.contains("0000000000000001.seg at offset 64"), "{err}");
+    assert!(err.contains("epoch out of range"), "{err}");
 }
 
 proptest! {

@@ -379,7 +379,7 @@ impl Record<'_> {
                 paused: r.u8()? != 0,
             },
             kind::ENQUEUE => {
-                let id = MessageId(r.u64()?);
+                let id = r.id()?;
                 let visible_at = r.i64()?;
                 let flags = r.u8()?;
                 let hash = r.u64()?;
@@ -393,17 +393,17 @@ impl Record<'_> {
             }
             kind::ACK => Command::Ack {
                 queue: Cow::Borrowed(r.str16()?),
-                id: MessageId(r.u64()?),
+                id: r.id()?,
             },
             kind::RETRY => Command::Retry {
                 queue: Cow::Borrowed(r.str16()?),
-                id: MessageId(r.u64()?),
+                id: r.id()?,
                 visible_at: r.i64()?,
                 retry_count: r.u32()?,
             },
             kind::FAIL => {
                 let queue = Cow::Borrowed(r.str16()?);
-                let id = MessageId(r.u64()?);
+                let id = r.id()?;
                 let code = r.u8()?;
                 let reason = FailReason::from_code(code)
                     .ok_or_else(|| DecodeError(format!("unknown fail reason {code}")))?;
@@ -418,18 +418,18 @@ impl Record<'_> {
             }
             kind::EXPIRE => Command::Expire {
                 queue: Cow::Borrowed(r.str16()?),
-                id: MessageId(r.u64()?),
+                id: r.id()?,
             },
             kind::CANCEL => Command::Cancel {
                 queue: Cow::Borrowed(r.str16()?),
-                id: MessageId(r.u64()?),
+                id: r.id()?,
             },
             kind::PURGE | kind::REDRIVE => {
                 let queue = Cow::Borrowed(r.str16()?);
                 let n = r.u32()? as usize;
                 let mut ids = Vec::with_capacity(n.min(body.len() / 8));
                 for _ in 0..n {
-                    ids.push(MessageId(r.u64()?));
+                    ids.push(r.id()?);
                 }
                 if kind == kind::PURGE {
                     Command::Purge { queue, ids }
@@ -437,10 +437,15 @@ impl Record<'_> {
                     Command::Redrive { queue, ids }
                 }
             }
-            kind::EPOCH => Command::Epoch { epoch: r.u64()? },
+            kind::EPOCH => match r.u64()? {
+                // Each start adds one to the last epoch: the last value has
+                // no successor, so no journal can carry it.
+                u64::MAX => return Err(DecodeError("epoch out of range".into())),
+                epoch => Command::Epoch { epoch },
+            },
             kind::ATTEMPT => {
                 let queue = Cow::Borrowed(r.str16()?);
-                let id = MessageId(r.u64()?);
+                let id = r.id()?;
                 let n = r.u32()? as usize;
                 let mut attempts = Vec::with_capacity(n.min(ATTEMPTS_KEPT));
                 for _ in 0..n {
@@ -467,7 +472,7 @@ impl Record<'_> {
                 queue: Cow::Borrowed(r.str16()?),
                 hash: r.u64()?,
                 first_at: r.i64()?,
-                id: MessageId(r.u64()?),
+                id: r.id()?,
             },
             other => return Err(DecodeError(format!("unknown record kind {other}"))),
         };
@@ -676,6 +681,15 @@ impl<'a> Reader<'a> {
         ))
     }
 
+    /// A message id: ids count up from 1, so one with the top bit set
+    /// (where the counter could overflow) is damage, not an id.
+    fn id(&mut self) -> Result<MessageId, DecodeError> {
+        match self.u64()? {
+            id if id >> 63 == 0 => Ok(MessageId(id)),
+            id => Err(DecodeError(format!("message id {id:#x} out of range"))),
+        }
+    }
+
     fn i64(&mut self) -> Result<i64, DecodeError> {
         Ok(self.u64()? as i64)
     }
@@ -824,5 +838,30 @@ mod tests {
     #[test]
     fn unknown_kinds_are_errors() {
         assert!(Record::decode(200, &[0; 16]).is_err());
+    }
+
+    /// Values whose successor would overflow during replay (found by
+    /// `cargo fuzz`) are damage, not records.
+    #[test]
+    fn an_epoch_or_id_with_no_successor_does_not_decode() {
+        let encoded = |command: Command<'static>| {
+            let mut body = Vec::new();
+            Record { at: 1, command }.encode(None, &mut body);
+            body
+        };
+        let epoch = encoded(Command::Epoch { epoch: u64::MAX });
+        let err = Record::decode(kind::EPOCH, &epoch).unwrap_err();
+        assert!(err.0.contains("epoch out of range"), "{err:?}");
+        let ack = encoded(Command::Ack {
+            queue: Cow::Borrowed("q"),
+            id: MessageId(1 << 63),
+        });
+        let err = Record::decode(kind::ACK, &ack).unwrap_err();
+        assert!(err.0.contains("out of range"), "{err:?}");
+        let largest = encoded(Command::Ack {
+            queue: Cow::Borrowed("q"),
+            id: MessageId((1 << 63) - 1),
+        });
+        assert!(Record::decode(kind::ACK, &largest).is_ok());
     }
 }

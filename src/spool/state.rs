@@ -479,7 +479,7 @@ impl Spool {
                 first_at,
                 id,
             } => {
-                self.next_message_id = self.next_message_id.max(id.0 + 1);
+                self.next_message_id = self.next_message_id.max(id.0.saturating_add(1));
                 match self.queue_mut(queue) {
                     Some(q) => {
                         q.dedup.insert(*hash, (*first_at, *id));
@@ -607,7 +607,7 @@ impl Spool {
     }
 
     fn apply_enqueue(&mut self, meta: &EnqueueMeta<'_>, at: Millis, loc: RecordLoc) -> Applied {
-        self.next_message_id = self.next_message_id.max(meta.id.0 + 1);
+        self.next_message_id = self.next_message_id.max(meta.id.0.saturating_add(1));
         let Some(&qid) = self.names.get(meta.queue.as_ref()) else {
             return Applied::Missing;
         };
@@ -1060,7 +1060,10 @@ impl Spool {
         now: Millis,
     ) -> Result<Vec<MessageView>, SpoolError> {
         let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
-        let start = after.map_or(MessageId(0), |a| MessageId(a.0 + 1));
+        let Some(start) = after.map_or(Some(MessageId(0)), |a| a.0.checked_add(1).map(MessageId))
+        else {
+            return Ok(Vec::new());
+        };
         Ok(q.messages
             .range(start..)
             .take(limit)
@@ -1092,7 +1095,7 @@ impl Spool {
 fn retry_or_fail(q: &Queue, id: MessageId, visible_at: Millis) -> Command<'static> {
     let retries = q.messages[&id].retry_count;
     let queue = Cow::Owned(q.name.clone());
-    if q.failed.is_some() && retries + 1 > q.settings.max_retries {
+    if q.failed.is_some() && retries.saturating_add(1) > q.settings.max_retries {
         Command::Fail {
             queue,
             id,
@@ -1105,7 +1108,7 @@ fn retry_or_fail(q: &Queue, id: MessageId, visible_at: Millis) -> Command<'stati
             queue,
             id,
             visible_at,
-            retry_count: retries + 1,
+            retry_count: retries.saturating_add(1),
         }
     }
 }

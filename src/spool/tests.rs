@@ -390,3 +390,19 @@ fn the_in_memory_index_entry_stays_small() {
     // The memory budget (≤ 200 bytes per queued message) rests on this.
     assert!(std::mem::size_of::<state::Message>() <= 48);
 }
+
+#[test]
+fn peek_after_the_largest_id_is_empty_not_an_overflow() {
+    let mut spool = with_queue(QueueSettings::default());
+    let id = send(&mut spool, 0, 0);
+    let all = spool.peek("q", None, 10, 0).unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].id, id);
+    assert!(spool.peek("q", Some(id), 10, 0).unwrap().is_empty());
+    assert!(
+        spool
+            .peek("q", Some(MessageId(u64::MAX)), 10, 0)
+            .unwrap()
+            .is_empty()
+    );
+}
