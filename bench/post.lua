@@ -1,6 +1,7 @@
--- wrk script: POST a 1 KiB body; prints one machine-readable RESULT line.
+-- wrk script: POST a body of BODY_BYTES (default 1024) bytes; prints one
+-- machine-readable RESULT line.
 wrk.method = "POST"
-wrk.body = string.rep("x", 1024)
+wrk.body = string.rep("x", tonumber(os.getenv("BODY_BYTES") or "1024"))
 wrk.headers["Content-Type"] = "application/octet-stream"
 
 done = function(summary, latency, requests)
