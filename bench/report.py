@@ -89,7 +89,9 @@ def main():
     out.append(f"Runs with non-2xx answers or socket errors: {len(errors)}.")
     out.append("")
 
-    pull = next((r for r in rows if r["what"] == "pull"), {})
+    pulls = {r.get("consumers"): r for r in rows if r["what"] == "pull"}
+    pull = pulls.get("8", {})
+    pull2 = pulls.get("2", {})
     push = next((r for r in rows if r["what"] == "push"), {})
     replay = next((r for r in rows if r["what"] == "replay"), {})
     slow = {r["conns"]: r for r in rows if r["what"] == "slowdisk"}
@@ -97,7 +99,8 @@ def main():
     out.append("")
     out.append("| measurement | result |")
     out.append("|---|---:|")
-    out.append(f"| pull: receive-batch (100) + ack each, 8 consumers, {pull.get('pull_acked')} messages, fsync on | {pull.get('pull_msgs_per_s')} messages/s |")
+    out.append(f"| pull: 8 consumers (wrk threads) × 8 connections, receive-batch of 100 + an ack for each, fsync on ({pull.get('pull_acked')} acked) | {pull.get('pull_msgs_per_s')} messages/s |")
+    out.append(f"| pull: the same 64 connections as 2 consumers ({pull2.get('pull_acked')} acked) | {pull2.get('pull_msgs_per_s')} messages/s |")
     out.append(f"| push end to end: 64 clients forwarding {push.get('push_msgs')} × 1 KiB, `concurrency = 64`, a local destination | {push.get('push_delivered_per_s')} delivered/s (accepted {push.get('push_accepted_per_s')}/s) |")
     out.append(f"| push: accept (`202`) → arrival at the destination | p50 {push.get('push_p50_ms')} ms, p99 {push.get('push_p99_ms')} ms |")
     out.append(f"| replay of {replay.get('messages')} messages ({replay.get('records')} records), 1 KiB each, page cache warm | {num(replay.get('replay_ms')) / 1000:.2f} s, {replay.get('records_per_s')} records/s |")

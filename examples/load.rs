@@ -1,12 +1,12 @@
 //! The load generator of `bench/run.sh` for what wrk cannot do: fill a
-//! queue, pull from it with consumers that receive in batches and ack every
-//! message, and push end to end through a local destination. It talks to a
-//! spoold process over HTTP and prints one `RESULT key=value …` line.
+//! queue with an exact number of messages, and push end to end through a
+//! local destination, timing each message from its `202` to its arrival.
+//! It talks to a spoold process over HTTP and prints one `RESULT key=value …`
+//! line. (Pull is measured with wrk and `bench/pull.lua`.)
 //!
 //! ```sh
-//! load fill --url http://127.0.0.1:8080 --queue q --messages 100000
-//! load pull --url http://127.0.0.1:8080 --queue q --messages 100000 --consumers 8
-//! load push --url http://127.0.0.1:8080 --queue hooks --sink 127.0.0.1:9000 --messages 50000
+//! load --url http://127.0.0.1:8080 --queue q --messages 100000 fill
+//! load --url http://127.0.0.1:8080 --queue hooks --messages 50000 push --sink 127.0.0.1:9000
 //! ```
 
 use std::collections::HashMap;
@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use axum::http::HeaderMap;
 use clap::{Parser, Subcommand};
 use reqwest::{Client, StatusCode};
-use serde_json::Value;
 
 #[derive(Parser)]
 struct Args {
@@ -42,13 +41,6 @@ enum Mode {
         #[arg(long, default_value_t = 64)]
         clients: usize,
     },
-    /// Receive in batches and ack every message until `messages` are acked.
-    Pull {
-        #[arg(long, default_value_t = 8)]
-        consumers: usize,
-        #[arg(long, default_value_t = 100)]
-        batch: usize,
-    },
     /// Serve a destination on `sink`, forward `messages` to the push queue
     /// with `clients` connections, and time each from `202` to arrival.
     Push {
@@ -62,12 +54,13 @@ enum Mode {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
+    spoold::delivery::client::install_crypto_provider();
     let client = Client::builder()
         .pool_max_idle_per_host(1024)
         .build()
         .unwrap();
-    match args.command {
-        Mode::Fill { clients } => {
+    match &args.command {
+        &Mode::Fill { clients } => {
             wait_ready(&client, &args.url).await;
             let started = Instant::now();
             let url = format!("{}/v1/queues/{}/messages", args.url, args.queue);
@@ -78,11 +71,7 @@ async fn main() {
                 sent as f64 / seconds
             );
         }
-        Mode::Pull { consumers, batch } => {
-            wait_ready(&client, &args.url).await;
-            pull(&client, &args, consumers, batch).await;
-        }
-        Mode::Push { sink, clients } => push(&client, &args, &sink, clients).await,
+        Mode::Push { sink, clients } => push(&client, &args, sink, *clients).await,
     }
 }
 
@@ -103,11 +92,13 @@ async fn wait_ready(client: &Client, base: &str) {
 }
 
 /// Sends `n` bodies to `url` from `clients` tasks; returns how many were
-/// answered 2xx. Each answer's delivery id and accept instant go to `accepted`.
+/// answered 2xx.
 async fn send_all(client: &Client, url: &str, n: usize, clients: usize, body: usize) -> usize {
     send_all_recording(client, url, n, clients, body, None).await
 }
 
+/// Like [`send_all`]; with `accepted`, each answer's delivery id and the
+/// instant it came are recorded there.
 async fn send_all_recording(
     client: &Client,
     url: &str,
@@ -155,71 +146,6 @@ async fn send_all_recording(
         t.await.unwrap();
     }
     ok.load(Ordering::Relaxed)
-}
-
-/// Pull: every consumer receives a batch, acks its messages concurrently,
-/// and goes again, until `messages` are acked. The queue is filled first.
-async fn pull(client: &Client, args: &Args, consumers: usize, batch: usize) {
-    let base = format!("{}/v1/queues/{}", args.url, args.queue);
-    send_all(
-        client,
-        &format!("{base}/messages"),
-        args.messages,
-        64,
-        args.body,
-    )
-    .await;
-    let acked = Arc::new(AtomicUsize::new(0));
-    let received = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..consumers)
-        .map(|_| {
-            let (client, base, acked, received) = (
-                client.clone(),
-                base.clone(),
-                acked.clone(),
-                received.clone(),
-            );
-            let target = args.messages;
-            tokio::spawn(async move {
-                while acked.load(Ordering::Relaxed) < target {
-                    let r = client
-                        .post(format!("{base}/receive-batch?max={batch}&wait=1"))
-                        .send()
-                        .await
-                        .expect("spoold answers");
-                    let page: Value = r.json().await.unwrap();
-                    let messages = page["messages"].as_array().cloned().unwrap_or_default();
-                    received.fetch_add(messages.len(), Ordering::Relaxed);
-                    let acks = messages.iter().map(|m| {
-                        let token = m["leaseToken"].as_str().unwrap().to_string();
-                        let client = client.clone();
-                        let base = base.clone();
-                        async move {
-                            let r = client
-                                .post(format!("{base}/leases/{token}/ack"))
-                                .send()
-                                .await
-                                .expect("spoold answers");
-                            assert_eq!(r.status(), StatusCode::NO_CONTENT);
-                        }
-                    });
-                    let n = futures_util::future::join_all(acks).await.len();
-                    acked.fetch_add(n, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let acked = acked.load(Ordering::Relaxed);
-    println!(
-        "RESULT pull_received={} pull_acked={acked} pull_seconds={seconds:.2} pull_msgs_per_s={:.0}",
-        received.load(Ordering::Relaxed),
-        acked as f64 / seconds
-    );
 }
 
 /// Push end to end: a local destination answering 200 on `sink`, forwards

@@ -177,13 +177,13 @@ async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
     // The last process: drain the pull queue, let the push queue deliver.
     let spoold = start_with(dir.path(), "", &tables).await;
     receiver(client.clone(), spoold.base.clone(), history.clone(), true).await;
-    let h = history.lock().unwrap();
-    let forwards_acknowledged = h
+    let forwards_acknowledged = history
+        .lock()
+        .unwrap()
         .acknowledged
         .iter()
         .filter(|t| t.starts_with("forward"))
         .count();
-    drop(h);
     let deadline = Instant::now() + Duration::from_secs(60);
     let delivered: BTreeMap<String, usize> = loop {
         let mut delivered = BTreeMap::<String, usize>::new();
@@ -191,8 +191,9 @@ async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
             let tag = String::from_utf8(seen.body.to_vec()).unwrap();
             *delivered.entry(tag).or_default() += 1;
         }
-        let history = history.lock().unwrap();
         let missing = history
+            .lock()
+            .unwrap()
             .acknowledged
             .iter()
             .filter(|t| t.starts_with("forward") && !delivered.contains_key(*t))
@@ -200,7 +201,6 @@ async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
         if missing == 0 || Instant::now() > deadline {
             break delivered;
         }
-        drop(history);
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let stats: Value = client
