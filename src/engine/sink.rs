@@ -1,8 +1,8 @@
 //! What happens to a record once the journal is done with it: apply
 //! to the state machine and answer, or undo the reservation and report.
 //!
-//! This runs on the journal's applier thread, in journal order, for every
-//! record, whether or not its caller is still waiting: an HTTP client that
+//! This runs on the journal's writer or applier thread (one at a time), in
+//! journal order, for every record, whether or not its caller is still waiting: an HTTP client that
 //! hangs up never leaves a record that only a restart brings to life.
 
 use std::collections::{BTreeMap, HashMap};

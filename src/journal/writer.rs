@@ -8,10 +8,13 @@
 //! receipt can only be made here, so no code path can tell a caller "done"
 //! for a record whose fsync has not returned.
 //!
-//! The sink runs on the journal's applier thread, in journal order, whether
-//! or not the caller that appended a record is still waiting: a caller that
-//! goes away cannot split "appended" from "applied". Applying batch N on its
-//! own thread lets the writer already write and fsync batch N+1.
+//! The sink runs in journal order, whether or not the caller that appended a
+//! record is still waiting: a caller that goes away cannot split "appended"
+//! from "applied". While the applier thread is busy with earlier batches,
+//! the writer queues batch N for it and already writes and fsyncs batch
+//! N+1; when nothing is queued, the writer applies the batch itself, which
+//! saves a thread hand-off per write at low load (the sink is then idle, so
+//! order holds either way).
 //!
 //! Failures follow PostgreSQL's rule. A failed write is rolled back
 //! (truncated to the last durable offset) and its batch rejected; the journal
@@ -21,7 +24,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -82,7 +85,8 @@ pub enum BatchFailure {
     Unconfirmed(io::Error),
 }
 
-/// Receives every batch's outcome, on the applier thread, in journal order.
+/// Receives every batch's outcome in journal order, on the writer or the
+/// applier thread, never on both at once.
 pub trait BatchSink<E>: Send + 'static {
     fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<E>>);
     fn failed(&mut self, failure: &BatchFailure, batch: Vec<E>);
@@ -159,20 +163,50 @@ enum Outcome<E> {
 /// this many batches ahead of the state machine.
 const APPLY_QUEUE_BATCHES_MAX: usize = 4;
 
-/// The writer's sink: hands each outcome to the applier thread.
-struct ToApplier<E> {
+/// The writer's sink: applies each outcome itself when the applier has
+/// nothing queued, else queues it for the applier thread.
+struct ToApplier<E, S> {
     tx: std::sync::mpsc::SyncSender<Outcome<E>>,
+    /// The real sink, used by one thread at a time: the writer only while
+    /// nothing is queued, the applier only for what is queued.
+    sink: Arc<Mutex<S>>,
+    /// Outcomes sent to the applier and not yet applied.
+    queued: Arc<AtomicUsize>,
 }
 
-impl<E: Send + 'static> BatchSink<E> for ToApplier<E> {
+impl<E: Send + 'static, S: BatchSink<E>> ToApplier<E, S> {
+    fn deliver(&mut self, outcome: Outcome<E>) {
+        // Acquire pairs with the applier's Release after applying: at 0,
+        // every queued outcome has been applied, so applying here keeps
+        // journal order.
+        if self.queued.load(Ordering::Acquire) == 0 {
+            apply(&self.sink, outcome);
+            return;
+        }
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        // The applier only stops after the writer; a send cannot fail
+        // unless the applier panicked, which the join reports.
+        let _ = self.tx.send(outcome);
+    }
+}
+
+fn apply<E, S: BatchSink<E>>(sink: &Mutex<S>, outcome: Outcome<E>) {
+    let mut sink = sink
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match outcome {
+        Outcome::Durable(receipt, batch) => sink.durable(&receipt, batch),
+        Outcome::Failed(failure, batch) => sink.failed(&failure, batch),
+    }
+}
+
+impl<E: Send + 'static, S: BatchSink<E>> BatchSink<E> for ToApplier<E, S> {
     fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<E>>) {
         let receipt = Durable {
             last_seq: receipt.last_seq,
             fsync_duration: receipt.fsync_duration,
         };
-        // The applier only stops after the writer; a send cannot fail
-        // unless the applier panicked, which the join reports.
-        let _ = self.tx.send(Outcome::Durable(receipt, batch));
+        self.deliver(Outcome::Durable(receipt, batch));
     }
 
     fn failed(&mut self, failure: &BatchFailure, batch: Vec<E>) {
@@ -184,7 +218,7 @@ impl<E: Send + 'static> BatchSink<E> for ToApplier<E> {
                 BatchFailure::Unconfirmed(io::Error::new(e.kind(), e.to_string()))
             }
         };
-        let _ = self.tx.send(Outcome::Failed(failure, batch));
+        self.deliver(Outcome::Failed(failure, batch));
     }
 }
 
@@ -234,22 +268,25 @@ impl<E: Send + 'static> Journal<E> {
             records: AtomicU64::new(0),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(APPLY_QUEUE_BATCHES_MAX);
+        let sink = Arc::new(Mutex::new(sink));
+        let queued = Arc::new(AtomicUsize::new(0));
         let writer = Writer {
             shared: shared.clone(),
             segment,
             options,
             next_seq: start.next_seq,
-            sink: ToApplier { tx },
+            sink: ToApplier {
+                tx,
+                sink: sink.clone(),
+                queued: queued.clone(),
+            },
         };
-        let mut sink = sink;
         let applier = std::thread::Builder::new()
             .name("journal-applier".into())
             .spawn(move || {
                 for outcome in rx {
-                    match outcome {
-                        Outcome::Durable(receipt, batch) => sink.durable(&receipt, batch),
-                        Outcome::Failed(failure, batch) => sink.failed(&failure, batch),
-                    }
+                    apply(&sink, outcome);
+                    queued.fetch_sub(1, Ordering::Release);
                 }
             })
             .map_err(|e| JournalError::io(dir, e))?;
