@@ -102,7 +102,7 @@ def main():
     out.append(f"| pull: 8 consumers (wrk threads) × 8 connections, receive-batch of 100 + an ack for each, fsync on ({pull.get('pull_acked')} acked) | {pull.get('pull_msgs_per_s')} messages/s |")
     out.append(f"| pull: the same 64 connections as 2 consumers ({pull2.get('pull_acked')} acked) | {pull2.get('pull_msgs_per_s')} messages/s |")
     out.append(f"| push end to end: 64 clients forwarding {push.get('push_msgs')} × 1 KiB, `concurrency = 64`, a local destination | {push.get('push_delivered_per_s')} delivered/s (accepted {push.get('push_accepted_per_s')}/s) |")
-    out.append(f"| push: accept (`202`) → arrival at the destination | p50 {push.get('push_p50_ms')} ms, p99 {push.get('push_p99_ms')} ms |")
+    out.append(f"| push: forward request issued (its `202` included) → arrival at the destination | p50 {push.get('push_p50_ms')} ms, p99 {push.get('push_p99_ms')} ms |")
     out.append(f"| replay of {replay.get('messages')} messages ({replay.get('records')} records), 1 KiB each, page cache warm | {num(replay.get('replay_ms')) / 1000:.2f} s, {replay.get('records_per_s')} records/s |")
     out.append(f"| resident memory per queued message (RSS {replay.get('rss_empty_kib')} KiB empty → {replay.get('rss_full_kib')} KiB full) | {replay.get('rss_bytes_per_msg')} bytes |")
     out.append(f"| journal bytes per 1 KiB message | {replay.get('journal_bytes_per_msg')} bytes |")

@@ -98,7 +98,7 @@ async fn send_all(client: &Client, url: &str, n: usize, clients: usize, body: us
 }
 
 /// Like [`send_all`]; with `accepted`, each answer's delivery id and the
-/// instant it came are recorded there.
+/// instant its request was issued are recorded there.
 async fn send_all_recording(
     client: &Client,
     url: &str,
@@ -122,6 +122,9 @@ async fn send_all_recording(
             );
             tokio::spawn(async move {
                 while next.fetch_add(1, Ordering::Relaxed) < n {
+                    // Taken before the request: a delivery can reach the
+                    // destination before this task has read its own `202`.
+                    let issued = Instant::now();
                     let r = client
                         .post(&url)
                         .header("content-type", "application/octet-stream")
@@ -135,7 +138,7 @@ async fn send_all_recording(
                             .to_str()
                             .unwrap()
                             .to_string();
-                        accepted.lock().unwrap().insert(id, Instant::now());
+                        accepted.lock().unwrap().insert(id, issued);
                     }
                     ok.fetch_add(1, Ordering::Relaxed);
                 }
@@ -149,8 +152,9 @@ async fn send_all_recording(
 }
 
 /// Push end to end: a local destination answering 200 on `sink`, forwards
-/// from `clients` connections, each message timed from its `202` to its
-/// first arrival (matched by delivery id).
+/// from `clients` connections, each message timed from the moment its
+/// forward request was issued (its `202` included) to its first arrival
+/// (matched by delivery id).
 async fn push(client: &Client, args: &Args, sink: &str, clients: usize) {
     let arrived: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let destination = {
