@@ -20,6 +20,11 @@ use super::storage::Storage;
 /// Zeros written per call while filling a spare.
 const FILL_CHUNK_BYTES: usize = 1 << 20;
 
+/// Zeros made durable per `fdatasync` while filling. One flush of a whole
+/// 64 MiB spare took ~27 ms here and the writer's own `fdatasync` waited
+/// behind it (strace); flushing in steps keeps each wait short.
+const SYNC_STEP_BYTES: u64 = 4 << 20;
+
 #[derive(Default)]
 struct State {
     ready: Option<PathBuf>,
@@ -144,6 +149,9 @@ fn fill(storage: &dyn Storage, path: &Path, segment_bytes: u64) -> std::io::Resu
         let n = (segment_bytes - off).min(FILL_CHUNK_BYTES as u64) as usize;
         file.write_all_at(&zeros[..n], off)?;
         off += n as u64;
+        if off % SYNC_STEP_BYTES == 0 && off < segment_bytes {
+            file.sync_data()?;
+        }
     }
     file.sync_data()
 }
