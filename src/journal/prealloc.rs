@@ -149,7 +149,7 @@ fn fill(storage: &dyn Storage, path: &Path, segment_bytes: u64) -> std::io::Resu
         let n = (segment_bytes - off).min(FILL_CHUNK_BYTES as u64) as usize;
         file.write_all_at(&zeros[..n], off)?;
         off += n as u64;
-        if off % SYNC_STEP_BYTES == 0 && off < segment_bytes {
+        if off.is_multiple_of(SYNC_STEP_BYTES) && off < segment_bytes {
             file.sync_data()?;
         }
     }
