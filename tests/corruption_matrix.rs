@@ -12,9 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::{BIN, start_config, write_config};
-use reqwest::{Client, StatusCode};
-use serde_json::Value;
+use common::process::{BIN, client, messages_in, queue_json, start_config, write_config};
+use reqwest::StatusCode;
 use spoold::journal::format::{FRAME_HEADER_BYTES, FrameHeader, SEGMENT_HEADER_BYTES};
 use spoold::spool::command::kind;
 
@@ -38,11 +37,6 @@ struct Template {
     segments: Vec<(String, Vec<Frame>)>,
     /// Every message tag sent (all acknowledged with `201`).
     tags: BTreeSet<String>,
-}
-
-fn client() -> Client {
-    spoold::delivery::client::install_crypto_provider();
-    Client::new()
 }
 
 /// The frames of one segment file, read with the format's own header
@@ -216,35 +210,20 @@ fn run_refuses(dir: &Path) -> String {
 /// `spoold run` starts; returns the tags of every message in queue `q`.
 async fn run_and_list(dir: &Path, spool_keys: &str) -> BTreeSet<String> {
     let spoold = start_config(dir, "", spool_keys, TABLES).await;
-    let client = client();
-    let mut tags = BTreeSet::new();
-    let mut after = String::new();
-    loop {
-        let url = format!("{}/v1/queues/q/messages?limit=1000{after}", spoold.base);
-        let page: Value = client.get(url).send().await.unwrap().json().await.unwrap();
-        let messages = page["messages"].as_array().unwrap();
-        let Some(last) = messages.last() else {
-            return tags;
-        };
-        for m in messages {
+    messages_in(&client(), &spoold.base, "q")
+        .await
+        .iter()
+        .map(|m| {
             let body = m["body"].as_str().unwrap();
-            tags.insert(body.split(' ').next().unwrap().to_string());
-        }
-        after = format!("&after={}", last["id"].as_str().unwrap());
-    }
+            body.split(' ').next().unwrap().to_string()
+        })
+        .collect()
 }
 
 /// `spoold run` starts; returns the number of visible messages in `q`.
 async fn run_and_count(dir: &Path) -> u64 {
     let spoold = start_config(dir, "", SPOOL_KEYS, TABLES).await;
-    let queue: Value = client()
-        .get(format!("{}/v1/queues/q", spoold.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let queue = queue_json(&client(), &spoold.base, "q").await;
     queue["stats"]["visible"].as_u64().unwrap()
 }
 

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::process::start_with;
+use common::process::{queue_json, start_with};
 use common::sink::Sink;
 use reqwest::{Client, StatusCode};
 use serde_json::Value;
@@ -142,10 +142,7 @@ async fn receiver(client: Client, base: String, history: Shared, drain: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let client = {
-        spoold::delivery::client::install_crypto_provider();
-        Client::new()
-    };
+    let client = common::process::client();
     let (sink, sink_url) = Sink::start().await;
     let tables = queues(&sink_url);
     let history: Shared = Arc::default();
@@ -203,14 +200,7 @@ async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let stats: Value = client
-        .get(format!("{}/v1/queues/jobs", spoold.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = queue_json(&client, &spoold.base, "jobs").await;
 
     // The checker.
     let h = history.lock().unwrap();

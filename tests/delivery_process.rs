@@ -8,15 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::process::start_with;
+use common::process::{client, queue_json, start_with};
 use common::sink::Sink;
 use reqwest::{Client, StatusCode};
-use serde_json::Value;
-
-fn client() -> Client {
-    spoold::delivery::client::install_crypto_provider();
-    Client::new()
-}
 
 fn hooks_queue(sink_url: &str, extra: &str) -> String {
     format!("[queues.hooks]\ndestination = \"{sink_url}/in\"\n{extra}\n")
@@ -126,14 +120,7 @@ async fn sigterm_gives_a_delivery_in_flight_its_grace_period() {
     );
     // The delivery finished and was acked before the exit.
     let spoold = start_with(dir.path(), "", &queue).await;
-    let stats: Value = client
-        .get(format!("{}/v1/queues/hooks", spoold.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = queue_json(&client, &spoold.base, "hooks").await;
     assert_eq!(stats["stats"]["visible"], 0, "acked before exit: {stats}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(delivered_ids(&sink)[&id], 1, "not delivered again");

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::process::start_with;
-use reqwest::{Client, StatusCode};
+use common::process::{client, queue_json, start_with};
+use reqwest::StatusCode;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -156,10 +156,7 @@ async fn a_flapping_destination_gets_everything_with_bounded_resources() {
     );
     let spoold = start_with(dir.path(), "", &tables).await;
     let pid = spoold.child.id();
-    let client = {
-        spoold::delivery::client::install_crypto_provider();
-        Client::new()
-    };
+    let client = client();
     let baseline = usage(pid);
     let peak = Arc::new(Mutex::new(baseline));
     let sampler = {
@@ -185,17 +182,8 @@ async fn a_flapping_destination_gets_everything_with_bounded_resources() {
             .unwrap();
         assert_eq!(r.status(), StatusCode::ACCEPTED);
     }
-    let stats = async || -> Value {
-        let q: Value = client
-            .get(format!("{}/v1/queues/hooks", spoold.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        q["stats"].clone()
-    };
+    let stats =
+        async || -> Value { queue_json(&client, &spoold.base, "hooks").await["stats"].clone() };
     let wait = async |what: &str, check: &dyn Fn(&Value) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -233,14 +221,7 @@ async fn a_flapping_destination_gets_everything_with_bounded_resources() {
     let delivered = dest.delivered.lock().unwrap().clone();
     let duplicates: usize = delivered.values().map(|n| n - 1).sum();
     let s = stats().await;
-    let failed: Value = client
-        .get(format!("{}/v1/queues/hooks.failed", spoold.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let failed = queue_json(&client, &spoold.base, "hooks.failed").await;
     let (base_rss, base_fds) = baseline;
     let (peak_rss, peak_fds) = *peak.lock().unwrap();
     let max_open = dest.max_open.load(Ordering::SeqCst);

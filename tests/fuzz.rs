@@ -4,6 +4,8 @@
 //! must truncate, refuse or quarantine, never crash.
 
 mod common;
+#[path = "../fuzz/replay_input.rs"]
+mod replay_input;
 
 use std::sync::Arc;
 
@@ -11,9 +13,7 @@ use common::*;
 use proptest::prelude::*;
 use spoold::config::Config;
 use spoold::engine::token::Tokens;
-use spoold::journal::format::{
-    FRAME_HEADER_BYTES, FrameHeader, SegmentHeader, SpoolIdentity, segment_file_name,
-};
+use spoold::journal::format::{SpoolIdentity, segment_file_name};
 use spoold::journal::scan::scan_dir;
 use spoold::journal::sim::{SimStorage, Tear};
 use spoold::journal::storage::Storage;
@@ -80,50 +80,6 @@ fn replay_bytes(segment: Vec<u8>, meta: Vec<u8>) {
     });
 }
 
-/// The salt of the identity `fuzz/fuzz_targets/replay.rs` writes.
-const FUZZ_SALT: u64 = 0x5eed_5eed_5eed_5eed;
-
-/// Segment 1 made from a `replay` fuzz input exactly as the fuzz target
-/// makes it (see `fuzz/fuzz_targets/replay.rs`).
-fn fuzz_segment(data: &[u8]) -> Vec<u8> {
-    let Some((&mode, data)) = data.split_first() else {
-        return Vec::new();
-    };
-    if mode % 3 == 0 {
-        return data.to_vec();
-    }
-    let header = SegmentHeader {
-        flags: 0,
-        salt: FUZZ_SALT,
-        segment_id: 1,
-        first_seq: 1,
-        compacted_through: 0,
-        id_floor: 0,
-        covers_from: 0,
-    };
-    let mut out = header.encode().to_vec();
-    if mode % 3 == 1 {
-        out.extend_from_slice(data);
-        return out;
-    }
-    let mut rest = data;
-    let mut seq = 1;
-    while rest.len() >= 3 {
-        let len = usize::from(u16::from_le_bytes([rest[1], rest[2]]));
-        if rest.len() < 3 + len {
-            break;
-        }
-        let mut frame = vec![0u8; FRAME_HEADER_BYTES + len];
-        frame[FRAME_HEADER_BYTES..].copy_from_slice(&rest[3..3 + len]);
-        FrameHeader::seal(&mut frame, FUZZ_SALT, seq, rest[0]);
-        out.extend_from_slice(&frame);
-        seq += 1;
-        rest = &rest[3 + len..];
-    }
-    out.extend_from_slice(rest);
-    out
-}
-
 /// Every input `cargo fuzz` ever found a crash with (kept in
 /// `fuzz/regressions/replay/`) replays without a panic.
 #[test]
@@ -133,10 +89,10 @@ fn replay_fuzz_regressions_never_panic() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let data = std::fs::read(entry.unwrap().path()).unwrap();
         let meta = SpoolIdentity {
-            salt: FUZZ_SALT,
+            salt: replay_input::SALT,
             token_key: [9; 32],
         };
-        replay_bytes(fuzz_segment(&data), meta.encode().to_vec());
+        replay_bytes(replay_input::segment(&data), meta.encode().to_vec());
         n += 1;
     }
     assert!(
@@ -158,11 +114,14 @@ async fn an_epoch_with_no_successor_is_refused_naming_the_offset() {
     input.extend_from_slice(&body);
     let sim = SimStorage::new();
     let meta = SpoolIdentity {
-        salt: FUZZ_SALT,
+        salt: replay_input::SALT,
         token_key: [9; 32],
     };
     sim.set_file_bytes(&sim_dir().join("spool.meta"), meta.encode().to_vec());
-    sim.set_file_bytes(&sim_dir().join(segment_file_name(1)), fuzz_segment(&input));
+    sim.set_file_bytes(
+        &sim_dir().join(segment_file_name(1)),
+        replay_input::segment(&input),
+    );
     let clock = ManualClock::new(START_MS);
     let Err(err) = open(&sim, &clock).await else {
         panic!("an epoch with no successor was replayed");

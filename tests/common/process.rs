@@ -66,10 +66,7 @@ pub async fn start_config(dir: &Path, server_keys: &str, spool_keys: &str, table
         child,
         base: format!("http://{addr}"),
     };
-    let client = {
-        spoold::delivery::client::install_crypto_provider();
-        Client::new()
-    };
+    let client = client();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(r) = client.get(format!("{}/readyz", spoold.base)).send().await
@@ -97,22 +94,38 @@ pub fn write_config(dir: &Path, server_keys: &str, spool_keys: &str, tables: &st
     config
 }
 
-pub async fn ids_in(client: &Client, base: &str, queue: &str) -> BTreeSet<String> {
-    let mut ids = BTreeSet::new();
+/// An HTTP client for talking to spoold (the crypto provider installed).
+pub fn client() -> Client {
+    spoold::delivery::client::install_crypto_provider();
+    Client::new()
+}
+
+/// `GET /v1/queues/{queue}`: name, settings and stats.
+pub async fn queue_json(client: &Client, base: &str, queue: &str) -> Value {
+    let url = format!("{base}/v1/queues/{queue}");
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// Every message of `queue`, as peeked, oldest first (all pages).
+pub async fn messages_in(client: &Client, base: &str, queue: &str) -> Vec<Value> {
+    let mut all = Vec::new();
     let mut after = String::new();
     loop {
         let url = format!("{base}/v1/queues/{queue}/messages?limit=1000{after}");
         let page: Value = client.get(url).send().await.unwrap().json().await.unwrap();
         let messages = page["messages"].as_array().unwrap();
-        if messages.is_empty() {
-            return ids;
-        }
-        for m in messages {
-            ids.insert(m["id"].as_str().unwrap().to_string());
-        }
-        after = format!(
-            "&after={}",
-            messages.last().unwrap()["id"].as_str().unwrap()
-        );
+        let Some(last) = messages.last() else {
+            return all;
+        };
+        after = format!("&after={}", last["id"].as_str().unwrap());
+        all.extend(messages.iter().cloned());
     }
+}
+
+pub async fn ids_in(client: &Client, base: &str, queue: &str) -> BTreeSet<String> {
+    messages_in(client, base, queue)
+        .await
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect()
 }

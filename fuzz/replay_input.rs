@@ -1,0 +1,55 @@
+//! How a `replay` fuzz input becomes the bytes of segment 1. Shared by
+//! `fuzz/fuzz_targets/replay.rs` and `tests/fuzz.rs` (which replays every
+//! input that once crashed), so both build exactly the same file.
+//!
+//! The first input byte picks how the rest becomes segment 1:
+//! - 0: the whole file, header included;
+//! - 1: a valid header, then the bytes as they are;
+//! - 2: a valid header, then the bytes cut into records (kind, 2-byte
+//!   length, body) sealed with valid checksums and sequence numbers, so the
+//!   record decoder and the state machine see arbitrary bodies; whatever is
+//!   left over becomes a torn tail.
+
+use spoold::journal::format::{FRAME_HEADER_BYTES, FrameHeader, SegmentHeader};
+
+/// The salt of the spool identity the input is replayed under.
+pub const SALT: u64 = 0x5eed_5eed_5eed_5eed;
+
+pub fn segment(data: &[u8]) -> Vec<u8> {
+    let Some((&mode, data)) = data.split_first() else {
+        return Vec::new();
+    };
+    if mode % 3 == 0 {
+        return data.to_vec();
+    }
+    let header = SegmentHeader {
+        flags: 0,
+        salt: SALT,
+        segment_id: 1,
+        first_seq: 1,
+        compacted_through: 0,
+        id_floor: 0,
+        covers_from: 0,
+    };
+    let mut out = header.encode().to_vec();
+    if mode % 3 == 1 {
+        out.extend_from_slice(data);
+        return out;
+    }
+    let mut rest = data;
+    let mut seq = 1;
+    while rest.len() >= 3 {
+        let len = usize::from(u16::from_le_bytes([rest[1], rest[2]]));
+        if rest.len() < 3 + len {
+            break;
+        }
+        let mut frame = vec![0u8; FRAME_HEADER_BYTES + len];
+        frame[FRAME_HEADER_BYTES..].copy_from_slice(&rest[3..3 + len]);
+        FrameHeader::seal(&mut frame, SALT, seq, rest[0]);
+        out.extend_from_slice(&frame);
+        seq += 1;
+        rest = &rest[3 + len..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
