@@ -63,7 +63,7 @@ fn request(len: usize) -> SendRequest {
         payload: Payload {
             content_type: "application/octet-stream".into(),
             request: None,
-            body: vec![b'x'; len],
+            body: vec![b'x'; len].into(),
         },
         ..SendRequest::default()
     }

@@ -7,11 +7,13 @@
 //! recorded as it happens: fsync and delivery durations, delivery outcomes,
 //! and HTTP requests.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use ::metrics::{
-    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+    Counter, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -177,10 +179,28 @@ pub fn record_delivery(queue: &str, outcome: DeliveryOutcome, duration: Duration
     histogram!(DELIVERY_DURATION, LABEL_QUEUE => queue.to_string()).record(duration.as_secs_f64());
 }
 
+thread_local! {
+    /// Handles of `spoold_http_requests_total` by route template and status,
+    /// so that a request costs two map lookups instead of building a key
+    /// and searching the registry. Bounded: routes are templates.
+    static HTTP_COUNTERS: RefCell<HashMap<String, HashMap<u16, Counter>>> =
+        RefCell::default();
+}
+
 /// One HTTP request, by the route template it matched.
 pub fn record_http(route: &str, status: u16) {
-    counter!(HTTP_REQUESTS, LABEL_ROUTE => route.to_string(), LABEL_STATUS => status.to_string())
-        .increment(1);
+    let new = || counter!(HTTP_REQUESTS, LABEL_ROUTE => route.to_string(), LABEL_STATUS => status.to_string());
+    if HANDLE.get().is_none() {
+        // No recorder yet: a handle taken now would stay a no-op.
+        return new().increment(1);
+    }
+    HTTP_COUNTERS.with_borrow_mut(|routes| {
+        let statuses = match routes.get_mut(route) {
+            Some(statuses) => statuses,
+            None => routes.entry(route.to_string()).or_default(),
+        };
+        statuses.entry(status).or_insert_with(new).increment(1);
+    });
 }
 
 /// Copies the state machine's counters and gauges into the registry; a

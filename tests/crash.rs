@@ -170,7 +170,9 @@ fn child(dir: &Path) -> ! {
                         payload: Payload {
                             content_type: "text/plain".into(),
                             request: None,
-                            body: format!("writer {w} message {n} {:0>1000}", 0).into_bytes(),
+                            body: format!("writer {w} message {n} {:0>1000}", 0)
+                                .into_bytes()
+                                .into(),
                         },
                         ..SendRequest::default()
                     };

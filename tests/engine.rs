@@ -29,7 +29,7 @@ async fn send_receive_ack_reads_the_payload_back_from_disk() {
                 query: "x=1".into(),
                 headers: vec![("X-Trace".into(), "t1".into())],
             }),
-            body: b"{\"n\":1}".to_vec(),
+            body: b"{\"n\":1}".to_vec().into(),
         },
         ..SendRequest::default()
     };
@@ -254,7 +254,7 @@ async fn a_caller_that_goes_away_still_gets_its_record_applied() {
         .await
         .unwrap();
     assert_eq!(got.len(), 1, "receivable without a restart");
-    assert_eq!(got[0].payload.body, b"orphan");
+    assert_eq!(got[0].payload.body, &b"orphan"[..]);
 }
 
 #[tokio::test]
@@ -424,7 +424,7 @@ async fn the_real_file_system_keeps_messages_across_reopen() {
     assert_eq!(report.messages, 1);
     let got = engine.receive("q", 1, Duration::ZERO).await.unwrap();
     assert_eq!(
-        (got[0].id, got[0].payload.body.as_slice()),
+        (got[0].id, &got[0].payload.body[..]),
         (id, &b"on disk"[..])
     );
     let _ = Arc::new(());

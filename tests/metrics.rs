@@ -144,6 +144,21 @@ async fn metrics_cover_the_spec_and_pass_promtool() {
         ),
         Some(1.0)
     );
+    // Each request counted once, by its route template.
+    assert_eq!(
+        value(
+            &text,
+            "spoold_http_requests_total{route=\"/v1/queues/{q}/messages\",status=\"201\"}"
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "spoold_http_requests_total{route=\"/v1/queues/{q}/leases/{token}/ack\",status=\"204\"}"
+        ),
+        Some(1.0)
+    );
     assert!(value(&text, "spoold_journal_fsync_duration_seconds_count").unwrap() > 0.0);
     assert!(
         text.contains("spoold_journal_fsync_duration_seconds_bucket{le=\"0.00005\"}"),

@@ -441,7 +441,7 @@ async fn adopt_in_doubt(engine: &Engine, model: &mut Model, label: &str) {
             continue;
         }
         let payload = engine.payload(&queue, id).unwrap();
-        let text = String::from_utf8(payload.body).unwrap();
+        let text = String::from_utf8(payload.body.to_vec()).unwrap();
         assert!(
             model.in_doubt.remove(&text),
             "{label}: unexpected message {text} in {queue}"

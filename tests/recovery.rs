@@ -123,7 +123,7 @@ async fn a_torn_message_record_was_never_acknowledged_and_disappears() {
         .await
         .unwrap()
         .into_iter()
-        .map(|d| d.payload.body)
+        .map(|d| d.payload.body.to_vec())
         .collect();
     assert_eq!(bodies, vec![b"acknowledged".to_vec()]);
 }

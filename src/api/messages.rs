@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{OriginalUri, Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use serde_json::{Value, json};
@@ -81,9 +81,20 @@ fn parse_id(engine: &Engine, queue: &str, text: &str) -> Result<MessageId, ApiEr
     })
 }
 
+/// `{"id": …, "queue": …}`, the answer to a send or forward.
+#[derive(serde::Serialize)]
+struct Stored<'a> {
+    id: &'a str,
+    queue: &'a str,
+}
+
+fn stored_response(status: StatusCode, id: &str, queue: &str) -> Response {
+    (status, axum::Json(Stored { id, queue })).into_response()
+}
+
 fn id_response(engine: &Engine, status: StatusCode, queue: &str, out: SendOutcome) -> Response {
     let id = engine.tokens().format_id(out.id);
-    let mut response = (status, axum::Json(json!({ "id": id, "queue": queue }))).into_response();
+    let mut response = stored_response(status, &id, queue);
     let location = format!("/v1/queues/{queue}/messages/{id}");
     if let Ok(v) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(header::LOCATION, v);
@@ -95,17 +106,20 @@ fn id_response(engine: &Engine, status: StatusCode, queue: &str, out: SendOutcom
 pub async fn send(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
+    // The headers are read in place: the `HeaderMap` extractor would clone
+    // them.
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
     let request = SendRequest {
-        delay_ms: delay_ms(&headers)?,
-        dedup_key: idempotency_key(&headers, "idempotency-key")?,
+        delay_ms: delay_ms(headers)?,
+        dedup_key: idempotency_key(headers, "idempotency-key")?,
         payload: Payload {
-            content_type: content_type(&headers),
+            content_type: content_type(headers),
             request: None,
-            body: read_body(&state, &headers, body).await?.to_vec(),
+            body: read_body(&state, headers, body).await?,
         },
     };
     let out = engine.send(&queue, request).await?;
@@ -123,12 +137,11 @@ pub async fn send(
 pub async fn forward(
     State(state): State<Arc<AppState>>,
     Path(params): Path<HashMap<String, String>>,
-    OriginalUri(uri): OriginalUri,
-    method: Method,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
+    let (parts, body) = request.into_parts();
+    let (method, headers, uri) = (&parts.method, &parts.headers, &parts.uri);
     let queue = params.get("q").cloned().unwrap_or_default();
     let (settings, _) = engine.queue_settings(&queue)?;
     if settings.destination.is_none() {
@@ -142,8 +155,8 @@ pub async fn forward(
     let raw_path = uri.path().strip_prefix(&prefix).unwrap_or_default();
     let path = resolve_path(raw_path).map_err(ApiError::bad_request)?;
     let request = SendRequest {
-        delay_ms: delay_ms(&headers)?,
-        dedup_key: idempotency_key(&headers, "spooler-idempotency-key")?,
+        delay_ms: delay_ms(headers)?,
+        dedup_key: idempotency_key(headers, "spooler-idempotency-key")?,
         payload: Payload {
             content_type: headers
                 .get(header::CONTENT_TYPE)
@@ -154,9 +167,9 @@ pub async fn forward(
                 method: method.as_str().to_string(),
                 path,
                 query: uri.query().unwrap_or_default().to_string(),
-                headers: stored_headers(&headers),
+                headers: stored_headers(headers),
             }),
-            body: read_body(&state, &headers, body).await?.to_vec(),
+            body: read_body(&state, headers, body).await?,
         },
     };
     let out = engine.send(&queue, request).await?;
@@ -166,7 +179,7 @@ pub async fn forward(
     } else {
         StatusCode::ACCEPTED
     };
-    let mut response = (status, axum::Json(json!({ "id": id, "queue": queue }))).into_response();
+    let mut response = stored_response(status, &id, &queue);
     let h = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&id) {
         h.insert("spooler-delivery-id", v);

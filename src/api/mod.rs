@@ -125,64 +125,67 @@ impl AppState {
     }
 }
 
-/// Every route of the spec.
+/// Every route of the spec, in one flat router (nesting `/v1` would route
+/// each request twice), behind one middleware ([`gate`]).
 pub fn router(state: Arc<AppState>) -> Router {
-    let v1 = Router::new()
-        .route("/queues", get(queues::list))
+    Router::new()
+        .route("/v1/queues", get(queues::list))
         .route(
-            "/queues/{q}",
+            "/v1/queues/{q}",
             get(queues::get_one).put(queues::put).delete(queues::delete),
         )
         .route(
-            "/queues/{q}/messages",
+            "/v1/queues/{q}/messages",
             post(messages::send)
                 .get(messages::peek)
                 .delete(messages::purge),
         )
         .route(
-            "/queues/{q}/messages/{id}",
+            "/v1/queues/{q}/messages/{id}",
             get(messages::get_one).delete(messages::cancel),
         )
-        .route("/queues/{q}/receive", post(messages::receive))
-        .route("/queues/{q}/receive-batch", post(messages::receive_batch))
-        .route("/queues/{q}/leases/{token}/ack", post(messages::ack))
-        .route("/queues/{q}/leases/{token}/nack", post(messages::nack))
-        .route("/queues/{q}/leases/{token}/renew", post(messages::renew))
-        .route("/queues/{q}/tail", get(messages::tail))
-        .route("/queues/{q}/redrive", post(queues::redrive))
-        .route("/queues/{q}/pause", post(queues::pause))
-        .route("/queues/{q}/resume", post(queues::resume))
-        .route("/forward/{q}", any(messages::forward))
-        .route("/forward/{q}/", any(messages::forward))
-        .route("/forward/{q}/{*path}", any(messages::forward))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_key,
-        ))
-        .route_layer(axum::middleware::from_fn(count_request));
-    Router::new()
-        .nest("/v1", v1)
+        .route("/v1/queues/{q}/receive", post(messages::receive))
+        .route(
+            "/v1/queues/{q}/receive-batch",
+            post(messages::receive_batch),
+        )
+        .route("/v1/queues/{q}/leases/{token}/ack", post(messages::ack))
+        .route("/v1/queues/{q}/leases/{token}/nack", post(messages::nack))
+        .route("/v1/queues/{q}/leases/{token}/renew", post(messages::renew))
+        .route("/v1/queues/{q}/tail", get(messages::tail))
+        .route("/v1/queues/{q}/redrive", post(queues::redrive))
+        .route("/v1/queues/{q}/pause", post(queues::pause))
+        .route("/v1/queues/{q}/resume", post(queues::resume))
+        .route("/v1/forward/{q}", any(messages::forward))
+        .route("/v1/forward/{q}/", any(messages::forward))
+        .route("/v1/forward/{q}/{*path}", any(messages::forward))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route_layer(axum::middleware::from_fn(count_request))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // `layer`, not `route_layer`: the fallbacks are behind it too, so
+        // that an unknown `/v1` path also needs a key.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
         .with_state(state)
 }
 
-/// Counts each request by the route template it matched (never by the raw
-/// path, so queue names and tokens do not blow up the label set).
-async fn count_request(
+/// Every request passes here once, after routing: `/v1` needs an API key
+/// ([`auth::check_key`]), and each request is counted by the route template
+/// it matched (never by the raw path, so queue names and tokens do not blow
+/// up the label set; "unmatched" for the fallbacks).
+async fn gate(
+    State(state): State<Arc<AppState>>,
     path: Option<axum::extract::MatchedPath>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let route = path.map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let response = next.run(request).await;
-    crate::metrics::record_http(&route, response.status().as_u16());
+    let response = match auth::check_key(&state.config.api_keys, &request) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    };
+    let route = path.as_ref().map_or("unmatched", |p| p.as_str());
+    crate::metrics::record_http(route, response.status().as_u16());
     response
 }
 

@@ -405,7 +405,12 @@ impl Engine {
         request: SendRequest,
     ) -> Result<SendOutcome, EngineError> {
         let (tx, rx) = oneshot::channel();
-        match self.submit_send(queue, &request, tx)? {
+        let submitted = self.submit_send(queue, &request, tx)?;
+        // The body is in the journal's buffer now: free the caller's copy
+        // (often a slice of the connection's read buffer, which can then be
+        // reused for the next request) before waiting for the fsync.
+        drop(request);
+        match submitted {
             Some(done) => Ok(done),
             None => rx.await.map_err(|_| closed())?,
         }

@@ -122,6 +122,9 @@ struct Pending<E> {
     frames: Vec<(usize, u8)>,
     entries: Vec<E>,
     closed: bool,
+    /// The writer sleeps on `wake` until an appender clears this: only the
+    /// first append after the writer went idle pays for a wake-up.
+    writer_waiting: bool,
 }
 
 struct Shared<E> {
@@ -259,6 +262,7 @@ impl<E: Send + 'static> Journal<E> {
                 frames: Vec::new(),
                 entries: Vec::new(),
                 closed: false,
+                writer_waiting: false,
             }),
             wake: Condvar::new(),
             poisoned: AtomicBool::new(false),
@@ -327,8 +331,11 @@ impl<E: Send + 'static> Journal<E> {
         entries.push(entry);
         encode(entries.last().expect("just pushed"), buf);
         frames.push((start, kind));
+        let wake = std::mem::take(&mut pending.writer_waiting);
         drop(pending);
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
         Ok(())
     }
 
@@ -498,12 +505,14 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
             {
                 let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
                 while pending.entries.is_empty() && !pending.closed {
+                    pending.writer_waiting = true;
                     pending = self
                         .shared
                         .wake
                         .wait(pending)
                         .expect("journal lock poisoned");
                 }
+                pending.writer_waiting = false;
                 if pending.entries.is_empty() {
                     return;
                 }

@@ -22,6 +22,8 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
+
 use super::queue::QueueSettings;
 use crate::time::Millis;
 
@@ -124,7 +126,9 @@ pub const ATTEMPTS_KEPT: usize = 10;
 pub struct Payload {
     pub content_type: String,
     pub request: Option<StoredRequest>,
-    pub body: Vec<u8>,
+    /// Shared, not copied: the HTTP layer's buffer goes straight into the
+    /// journal record, and a delivery attempt clones a reference.
+    pub body: Bytes,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -615,7 +619,7 @@ pub fn decode_payload(body: &[u8]) -> Result<Payload, DecodeError> {
     } else {
         None
     };
-    let body = r.bytes32()?.to_vec();
+    let body = Bytes::copy_from_slice(r.bytes32()?);
     Ok(Payload {
         content_type,
         request,
@@ -818,7 +822,7 @@ mod tests {
                 query: "x=1".into(),
                 headers: vec![("X-A".into(), "1".into())],
             }),
-            body: b"{\"a\":1}".to_vec(),
+            body: Bytes::from_static(b"{\"a\":1}"),
         };
         let record = Record {
             at: 5,

@@ -44,7 +44,7 @@ pub fn body(text: &str) -> SendRequest {
         payload: Payload {
             content_type: "text/plain".into(),
             request: None,
-            body: text.as_bytes().to_vec(),
+            body: text.as_bytes().to_vec().into(),
         },
         ..SendRequest::default()
     }
