@@ -423,10 +423,7 @@ async fn the_real_file_system_keeps_messages_across_reopen() {
     let (engine, report) = spoold::engine::Engine::open(options).await.unwrap();
     assert_eq!(report.messages, 1);
     let got = engine.receive("q", 1, Duration::ZERO).await.unwrap();
-    assert_eq!(
-        (got[0].id, &got[0].payload.body[..]),
-        (id, &b"on disk"[..])
-    );
+    assert_eq!((got[0].id, &got[0].payload.body[..]), (id, &b"on disk"[..]));
     let _ = Arc::new(());
 }
 
