@@ -13,7 +13,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use ::metrics::{
-    Counter, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+    Counter, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+    histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -172,11 +173,36 @@ pub fn record_fsync(duration: Duration) {
     histogram!(FSYNC_DURATION).record(duration.as_secs_f64());
 }
 
-/// One delivery attempt.
-pub fn record_delivery(queue: &str, outcome: DeliveryOutcome, duration: Duration) {
-    counter!(DELIVERIES, LABEL_QUEUE => queue.to_string(), LABEL_OUTCOME => outcome.as_str())
+/// The delivery metrics of one push queue, looked up once (by its workers'
+/// shared state) rather than on every attempt.
+pub struct DeliveryMetrics {
+    success: Counter,
+    retry: Counter,
+    failure: Counter,
+    duration: Histogram,
+}
+
+impl DeliveryMetrics {
+    pub fn new(queue: &str) -> DeliveryMetrics {
+        let outcome = |o: DeliveryOutcome| counter!(DELIVERIES, LABEL_QUEUE => queue.to_string(), LABEL_OUTCOME => o.as_str());
+        DeliveryMetrics {
+            success: outcome(DeliveryOutcome::Success),
+            retry: outcome(DeliveryOutcome::Retry),
+            failure: outcome(DeliveryOutcome::Failure),
+            duration: histogram!(DELIVERY_DURATION, LABEL_QUEUE => queue.to_string()),
+        }
+    }
+
+    /// One delivery attempt.
+    pub fn record(&self, outcome: DeliveryOutcome, duration: Duration) {
+        match outcome {
+            DeliveryOutcome::Success => &self.success,
+            DeliveryOutcome::Retry => &self.retry,
+            DeliveryOutcome::Failure => &self.failure,
+        }
         .increment(1);
-    histogram!(DELIVERY_DURATION, LABEL_QUEUE => queue.to_string()).record(duration.as_secs_f64());
+        self.duration.record(duration.as_secs_f64());
+    }
 }
 
 thread_local! {

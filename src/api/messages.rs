@@ -279,8 +279,8 @@ pub async fn receive_batch(
     let params = receive_params(query.as_deref(), true)?;
     let got = lease(&state, &queue, params).await?;
     let engine = state.engine()?;
-    let messages: Vec<Value> = got
-        .into_iter()
+    let messages: Vec<_> = got
+        .iter()
         .map(|d| {
             let mut v = view::render(
                 engine.tokens(),
@@ -290,13 +290,12 @@ pub async fn receive_batch(
                 &[],
                 &state.config.redact_headers,
             );
-            let obj = v.as_object_mut().expect("rendered as an object");
-            obj.insert("leaseToken".into(), json!(d.token));
-            obj.insert("leaseExpiresAt".into(), json!(format_rfc3339(d.expires_at)));
+            v.lease_token = Some(d.token.clone());
+            v.lease_expires_at = Some(format_rfc3339(d.expires_at));
             v
         })
         .collect();
-    Ok(axum::Json(json!({ "messages": messages })).into_response())
+    Ok(axum::Json(Messages { messages }).into_response())
 }
 
 /// `POST /v1/queues/{q}/leases/{token}/ack`
@@ -333,6 +332,12 @@ pub async fn renew(
     Ok(axum::Json(json!({ "leaseExpiresAt": format_rfc3339(expires_at) })).into_response())
 }
 
+/// `{"messages": [...]}`: a batch receive or a peek.
+#[derive(serde::Serialize)]
+struct Messages<T> {
+    messages: Vec<T>,
+}
+
 /// Renders a message with its payload, as peek, get and tail show it.
 fn render_stored(
     state: &AppState,
@@ -342,14 +347,16 @@ fn render_stored(
 ) -> Result<Value, ApiError> {
     let payload = engine.payload(queue, v.id)?;
     let attempts = engine.attempts(queue, v.id).unwrap_or_default();
-    Ok(view::render(
+    let rendered = view::render(
         engine.tokens(),
         queue,
         v,
         &payload,
         &attempts,
         &state.config.redact_headers,
-    ))
+    );
+    // Strings, numbers and string-keyed maps only: this cannot fail.
+    Ok(serde_json::to_value(rendered).expect("bug: a message does not render as JSON"))
 }
 
 /// `GET /v1/queues/{q}/messages?limit=50&after=<id>`

@@ -1,8 +1,10 @@
 //! A message as the API shows it (peek, get, tail, receive-batch).
 
+use std::collections::BTreeMap;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
 
 use crate::engine::token::Tokens;
 use crate::spool::command::AttemptInfo;
@@ -20,33 +22,81 @@ const ALWAYS_REDACTED: &[&str] = &[
 ];
 pub const REDACTED: &str = "<redacted>";
 
+/// One message as JSON: field names and order as the API shows them.
+/// Serialized straight from borrowed parts: a batch of 100 messages is not
+/// first copied into a tree of `serde_json::Value`s.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageJson<'a> {
+    id: String,
+    queue: &'a str,
+    state: &'static str,
+    retry_count: u32,
+    enqueued_at: String,
+    visible_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_type: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body_base64: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request: Option<RequestJson<'a>>,
+    attempts: Vec<AttemptJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin_queue: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+    /// Set by receive-batch only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct RequestJson<'a> {
+    method: &'a str,
+    path: String,
+    headers: BTreeMap<&'a str, &'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptJson<'a> {
+    at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    error: &'a str,
+    duration_seconds: f64,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    response: &'a str,
+}
+
 /// Renders one message. `extra_redacted` are `server.redact_headers`,
 /// lower-cased.
-pub fn render(
+pub fn render<'a>(
     tokens: &Tokens,
-    queue: &str,
+    queue: &'a str,
     view: &MessageView,
-    payload: &Payload,
-    attempts: &[AttemptInfo],
+    payload: &'a Payload,
+    attempts: &'a [AttemptInfo],
     extra_redacted: &[String],
-) -> Value {
+) -> MessageJson<'a> {
     let m = &view.message;
-    let mut v = Map::new();
-    v.insert("id".into(), json!(tokens.format_id(view.id)));
-    v.insert("queue".into(), json!(queue));
-    v.insert("state".into(), json!(view.state.as_str()));
-    v.insert("retryCount".into(), json!(m.retry_count));
-    v.insert("enqueuedAt".into(), json!(format_rfc3339(m.enqueued_at)));
-    v.insert("visibleAt".into(), json!(format_rfc3339(m.visible_at)));
-    if !payload.content_type.is_empty() {
-        v.insert("contentType".into(), json!(payload.content_type));
-    }
-    match std::str::from_utf8(&payload.body) {
-        Ok(text) => v.insert("body".into(), json!(text)),
-        Err(_) => v.insert("bodyBase64".into(), json!(STANDARD.encode(&payload.body))),
+    let (body, body_base64) = match std::str::from_utf8(&payload.body) {
+        Ok(text) => (Some(text), None),
+        Err(_) => (None, Some(STANDARD.encode(&payload.body))),
     };
-    if let Some(req) = &payload.request {
-        let headers: Map<String, Value> = req
+    let request = payload.request.as_ref().map(|req| {
+        let headers = req
             .headers
             .iter()
             .map(|(name, value)| {
@@ -54,8 +104,8 @@ pub fn render(
                 let hidden =
                     ALWAYS_REDACTED.contains(&lower.as_str()) || extra_redacted.contains(&lower);
                 (
-                    name.clone(),
-                    json!(if hidden { REDACTED } else { value.as_str() }),
+                    name.as_str(),
+                    if hidden { REDACTED } else { value.as_str() },
                 )
             })
             .collect();
@@ -64,49 +114,44 @@ pub fn render(
         } else {
             format!("{}?{}", req.path, req.query)
         };
-        v.insert(
-            "request".into(),
-            json!({ "method": req.method, "path": path, "headers": headers }),
-        );
-    }
-    let rendered: Vec<Value> = attempts
-        .iter()
-        .map(|a| {
-            let mut o = Map::new();
-            o.insert("at".into(), json!(format_rfc3339(a.at)));
-            if let Some(s) = a.status {
-                o.insert("status".into(), json!(s));
-            }
-            if !a.error.is_empty() {
-                o.insert("error".into(), json!(a.error));
-            }
-            o.insert(
-                "durationSeconds".into(),
-                json!(f64::from(a.duration_ms) / 1000.0),
-            );
-            if !a.response.is_empty() {
-                o.insert("response".into(), json!(a.response));
-            }
-            Value::Object(o)
-        })
-        .collect();
-    v.insert("attempts".into(), Value::Array(rendered));
-    if let Some(last) = attempts.last() {
-        if let Some(s) = last.status {
-            v.insert("lastStatus".into(), json!(s));
+        RequestJson {
+            method: &req.method,
+            path,
+            headers,
         }
-        if !last.error.is_empty() {
-            v.insert("lastError".into(), json!(last.error));
-        }
+    });
+    let last = attempts.last();
+    let failure = view.failure.as_ref();
+    MessageJson {
+        id: tokens.format_id(view.id),
+        queue,
+        state: view.state.as_str(),
+        retry_count: m.retry_count,
+        enqueued_at: format_rfc3339(m.enqueued_at),
+        visible_at: format_rfc3339(m.visible_at),
+        content_type: Some(payload.content_type.as_str()).filter(|t| !t.is_empty()),
+        body,
+        body_base64,
+        request,
+        attempts: attempts
+            .iter()
+            .map(|a| AttemptJson {
+                at: format_rfc3339(a.at),
+                status: a.status,
+                error: &a.error,
+                duration_seconds: f64::from(a.duration_ms) / 1000.0,
+                response: &a.response,
+            })
+            .collect(),
+        // A failure's own status wins over the last attempt's.
+        last_status: failure
+            .and_then(|f| f.last_status)
+            .or(last.and_then(|a| a.status)),
+        last_error: last.map(|a| a.error.as_str()).filter(|e| !e.is_empty()),
+        origin_queue: failure.map(|_| queue.strip_suffix(FAILED_SUFFIX).unwrap_or(queue)),
+        failed_at: failure.map(|f| format_rfc3339(f.failed_at)),
+        reason: failure.map(|f| f.reason.as_str()),
+        lease_token: None,
+        lease_expires_at: None,
     }
-    if let Some(f) = &view.failure {
-        let origin = queue.strip_suffix(FAILED_SUFFIX).unwrap_or(queue);
-        v.insert("originQueue".into(), json!(origin));
-        v.insert("failedAt".into(), json!(format_rfc3339(f.failed_at)));
-        v.insert("reason".into(), json!(f.reason.as_str()));
-        if let Some(status) = f.last_status {
-            v.insert("lastStatus".into(), json!(status));
-        }
-    }
-    Value::Object(v)
 }

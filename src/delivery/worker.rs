@@ -16,7 +16,7 @@ use super::signing::signature_header;
 use super::target::target_url;
 use crate::engine::settle::Outcome;
 use crate::engine::{Delivery, Engine, EngineError};
-use crate::metrics::DeliveryOutcome;
+use crate::metrics::{DeliveryMetrics, DeliveryOutcome};
 use crate::spool::QueueSettings;
 use crate::spool::command::AttemptInfo;
 
@@ -36,6 +36,7 @@ pub struct QueueShared {
     pub settings: QueueSettings,
     pub client: Client,
     limiter: Option<DefaultDirectRateLimiter>,
+    metrics: DeliveryMetrics,
     /// Retryable failures in a row (permanent statuses do not count).
     consecutive_failures: AtomicU32,
     breaker_open: AtomicBool,
@@ -60,6 +61,7 @@ impl QueueShared {
         });
         Arc::new(QueueShared {
             engine,
+            metrics: DeliveryMetrics::new(&queue),
             queue,
             settings,
             client,
@@ -160,11 +162,9 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
         Outcome::Permanent { .. } => DeliveryOutcome::Failure,
         _ => DeliveryOutcome::Retry,
     };
-    crate::metrics::record_delivery(
-        &shared.queue,
-        labelled,
-        Duration::from_millis(u64::from(duration_ms)),
-    );
+    shared
+        .metrics
+        .record(labelled, Duration::from_millis(u64::from(duration_ms)));
     let event_id = shared.engine.tokens().format_id(d.id);
     if delivered {
         tracing::debug!(queue = %shared.queue, delivery_id = %event_id, status = ?attempt.status,

@@ -93,10 +93,24 @@ impl Core {
 
     /// The notifier long-polling receivers of `queue` wait on.
     pub fn notify_for(&mut self, queue: &str) -> Arc<Notify> {
+        if let Some(n) = self.notifies.get(queue) {
+            return n.clone();
+        }
         self.notifies.entry(queue.to_owned()).or_default().clone()
     }
 
-    fn wake(&self, queue: &str) {
+    /// Wakes one receiver of `queue`: one message became visible (or will at
+    /// a new time), so one receiver has something to do; waking them all
+    /// would send every idle push worker to the lock for nothing. A woken
+    /// receiver that goes away passes the wake-up on (tokio's `Notify`).
+    fn wake_one(&self, queue: &str) {
+        if let Some(n) = self.notifies.get(queue) {
+            n.notify_one();
+        }
+    }
+
+    /// Wakes every receiver of `queue`: many messages became visible.
+    fn wake_all(&self, queue: &str) {
         if let Some(n) = self.notifies.get(queue) {
             n.notify_waiters();
         }
@@ -111,14 +125,14 @@ impl Core {
             | Command::Expire { queue, id }
             | Command::Cancel { queue, id } => {
                 self.spool.release(queue, *id);
-                self.wake(queue);
+                self.wake_one(queue);
             }
             Command::Redrive { queue, ids } => {
                 let failed = failed_queue_name(queue);
                 for id in ids {
                     self.spool.release(&failed, *id);
                 }
-                self.wake(&failed);
+                self.wake_all(&failed);
             }
             _ => {}
         }
@@ -262,10 +276,11 @@ fn announce(shared: &Shared, command: &Command<'_>) {
 /// Wakes the receivers of whichever queue just gained a visible message.
 fn wake_after(core: &Core, command: &Command<'_>) {
     match command {
-        Command::Enqueue(meta) => core.wake(&meta.queue),
-        Command::Retry { queue, .. } | Command::Redrive { queue, .. } => core.wake(queue),
-        Command::Fail { queue, .. } => core.wake(&failed_queue_name(queue)),
-        Command::QueuePause { name, .. } => core.wake(name),
+        Command::Enqueue(meta) => core.wake_one(&meta.queue),
+        Command::Retry { queue, .. } => core.wake_one(queue),
+        Command::Fail { queue, .. } => core.wake_one(&failed_queue_name(queue)),
+        Command::Redrive { queue, .. } => core.wake_all(queue),
+        Command::QueuePause { name, .. } => core.wake_all(name),
         _ => {}
     }
 }

@@ -32,17 +32,20 @@ pub struct LeaseToken {
 /// Makes and checks tokens and ids for one spool.
 #[derive(Clone)]
 pub struct Tokens {
-    key: [u8; 32],
+    /// HMAC-SHA256 with the key already absorbed: cloning it saves two
+    /// of the four compressions of every MAC.
+    keyed: Hmac<Sha256>,
     salt: u64,
 }
 
 impl Tokens {
     pub fn new(key: [u8; 32], salt: u64) -> Tokens {
-        Tokens { key, salt }
+        let keyed = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes any key");
+        Tokens { keyed, salt }
     }
 
     fn mac(&self, plain: &[u8]) -> [u8; TOKEN_MAC_BYTES] {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key");
+        let mut mac = self.keyed.clone();
         mac.update(plain);
         let full = mac.finalize().into_bytes();
         let mut out = [0u8; TOKEN_MAC_BYTES];
@@ -105,7 +108,7 @@ impl Tokens {
 
     /// A dedup key's hash: keyed, so that nobody can craft collisions.
     pub fn dedup_hash(&self, queue: &str, key: &str) -> u64 {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key");
+        let mut mac = self.keyed.clone();
         mac.update(b"dedup\0");
         mac.update(queue.as_bytes());
         mac.update(b"\0");
