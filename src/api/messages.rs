@@ -122,6 +122,9 @@ pub async fn send(
             body: read_body(&state, headers, body).await?,
         },
     };
+    // Header values are slices of the connection's read buffer: let them go
+    // before the fsync wait, so that the buffer can be reused in place.
+    drop(parts);
     let out = engine.send(&queue, request).await?;
     if out.deduplicated {
         let mut response = id_response(engine, StatusCode::OK, &queue, out);
