@@ -1,8 +1,10 @@
--- wrk script: POST a body of BODY_BYTES (default 1024) bytes; prints one
--- machine-readable RESULT line.
-wrk.method = "POST"
-wrk.body = string.rep("x", tonumber(os.getenv("BODY_BYTES") or "1024"))
-wrk.headers["Content-Type"] = "application/octet-stream"
+-- wrk script: POST a body of BODY_BYTES (default 1024) bytes (or, with
+-- METHOD=GET, a bare GET); prints one machine-readable RESULT line.
+wrk.method = os.getenv("METHOD") or "POST"
+if wrk.method == "POST" then
+  wrk.body = string.rep("x", tonumber(os.getenv("BODY_BYTES") or "1024"))
+  wrk.headers["Content-Type"] = "application/octet-stream"
+end
 
 done = function(summary, latency, requests)
   local seconds = summary.duration / 1e6

@@ -84,6 +84,11 @@ def main():
                 f"| {rd.get('sends_per_s')} | {ms(rd.get('p50_us'))} | {ms(rd.get('p99_us'))} "
                 f"| {ratio_off:.2f} | {ratio_redis:.2f} |"
             )
+    floor = next((r for r in rows if r["what"] == "floor"), {})
+    out.append(
+        f"| (floor) | 64 | GET /healthz: {floor.get('sends_per_s')} req/s | {ms(floor.get('p50_us'))} | {ms(floor.get('p99_us'))} "
+        "| | | | | | | | |"
+    )
     errors = [r for r in rows if r["what"] == "spoold" and (r.get("non_2xx", "0") != "0" or r.get("socket_errors", "0") != "0")]
     out.append("")
     out.append(f"Runs with non-2xx answers or socket errors: {len(errors)}.")

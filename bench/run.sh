@@ -111,6 +111,13 @@ for body in 1024 16384; do
     done
   done
 done
+# The floor under every latency above: the same HTTP stack and load
+# generator, with no body and no journal (GET /healthz).
+start_spoold floor true
+line=$(METHOD=GET wrk -t2 -c64 -d"${DURATION}s" --latency -s bench/post.lua \
+  "http://127.0.0.1:$PORT/healthz" | grep RESULT)
+stop_spoold
+result "floor conns=64 $line"
 }
 
 redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
@@ -170,6 +177,10 @@ start_spoold replay false
 empty_rss=$(rss_kib "$spoold_pid")
 "$load_bin" --url "http://127.0.0.1:$PORT" --queue bench --messages "$REPLAY_MESSAGES" fill --clients 64 >/dev/null
 stop_spoold
+# The fill ran with fsync off: write its pages back now, so that replay
+# reads a warm, clean page cache (as after a run with fsync on) instead of
+# competing with the kernel's writeback of 1 GB.
+sync
 dir=$work/replay
 # Reopen the same spool (fsync on, as in production); replay time is what
 # spoold logs, records/s follow from it.

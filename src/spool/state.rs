@@ -254,7 +254,9 @@ pub enum SpoolError {
 #[derive(Debug, Default)]
 pub struct Spool {
     names: HashMap<String, QueueId>,
-    queues: HashMap<QueueId, Queue>,
+    /// By id: a few entries with small integer keys, looked up for every
+    /// record, where a B-tree beats hashing with SipHash.
+    queues: BTreeMap<QueueId, Queue>,
     next_queue_id: u32,
     next_message_id: u64,
     next_lease_serial: u64,
@@ -262,7 +264,7 @@ pub struct Spool {
     /// Sequence number of the epoch record in force.
     epoch_seq: u64,
     /// Per segment: bytes of enqueue records whose messages are here.
-    live_bytes: HashMap<u32, u64>,
+    live_bytes: BTreeMap<u32, u64>,
 }
 
 impl Spool {
