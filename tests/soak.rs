@@ -156,3 +156,28 @@ async fn soak_sends_acks_and_compactions_stay_under_max_bytes_and_lose_nothing()
         report.records
     );
 }
+
+/// `close` hands the directory over: a new engine may open it while a
+/// handle of the old one (say, a compaction task finishing) still exists,
+/// and the old one's compactor touches nothing afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_engine_releases_its_directory_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = Engine::open(options(dir.path())).await.unwrap();
+    engine
+        .upsert_queue("q", QueueSettings::default(), false)
+        .await
+        .unwrap();
+    let _compactor = engine.spawn_compactor(Duration::from_millis(1));
+    let straggler = engine.clone();
+    engine.close();
+    let (reopened, report) = Engine::open(options(dir.path())).await.unwrap();
+    assert_eq!(report.messages, 0);
+    assert!(reopened.queue_names().contains(&"q".to_string()));
+    assert_eq!(
+        straggler.compact_once(true).unwrap(),
+        None,
+        "a closed engine compacts nothing"
+    );
+    drop(straggler);
+}

@@ -82,6 +82,10 @@ impl Engine {
             .compacting
             .lock()
             .expect("compaction lock poisoned");
+        if self.inner.journal.is_closed() {
+            // Closed: the directory may already belong to another engine.
+            return Ok(None);
+        }
         let active = self.inner.journal.active_segment();
         let Some((run, floor)) = pick_run(&self.core(), active, force) else {
             return Ok(None);

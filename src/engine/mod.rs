@@ -164,7 +164,10 @@ struct Inner {
     clock: Arc<dyn Clock>,
     tokens: Tokens,
     epoch: u64,
-    _lock: Option<DirLock>,
+    /// Held until [`Engine::close`] (or the last handle goes): another
+    /// engine may open the directory once this one has stopped touching
+    /// it, even while stray handles (a finishing compaction task) remain.
+    lock: Mutex<Option<DirLock>>,
 }
 
 /// A handle on an open spool. Cheap to clone.
@@ -290,7 +293,7 @@ impl Engine {
                 clock: options.clock,
                 tokens: Tokens::new(identity.token_key, identity.salt),
                 epoch,
-                _lock: lock,
+                lock: Mutex::new(lock),
             }),
         };
         let (tx, rx) = oneshot::channel();
@@ -973,10 +976,17 @@ impl Engine {
         self.core().spool.all_messages()
     }
 
-    /// Flushes what is pending and stops the journal's threads. Later writes
-    /// answer `Unavailable`.
+    /// Flushes what is pending and stops the journal's threads, waits for a
+    /// compaction in progress (none starts afterwards), and releases the
+    /// directory lock. Later writes answer `Unavailable`.
     pub fn close(&self) {
         self.inner.journal.close();
+        let _no_compaction = self
+            .inner
+            .compacting
+            .lock()
+            .expect("compaction lock poisoned");
+        drop(self.inner.lock.lock().expect("lock poisoned").take());
     }
 
     fn message_error(&self, queue: &str, id: MessageId, e: SpoolError) -> EngineError {

@@ -14,16 +14,21 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::storage::Storage;
 
-/// Zeros written per call while filling a spare.
-const FILL_CHUNK_BYTES: usize = 1 << 20;
+/// Zeros written, and made durable, per step while filling a spare. A
+/// device flush covers everything written before it, so the writer's own
+/// `fdatasync` waits for whatever zeros are in flight: one flush of a whole
+/// 64 MiB spare took ~27 ms here (strace), a 4 MiB step several ms, which
+/// set the p99 of sends. Small steps keep each wait short.
+const FILL_CHUNK_BYTES: usize = 256 << 10;
 
-/// Zeros made durable per `fdatasync` while filling. One flush of a whole
-/// 64 MiB spare took ~27 ms here and the writer's own `fdatasync` waited
-/// behind it (strace); flushing in steps keeps each wait short.
-const SYNC_STEP_BYTES: u64 = 4 << 20;
+/// A pause between steps, so that zero-filling takes a share of the disk
+/// rather than all of it: 256 steps of a 64 MiB spare take at least a
+/// quarter second, well under the time the writer takes to fill a segment.
+const STEP_PAUSE: Duration = Duration::from_millis(1);
 
 #[derive(Default)]
 struct State {
@@ -117,8 +122,17 @@ fn run(shared: &Shared, storage: &dyn Storage, dir: &Path, segment_bytes: u64) {
             state.made
         };
         let path = dir.join(format!("prealloc-{n}.tmp"));
-        match fill(storage, &path, segment_bytes) {
-            Ok(()) => {
+        let stopping = || shared.state.lock().expect("prealloc lock poisoned").closed;
+        // The first spare is the one start-up waits for, with no traffic
+        // yet to share the disk with: no pauses.
+        let pause = if n == 1 { Duration::ZERO } else { STEP_PAUSE };
+        match fill(storage, &path, segment_bytes, pause, stopping) {
+            Ok(false) => {
+                // Stopped half-way: the spare is useless.
+                let _ = storage.remove(&path);
+                return;
+            }
+            Ok(true) => {
                 let mut state = shared.state.lock().expect("prealloc lock poisoned");
                 if state.closed {
                     drop(state);
@@ -141,19 +155,29 @@ fn run(shared: &Shared, storage: &dyn Storage, dir: &Path, segment_bytes: u64) {
     }
 }
 
-fn fill(storage: &dyn Storage, path: &Path, segment_bytes: u64) -> std::io::Result<()> {
+/// Fills `path` with `segment_bytes` of durable zeros, pausing between
+/// steps; `false` if `stopping` said so before the end.
+fn fill(
+    storage: &dyn Storage,
+    path: &Path,
+    segment_bytes: u64,
+    pause: Duration,
+    stopping: impl Fn() -> bool,
+) -> std::io::Result<bool> {
     let file = storage.create(path)?;
     let zeros = vec![0u8; FILL_CHUNK_BYTES];
     let mut off = 0u64;
     while off < segment_bytes {
+        if stopping() {
+            return Ok(false);
+        }
         let n = (segment_bytes - off).min(FILL_CHUNK_BYTES as u64) as usize;
         file.write_all_at(&zeros[..n], off)?;
+        file.sync_data()?;
         off += n as u64;
-        if off.is_multiple_of(SYNC_STEP_BYTES) && off < segment_bytes {
-            file.sync_data()?;
-        }
+        std::thread::sleep(pause);
     }
-    file.sync_data()
+    Ok(true)
 }
 
 /// Deletes temp files a crash left behind (`*.tmp`): spares, and a spool

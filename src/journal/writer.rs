@@ -343,6 +343,15 @@ impl<E: Send + 'static> Journal<E> {
         self.shared.poisoned.load(Ordering::Acquire)
     }
 
+    /// True once [`Journal::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared
+            .pending
+            .lock()
+            .expect("journal lock poisoned")
+            .closed
+    }
+
     /// Bytes of all segment files, as the writer last knew it.
     pub fn disk_bytes(&self) -> u64 {
         self.shared.disk_bytes.load(Ordering::Relaxed)
