@@ -23,6 +23,16 @@ fn options(dir: &Path) -> EngineOptions {
     options
 }
 
+/// Opens the spool in `dir` with a queue `q`.
+async fn open_with_queue(dir: &Path) -> Engine {
+    let (engine, _) = Engine::open(options(dir)).await.unwrap();
+    engine
+        .upsert_queue("q", QueueSettings::default(), false)
+        .await
+        .unwrap();
+    engine
+}
+
 /// Bytes of every journal file in `dir` (segments, spares, temp files).
 fn disk_usage(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
@@ -44,11 +54,7 @@ async fn soak_sends_acks_and_compactions_stay_under_max_bytes_and_lose_nothing()
         .and_then(|v| v.parse().ok())
         .unwrap_or(30);
     let dir = tempfile::tempdir().unwrap();
-    let (engine, _) = Engine::open(options(dir.path())).await.unwrap();
-    engine
-        .upsert_queue("q", QueueSettings::default(), false)
-        .await
-        .unwrap();
+    let engine = open_with_queue(dir.path()).await;
     let _timer = engine.spawn_timer();
     let _compactor = engine.spawn_compactor(Duration::from_millis(50));
 
@@ -163,11 +169,7 @@ async fn soak_sends_acks_and_compactions_stay_under_max_bytes_and_lose_nothing()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_engine_releases_its_directory_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, _) = Engine::open(options(dir.path())).await.unwrap();
-    engine
-        .upsert_queue("q", QueueSettings::default(), false)
-        .await
-        .unwrap();
+    let engine = open_with_queue(dir.path()).await;
     let _compactor = engine.spawn_compactor(Duration::from_millis(1));
     let straggler = engine.clone();
     engine.close();
