@@ -400,7 +400,7 @@ pub async fn peek(
             Err(e) => return Err(e),
         }
     }
-    Ok(axum::Json(json!({ "messages": messages })).into_response())
+    Ok(axum::Json(Messages { messages }).into_response())
 }
 
 /// `GET /v1/queues/{q}/messages/{id}`

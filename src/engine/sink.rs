@@ -2,8 +2,9 @@
 //! to the state machine and answer, or undo the reservation and report.
 //!
 //! This runs on the journal's writer or applier thread (one at a time), in
-//! journal order, for every record, whether or not its caller is still waiting: an HTTP client that
-//! hangs up never leaves a record that only a restart brings to life.
+//! journal order, for every record, whether or not its caller is still
+//! waiting: an HTTP client that hangs up never leaves a record that only a
+//! restart brings to life.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
