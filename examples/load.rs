@@ -14,8 +14,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::http::HeaderMap;
+use std::pin::Pin;
+
+use bytes::Bytes;
 use clap::{Parser, Subcommand};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper::header::{CONTENT_TYPE, HOST};
+use hyper::service::service_fn;
+use hyper::{Request, Response, server};
+use hyper_util::rt::TokioIo;
 use reqwest::{Client, StatusCode};
 
 #[derive(Parser)]
@@ -94,37 +103,20 @@ async fn wait_ready(client: &Client, base: &str) {
 /// Sends `n` bodies to `url` from `clients` tasks; returns how many were
 /// answered 2xx.
 async fn send_all(client: &Client, url: &str, n: usize, clients: usize, body: usize) -> usize {
-    send_all_recording(client, url, n, clients, body, None).await
-}
-
-/// Like [`send_all`]; with `accepted`, each answer's delivery id and the
-/// instant its request was issued are recorded there.
-async fn send_all_recording(
-    client: &Client,
-    url: &str,
-    n: usize,
-    clients: usize,
-    body: usize,
-    accepted: Option<Arc<Mutex<HashMap<String, Instant>>>>,
-) -> usize {
     let next = Arc::new(AtomicUsize::new(0));
     let ok = Arc::new(AtomicUsize::new(0));
-    let payload = bytes::Bytes::from(vec![b'x'; body]);
+    let payload = Bytes::from(vec![b'x'; body]);
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
-            let (client, url, next, ok, payload, accepted) = (
+            let (client, url, next, ok, payload) = (
                 client.clone(),
                 url.to_string(),
                 next.clone(),
                 ok.clone(),
                 payload.clone(),
-                accepted.clone(),
             );
             tokio::spawn(async move {
                 while next.fetch_add(1, Ordering::Relaxed) < n {
-                    // Taken before the request: a delivery can reach the
-                    // destination before this task has read its own `202`.
-                    let issued = Instant::now();
                     let r = client
                         .post(&url)
                         .header("content-type", "application/octet-stream")
@@ -133,13 +125,6 @@ async fn send_all_recording(
                         .await
                         .expect("spoold answers");
                     assert!(r.status().is_success(), "send answered {}", r.status());
-                    if let Some(accepted) = &accepted {
-                        let id = r.headers()["spooler-delivery-id"]
-                            .to_str()
-                            .unwrap()
-                            .to_string();
-                        accepted.lock().unwrap().insert(id, issued);
-                    }
                     ok.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -153,61 +138,87 @@ async fn send_all_recording(
 
 /// Push end to end: a local destination answering 200 on `sink`, forwards
 /// from `clients` connections, each message timed from the moment its
-/// forward request was issued (its `202` included) to its first arrival
-/// (matched by delivery id).
+/// forward request was issued (its `202` included) to its first arrival.
+///
+/// Both sides share this process and its two cores with spoold, so they are
+/// lean: each client task owns one HTTP/1.1 connection and drives it itself
+/// (no pool, no connection task), and the time a request was issued travels
+/// with it in an `x-bench-sent` header, which spoold forwards, so the sink
+/// records plain numbers instead of matching ids in shared maps.
 async fn push(client: &Client, args: &Args, sink: &str, clients: usize) {
-    let arrived: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let destination = {
-        let arrived = arrived.clone();
-        axum::Router::new().fallback(move |headers: HeaderMap| {
-            let arrived = arrived.clone();
-            async move {
-                if let Some(id) = headers
-                    .get("spooler-delivery-id")
-                    .and_then(|v| v.to_str().ok())
-                {
-                    arrived
-                        .lock()
-                        .unwrap()
-                        .entry(id.to_string())
-                        .or_insert_with(Instant::now);
-                }
-                "ok"
-            }
-        })
-    };
+    let epoch = Instant::now();
+    let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
     let listener = tokio::net::TcpListener::bind(sink).await.unwrap();
-    tokio::spawn(async move { axum::serve(listener, destination).await.unwrap() });
+    tokio::spawn(serve_sink(listener, epoch, arrivals.clone()));
     wait_ready(client, &args.url).await;
 
-    let accepted: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let url = format!("{}/v1/forward/{}/in", args.url, args.queue);
-    let started = Instant::now();
-    let sent = send_all_recording(
-        client,
-        &url,
-        args.messages,
-        clients,
-        args.body,
-        Some(accepted.clone()),
-    )
-    .await;
-    let accept_seconds = started.elapsed().as_secs_f64();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while arrived.lock().unwrap().len() < sent {
-        assert!(Instant::now() < deadline, "deliveries stalled");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let arrived = arrived.lock().unwrap();
-    let accepted = accepted.lock().unwrap();
-    let last = arrived.values().max().copied().unwrap();
-    let mut latencies: Vec<Duration> = accepted
-        .iter()
-        .map(|(id, at)| arrived[id].saturating_duration_since(*at))
+    let authority = args.url.trim_start_matches("http://").to_string();
+    let path = format!("/v1/forward/{}/in", args.queue);
+    let next = Arc::new(AtomicUsize::new(0));
+    let payload = Bytes::from(vec![b'x'; args.body]);
+    let n = args.messages;
+    let started = epoch.elapsed();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (authority, path, next, payload) = (
+                authority.clone(),
+                path.clone(),
+                next.clone(),
+                payload.clone(),
+            );
+            tokio::spawn(async move {
+                let stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+                stream.set_nodelay(true).unwrap();
+                let (mut sender, conn) = http1::handshake(TokioIo::new(stream)).await.unwrap();
+                let mut conn = std::pin::pin!(conn);
+                let mut sent = 0;
+                while next.fetch_add(1, Ordering::Relaxed) < n {
+                    let issued = epoch.elapsed().as_nanos() as u64;
+                    let request = Request::post(&path)
+                        .header(HOST, &authority)
+                        .header(CONTENT_TYPE, "application/octet-stream")
+                        .header(SENT_HEADER, issued)
+                        .body(Full::new(payload.clone()))
+                        .unwrap();
+                    alongside(conn.as_mut(), sender.ready()).await.unwrap();
+                    let response = alongside(conn.as_mut(), sender.send_request(request))
+                        .await
+                        .expect("spoold answers");
+                    let status = response.status();
+                    alongside(conn.as_mut(), response.into_body().collect())
+                        .await
+                        .unwrap();
+                    assert!(status.is_success(), "forward answered {status}");
+                    sent += 1;
+                }
+                sent
+            })
+        })
         .collect();
-    latencies.sort();
-    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e3;
-    let seconds = (last - started).as_secs_f64();
+    let mut sent = 0;
+    for t in tasks {
+        sent += t.await.unwrap();
+    }
+    let accept_seconds = (epoch.elapsed() - started).as_secs_f64();
+
+    // Deliveries are at least once: count each delivery id's first arrival.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let firsts = loop {
+        let firsts = first_arrivals(&arrivals.lock().unwrap());
+        if firsts.len() >= sent {
+            break firsts;
+        }
+        assert!(Instant::now() < deadline, "deliveries stalled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let last = firsts.iter().map(|&(_, arrived)| arrived).max().unwrap();
+    let mut latencies: Vec<u64> = firsts
+        .iter()
+        .map(|&(sent, arrived)| arrived.saturating_sub(sent))
+        .collect();
+    latencies.sort_unstable();
+    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1e6;
+    let seconds = (Duration::from_nanos(last) - started).as_secs_f64();
     println!(
         "RESULT push_msgs={sent} push_accepted_per_s={:.0} push_delivered_per_s={:.0} push_p50_ms={:.1} push_p99_ms={:.1}",
         sent as f64 / accept_seconds,
@@ -215,4 +226,89 @@ async fn push(client: &Client, args: &Args, sink: &str, clients: usize) {
         pct(0.50),
         pct(0.99)
     );
+}
+
+/// The header carrying the instant a forward was issued, in nanoseconds
+/// since the load generator's epoch.
+const SENT_HEADER: &str = "x-bench-sent";
+
+/// One request that reached the sink.
+struct Arrival {
+    delivery_id: String,
+    /// Nanoseconds since the epoch: when the forward was issued, and when
+    /// the delivery arrived.
+    sent: u64,
+    arrived: u64,
+}
+
+/// The first arrival of each delivery id, as (sent, arrived).
+fn first_arrivals(all: &[Arrival]) -> Vec<(u64, u64)> {
+    let mut firsts: HashMap<&str, &Arrival> = HashMap::with_capacity(all.len());
+    for a in all {
+        firsts
+            .entry(&a.delivery_id)
+            .and_modify(|f| {
+                if a.arrived < f.arrived {
+                    *f = a;
+                }
+            })
+            .or_insert(a);
+    }
+    firsts.into_values().map(|a| (a.sent, a.arrived)).collect()
+}
+
+/// Polls `work` while driving the connection it needs; the connection
+/// ending first is an error.
+async fn alongside<F: Future>(
+    conn: Pin<&mut http1::Connection<TokioIo<tokio::net::TcpStream>, Full<Bytes>>>,
+    work: F,
+) -> F::Output {
+    tokio::select! {
+        biased;
+        out = work => out,
+        ended = conn => panic!("the connection to spoold ended: {ended:?}"),
+    }
+}
+
+/// The destination: answers every request `200 ok` and records it.
+async fn serve_sink(
+    listener: tokio::net::TcpListener,
+    epoch: Instant,
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
+) {
+    loop {
+        let (stream, _) = listener.accept().await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let arrivals = arrivals.clone();
+        let service = service_fn(move |request: Request<Incoming>| {
+            let arrivals = arrivals.clone();
+            async move {
+                let arrived = epoch.elapsed().as_nanos() as u64;
+                let header = |name: &str| {
+                    request
+                        .headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned)
+                };
+                let delivery_id = header("spooler-delivery-id");
+                let sent = header(SENT_HEADER).and_then(|v| v.parse().ok());
+                request.into_body().collect().await?;
+                if let (Some(delivery_id), Some(sent)) = (delivery_id, sent) {
+                    arrivals.lock().unwrap().push(Arrival {
+                        delivery_id,
+                        sent,
+                        arrived,
+                    });
+                }
+                Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+            }
+        });
+        tokio::spawn(async move {
+            // A connection spoold closes ends here; nothing to report.
+            let _ = server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
