@@ -1,5 +1,6 @@
 //! The real binary over real sockets: `kill -9` in the middle of concurrent
-//! sends, and clients that hang up before reading their answer.
+//! sends, and clients that hang up before reading their answer; the
+//! allocator setting `spoold run` restarts itself with.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::process::{ids_in, start};
+use common::process::{BIN, ids_in, start, start_command, write_config};
 use reqwest::{Client, StatusCode};
 use serde_json::Value;
 
@@ -216,4 +217,69 @@ async fn sigterm_under_load_exits_in_time_and_loses_nothing() {
     );
     assert!(acknowledged.len() > 50);
     assert_eq!(lost, 0);
+}
+
+/// The environment of a running process, one variable a line, with a line
+/// break before the first and after the last. (glibc 2.36
+/// writes NULs over the `:` between tunables as it parses them: those
+/// come out as line breaks too.)
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn environment_of(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    format!("\n{}\n", String::from_utf8_lossy(&raw).replace('\0', "\n"))
+}
+
+/// `spoold run` started with `GLIBC_TUNABLES` set to `tunables`; its
+/// config file.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+async fn start_with_tunables(
+    dir: &std::path::Path,
+    tunables: &str,
+) -> (common::process::Spoold, std::path::PathBuf) {
+    let config = write_config(dir, "", "", "");
+    let spoold = start_command(
+        Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .env("GLIBC_TUNABLES", tunables)
+            .env_remove("SPOOLD_ALLOCATOR_TUNED"),
+    )
+    .await;
+    (spoold, config)
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_restarts_itself_once_with_a_larger_malloc_cache_and_keeps_an_operators_own() {
+    // Nothing set: the same process (pid and arguments) runs with the
+    // tunable added to what was there.
+    let dir = tempfile::tempdir().unwrap();
+    let (spoold, config) = start_with_tunables(dir.path(), "glibc.malloc.mxfast=64").await;
+    let env = environment_of(spoold.child.id()).replace(':', "\n");
+    assert!(
+        env.contains("\nGLIBC_TUNABLES=glibc.malloc.mxfast=64\nglibc.malloc.tcache_count=1000\n"),
+        "{env}"
+    );
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", spoold.child.id())).unwrap();
+    let args: Vec<&[u8]> = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .collect();
+    assert_eq!(args[1..3], [b"run".as_slice(), b"--config".as_slice()]);
+    assert_eq!(args[3], config.as_os_str().as_encoded_bytes());
+    let answer = reqwest::get(format!("{}/healthz", spoold.base))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    drop(spoold);
+
+    // An operator's own count is left alone (no restart).
+    let dir = tempfile::tempdir().unwrap();
+    let (spoold, _) = start_with_tunables(dir.path(), "glibc.malloc.tcache_count=64").await;
+    let env = environment_of(spoold.child.id());
+    assert!(
+        env.contains("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=64\n"),
+        "{env}"
+    );
+    assert!(!env.contains("SPOOLD_ALLOCATOR_TUNED="), "{env}");
 }

@@ -39,9 +39,13 @@ pub async fn start_with(dir: &Path, server_keys: &str, tables: &str) -> Spoold {
 /// Like [`start_with`], with the `[spool]` keys (but `dir`) given too.
 pub async fn start_config(dir: &Path, server_keys: &str, spool_keys: &str, tables: &str) -> Spoold {
     let config = write_config(dir, server_keys, spool_keys, tables);
-    let mut child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
+    start_command(Command::new(BIN).args(["run", "--config"]).arg(&config)).await
+}
+
+/// Starts `command` (a `spoold run`, with its environment) and returns once
+/// the process is ready.
+pub async fn start_command(command: &mut Command) -> Spoold {
+    let mut child = command
         .env("SPOOLD_LOG", "info")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
