@@ -186,8 +186,8 @@ proptest! {
     fn forward_paths_never_escape_or_panic(segments in proptest::collection::vec("(\\.|\\.\\.|%2[eE]|%2[eE]%2[eE]|\\.%2e|[a-z]{1,3}|%2F|)", 0..8)) {
         let raw = format!("/{}", segments.join("/"));
         if let Ok(path) = spoold::api::forward::resolve_path(&raw) {
-            let target = spoold::delivery::target::target_url(
-                "https://h.example.com/base",
+            let destination = spoold::delivery::target::Destination::parse("https://h.example.com/base").unwrap();
+            let target = destination.target(
                 Some(&spoold::spool::StoredRequest { method: "POST".into(), path, query: String::new(), headers: vec![] }),
             );
             let url = target.expect("a resolved path always stays below the destination");

@@ -1,12 +1,13 @@
 //! One pooled HTTP client per push queue: rustls (with the system's roots
 //! plus the queue's `ca_file`), optional client certificate (mTLS), the
-//! per-attempt timeout, no redirects, HTTP/1.1 and HTTP/2, and proxies from
-//! the standard `HTTPS_PROXY` / `NO_PROXY` variables.
+//! per-attempt timeout, no redirects, no retries of its own, HTTP/1.1 and
+//! HTTP/2, and proxies from the standard `HTTPS_PROXY` / `NO_PROXY`
+//! variables.
 
 use std::sync::Once;
 use std::time::Duration;
 
-use reqwest::{Certificate, Client, Identity, redirect};
+use reqwest::{Certificate, Client, Identity, redirect, retry};
 
 use crate::spool::QueueSettings;
 
@@ -30,6 +31,10 @@ pub fn build(settings: &QueueSettings) -> Result<Client, String> {
     let timeout = Duration::from_millis(settings.timeout_ms.max(1));
     let mut builder = Client::builder()
         .redirect(redirect::Policy::none())
+        // Every attempt is the worker's: recorded, counted and backed off.
+        // (reqwest's default retries HTTP/2 refusals itself, and to be able
+        // to, copies every request's headers before sending it.)
+        .retry(retry::never().max_retries_per_request(0))
         .timeout(timeout)
         .connect_timeout(timeout.min(CONNECT_TIMEOUT_MAX))
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)

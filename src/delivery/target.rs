@@ -10,40 +10,48 @@ use reqwest::Url;
 
 use crate::spool::StoredRequest;
 
-/// The URL of one delivery.
-pub fn target_url(destination: &str, request: Option<&StoredRequest>) -> Result<Url, String> {
-    let dest = Url::parse(destination).map_err(|e| format!("destination {destination:?}: {e}"))?;
-    let Some(req) = request else {
-        return Ok(dest);
-    };
-    let base = destination.trim_end_matches('/');
-    let mut text = String::with_capacity(base.len() + req.path.len() + req.query.len() + 2);
-    text.push_str(base);
-    if req.path.is_empty() {
-        if destination.ends_with('/') {
-            text.push('/');
+/// A push queue's destination, parsed once.
+#[derive(Debug, Clone)]
+pub struct Destination {
+    url: Url,
+}
+
+impl Destination {
+    pub fn parse(destination: &str) -> Result<Destination, String> {
+        let url =
+            Url::parse(destination).map_err(|e| format!("destination {destination:?}: {e}"))?;
+        Ok(Destination { url })
+    }
+
+    /// The URL of one delivery: the destination's with the forwarded path
+    /// appended to its path and the forwarded query; the destination
+    /// itself for a plain message.
+    pub fn target(&self, request: Option<&StoredRequest>) -> Result<Url, String> {
+        let mut url = self.url.clone();
+        let Some(req) = request else {
+            return Ok(url);
+        };
+        // Only the path and query change: the scheme, host and port are
+        // the destination's by construction.
+        let prefix = self.url.path().trim_end_matches('/');
+        if !req.path.is_empty() {
+            let mut path = String::with_capacity(prefix.len() + req.path.len());
+            path.push_str(prefix);
+            path.push_str(&req.path);
+            url.set_path(&path);
         }
-    } else {
-        text.push_str(&req.path);
+        url.set_query((!req.query.is_empty()).then_some(req.query.as_str()));
+        // Dot segments (plain or encoded) were resolved by `set_path`: the
+        // result must still be below the destination's path.
+        let under_prefix = match url.path().strip_prefix(prefix) {
+            Some(rest) => rest.is_empty() || rest.starts_with('/'),
+            None => false,
+        };
+        if !under_prefix {
+            return Err(format!("target {url} escapes destination {}", self.url));
+        }
+        Ok(url)
     }
-    if !req.query.is_empty() {
-        text.push('?');
-        text.push_str(&req.query);
-    }
-    let url = Url::parse(&text).map_err(|e| format!("target {text:?}: {e}"))?;
-    let prefix = dest.path().trim_end_matches('/');
-    let same_origin = url.scheme() == dest.scheme()
-        && url.host_str() == dest.host_str()
-        && url.port_or_known_default() == dest.port_or_known_default()
-        && url.username().is_empty()
-        && url.password().is_none();
-    let under_prefix = url.path() == prefix
-        || url.path().starts_with(&format!("{prefix}/"))
-        || (prefix.is_empty() && url.path().starts_with('/'));
-    if !same_origin || !under_prefix {
-        return Err(format!("target {url} escapes destination {destination}"));
-    }
-    Ok(url)
 }
 
 #[cfg(test)]
@@ -57,6 +65,10 @@ mod tests {
             query: query.into(),
             headers: Vec::new(),
         }
+    }
+
+    fn target_url(destination: &str, request: Option<&StoredRequest>) -> Result<Url, String> {
+        Destination::parse(destination)?.target(request)
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use super::backoff::{delay_ms, retry_after_ms};
 use super::signing::signature_header;
-use super::target::target_url;
+use super::target::Destination;
 use crate::engine::settle::Outcome;
 use crate::engine::{Delivery, Engine, EngineError};
 use crate::metrics::{DeliveryMetrics, DeliveryOutcome};
@@ -34,6 +34,8 @@ pub struct QueueShared {
     pub engine: Engine,
     pub queue: String,
     pub settings: QueueSettings,
+    /// `settings.destination`, parsed once.
+    destination: Result<Destination, String>,
     pub client: Client,
     limiter: Option<DefaultDirectRateLimiter>,
     metrics: DeliveryMetrics,
@@ -59,8 +61,13 @@ impl QueueShared {
             };
             Some(RateLimiter::direct(quota))
         });
+        let destination = match &settings.destination {
+            Some(d) => Destination::parse(d),
+            None => Err("queue has no destination".to_string()),
+        };
         Arc::new(QueueShared {
             engine,
+            destination,
             metrics: DeliveryMetrics::new(&queue),
             queue,
             settings,
@@ -256,12 +263,12 @@ struct Answer {
 /// Sends the request of one delivery.
 async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
     let settings = &shared.settings;
-    let destination = settings
-        .destination
-        .as_deref()
-        .ok_or("queue has no destination")?;
     let request = d.payload.request.as_ref();
-    let url = target_url(destination, request)?;
+    let url = shared
+        .destination
+        .as_ref()
+        .map_err(Clone::clone)?
+        .target(request)?;
     let method = match request {
         Some(r) => Method::from_bytes(r.method.as_bytes()).map_err(|e| format!("method: {e}"))?,
         None => Method::POST,
