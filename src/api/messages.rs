@@ -1,12 +1,11 @@
 //! Message routes: send, forward, receive (single and batch), ack, nack,
 //! renew, peek, get, cancel, purge, tail.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{Path, RawPathParams, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
@@ -139,15 +138,17 @@ pub async fn send(
 /// `ANY /v1/forward/{q}/{path…}`
 pub async fn forward(
     State(state): State<Arc<AppState>>,
-    Path(params): Path<HashMap<String, String>>,
+    params: RawPathParams,
     request: Request,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let (parts, body) = request.into_parts();
     let (method, headers, uri) = (&parts.method, &parts.headers, &parts.uri);
-    let queue = params.get("q").cloned().unwrap_or_default();
-    let (settings, _) = engine.queue_settings(&queue)?;
-    if settings.destination.is_none() {
+    let queue = params
+        .iter()
+        .find_map(|(name, value)| (name == "q").then(|| value.to_owned()))
+        .unwrap_or_default();
+    if !engine.is_push_queue(&queue)? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "not_push_queue",

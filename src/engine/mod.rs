@@ -930,6 +930,16 @@ impl Engine {
             .ok_or_else(|| queue_not_found(queue))
     }
 
+    /// Whether `queue` has a destination (without copying its settings).
+    pub fn is_push_queue(&self, queue: &str) -> Result<bool, EngineError> {
+        let core = self.core();
+        let q = core
+            .spool
+            .queue(queue)
+            .ok_or_else(|| queue_not_found(queue))?;
+        Ok(q.settings.is_push())
+    }
+
     pub fn queue_settings(&self, queue: &str) -> Result<(QueueSettings, bool), EngineError> {
         let core = self.core();
         let q = core
