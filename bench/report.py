@@ -34,6 +34,17 @@ def num(v):
     return float(v) if v not in (None, "") else float("nan")
 
 
+def median(rows, key):
+    """The row with the median `key` (the lower middle of an even count)."""
+    ranked = sorted(rows, key=lambda r: num(r.get(key)))
+    return ranked[(len(ranked) - 1) // 2] if ranked else {}
+
+
+def trials(rows, key):
+    """Every trial's `key`, in the order run: "a, b, c"."""
+    return ", ".join(str(r.get(key)) for r in rows)
+
+
 def machine():
     cpu = "unknown CPU"
     for line in open("/proc/cpuinfo"):
@@ -97,8 +108,12 @@ def main():
     pulls = {r.get("consumers"): r for r in rows if r["what"] == "pull"}
     pull = pulls.get("8", {})
     pull2 = pulls.get("2", {})
-    push = next((r for r in rows if r["what"] == "push"), {})
-    replay = next((r for r in rows if r["what"] == "replay"), {})
+    pushes = [r for r in rows if r["what"] == "push"]
+    push = median(pushes, "push_delivered_per_s")
+    replays = [r for r in rows if r["what"] == "replay"]
+    replay = median(replays, "records_per_s")
+    # Memory: the largest of the trials, not the median.
+    memory = max(replays, key=lambda r: num(r.get("rss_bytes_per_msg")), default={})
     slow = {r["conns"]: r for r in rows if r["what"] == "slowdisk"}
     out.append("### Pull, push, replay, memory, a slow disk")
     out.append("")
@@ -106,10 +121,10 @@ def main():
     out.append("|---|---:|")
     out.append(f"| pull: 8 consumers (wrk threads) × 8 connections, receive-batch of 100 + an ack for each, fsync on ({pull.get('pull_acked')} acked) | {pull.get('pull_msgs_per_s')} messages/s |")
     out.append(f"| pull: the same 64 connections as 2 consumers ({pull2.get('pull_acked')} acked) | {pull2.get('pull_msgs_per_s')} messages/s |")
-    out.append(f"| push end to end: 64 clients forwarding {push.get('push_msgs')} × 1 KiB, `concurrency = 64`, a local destination | {push.get('push_delivered_per_s')} delivered/s (accepted {push.get('push_accepted_per_s')}/s) |")
-    out.append(f"| push: forward request issued (its `202` included) → arrival at the destination | p50 {push.get('push_p50_ms')} ms, p99 {push.get('push_p99_ms')} ms |")
-    out.append(f"| replay of {replay.get('messages')} messages ({replay.get('records')} records), 1 KiB each, page cache warm | {num(replay.get('replay_ms')) / 1000:.2f} s, {replay.get('records_per_s')} records/s |")
-    out.append(f"| resident memory per queued message (RSS {replay.get('rss_empty_kib')} KiB empty → {replay.get('rss_full_kib')} KiB full) | {replay.get('rss_bytes_per_msg')} bytes |")
+    out.append(f"| push end to end: 64 clients forwarding {push.get('push_msgs')} × 1 KiB, `concurrency = 64`, a local destination; median of {len(pushes)} trials ({trials(pushes, 'push_delivered_per_s')}) | {push.get('push_delivered_per_s')} delivered/s (accepted {push.get('push_accepted_per_s')}/s) |")
+    out.append(f"| push: forward request issued (its `202` included) → arrival at the destination (the median trial) | p50 {push.get('push_p50_ms')} ms, p99 {push.get('push_p99_ms')} ms |")
+    out.append(f"| replay of {replay.get('messages')} messages ({replay.get('records')} records), 1 KiB each, page cache warm; median of {len(replays)} trials ({trials(replays, 'replay_ms')} ms) | {num(replay.get('replay_ms')) / 1000:.2f} s, {replay.get('records_per_s')} records/s |")
+    out.append(f"| resident memory per queued message, the largest of the trials (RSS {memory.get('rss_empty_kib')} KiB empty → {memory.get('rss_full_kib')} KiB full) | {memory.get('rss_bytes_per_msg')} bytes |")
     out.append(f"| journal bytes per 1 KiB message | {replay.get('journal_bytes_per_msg')} bytes |")
     for conns in ("1", "64"):
         s = slow.get(conns, {})
@@ -132,7 +147,7 @@ def main():
         ("pull ≥ 20 000 messages/s", pull.get("pull_msgs_per_s"), num(pull.get("pull_msgs_per_s")) >= 20000),
         ("push end to end ≥ 15 000 messages/s", push.get("push_delivered_per_s"), num(push.get("push_delivered_per_s")) >= 15000),
         ("replay ≥ 1 M records/s", replay.get("records_per_s"), num(replay.get("records_per_s")) >= 1e6),
-        ("≤ 200 bytes of RAM per queued message", replay.get("rss_bytes_per_msg"), num(replay.get("rss_bytes_per_msg")) <= 200),
+        ("≤ 200 bytes of RAM per queued message", memory.get("rss_bytes_per_msg"), num(memory.get("rss_bytes_per_msg")) <= 200),
     ]
     out.append("### Against the targets (1 KiB bodies)")
     out.append("")
