@@ -16,9 +16,9 @@ fuzz_target!(|raw: &str| {
         query: String::new(),
         headers: vec![],
     };
-    if let Ok(url) =
-        spoold::delivery::target::target_url("https://h.example.com:8443/base", Some(&request))
-    {
+    let destination =
+        spoold::delivery::target::Destination::parse("https://h.example.com:8443/base").unwrap();
+    if let Ok(url) = destination.target(Some(&request)) {
         assert_eq!(url.scheme(), "https");
         assert_eq!(url.host_str(), Some("h.example.com"));
         assert_eq!(url.port(), Some(8443));
