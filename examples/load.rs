@@ -66,16 +66,14 @@ enum Mode {
 async fn main() {
     let args = Args::parse();
     spoold::delivery::client::install_crypto_provider();
-    let client = Client::builder()
-        .pool_max_idle_per_host(1024)
-        .build()
-        .unwrap();
+    // Only for waiting until spoold is ready.
+    let client = Client::new();
     match &args.command {
         &Mode::Fill { clients } => {
             wait_ready(&client, &args.url).await;
             let started = Instant::now();
-            let url = format!("{}/v1/queues/{}/messages", args.url, args.queue);
-            let sent = send_all(&client, &url, args.messages, clients, args.body).await;
+            let path = format!("/v1/queues/{}/messages", args.queue);
+            let sent = send_all(&args, &path, clients, started).await;
             let seconds = started.elapsed().as_secs_f64();
             println!(
                 "RESULT fill_msgs={sent} fill_seconds={seconds:.2} fill_msgs_per_s={:.0}",
@@ -102,69 +100,22 @@ async fn wait_ready(client: &Client, base: &str) {
     }
 }
 
-/// Sends `n` bodies to `url` from `clients` tasks; returns how many were
-/// answered 2xx.
-async fn send_all(client: &Client, url: &str, n: usize, clients: usize, body: usize) -> usize {
-    let next = Arc::new(AtomicUsize::new(0));
-    let ok = Arc::new(AtomicUsize::new(0));
-    let payload = Bytes::from(vec![b'x'; body]);
-    let tasks: Vec<_> = (0..clients)
-        .map(|_| {
-            let (client, url, next, ok, payload) = (
-                client.clone(),
-                url.to_string(),
-                next.clone(),
-                ok.clone(),
-                payload.clone(),
-            );
-            tokio::spawn(async move {
-                while next.fetch_add(1, Ordering::Relaxed) < n {
-                    let r = client
-                        .post(&url)
-                        .header("content-type", "application/octet-stream")
-                        .body(payload.clone())
-                        .send()
-                        .await
-                        .expect("spoold answers");
-                    assert!(r.status().is_success(), "send answered {}", r.status());
-                    ok.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    ok.load(Ordering::Relaxed)
-}
-
-/// Push end to end: a local destination answering 200 on `sink`, forwards
-/// from `clients` connections, each message timed from the moment its
-/// forward request was issued (its `202` included) to its first arrival.
-///
-/// Both sides share this process and its two cores with spoold, so they are
-/// lean: each client task owns one HTTP/1.1 connection and drives it itself
-/// (no pool, no connection task), and the time a request was issued travels
-/// with it in an `x-bench-sent` header, which spoold forwards, so the sink
-/// records plain numbers instead of matching ids in shared maps.
-async fn push(client: &Client, args: &Args, sink: &str, clients: usize) {
-    let epoch = Instant::now();
-    let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
-    let listener = tokio::net::TcpListener::bind(sink).await.unwrap();
-    tokio::spawn(serve_sink(listener, epoch, arrivals.clone()));
-    wait_ready(client, &args.url).await;
-
+/// Sends `args.messages` bodies to `path` on spoold from `clients` tasks,
+/// each owning one HTTP/1.1 connection and driving it itself (no pool, no
+/// connection task: this process shares the two cores with spoold). Each
+/// request carries the instant it was issued, in nanoseconds since `epoch`,
+/// in an `x-bench-sent` header (forward passes it on to the destination).
+/// Returns how many were answered 2xx; any other answer is a panic.
+async fn send_all(args: &Args, path: &str, clients: usize, epoch: Instant) -> usize {
     let authority = args.url.trim_start_matches("http://").to_string();
-    let path = format!("/v1/forward/{}/in", args.queue);
     let next = Arc::new(AtomicUsize::new(0));
     let payload = Bytes::from(vec![b'x'; args.body]);
     let n = args.messages;
-    let started = epoch.elapsed();
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
             let (authority, path, next, payload) = (
                 authority.clone(),
-                path.clone(),
+                path.to_string(),
                 next.clone(),
                 payload.clone(),
             );
@@ -190,7 +141,7 @@ async fn push(client: &Client, args: &Args, sink: &str, clients: usize) {
                     alongside(conn.as_mut(), response.into_body().collect())
                         .await
                         .unwrap();
-                    assert!(status.is_success(), "forward answered {status}");
+                    assert!(status.is_success(), "{path} answered {status}");
                     sent += 1;
                 }
                 sent
@@ -201,6 +152,26 @@ async fn push(client: &Client, args: &Args, sink: &str, clients: usize) {
     for t in tasks {
         sent += t.await.unwrap();
     }
+    sent
+}
+
+/// Push end to end: a local destination answering 200 on `sink`, forwards
+/// from `clients` connections, each message timed from the moment its
+/// forward request was issued (its `202` included) to its first arrival.
+///
+/// The time a request was issued travels with it in the `x-bench-sent`
+/// header ([`send_all`]), which spoold forwards, so the sink records plain
+/// numbers instead of matching ids in shared maps.
+async fn push(client: &Client, args: &Args, sink: &str, clients: usize) {
+    let epoch = Instant::now();
+    let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind(sink).await.unwrap();
+    tokio::spawn(serve_sink(listener, epoch, arrivals.clone()));
+    wait_ready(client, &args.url).await;
+
+    let path = format!("/v1/forward/{}/in", args.queue);
+    let started = epoch.elapsed();
+    let sent = send_all(args, &path, clients, epoch).await;
     let accept_seconds = (epoch.elapsed() - started).as_secs_f64();
 
     // Deliveries are at least once: count each delivery id's first arrival.

@@ -296,8 +296,9 @@ const TCACHE_TUNABLE: &str = "glibc.malloc.tcache_count=1000";
 /// (requests, headers, response buffers); past 7 a free goes to the
 /// arena's bins under its lock, and the next allocation of 1 KiB or more
 /// first merges every small free chunk (`malloc_consolidate`). With 1000,
-/// spoold spent 71 instead of 78 µs of CPU per pushed message (interleaved
-/// runs, `docs/performance.md`); memory per queued message did not move.
+/// spoold spent 65–78 instead of 78–81 µs of CPU per pushed message
+/// (interleaved runs, `docs/performance.md`); memory per queued message
+/// did not move.
 ///
 /// glibc reads the setting only from the `GLIBC_TUNABLES` environment
 /// variable, at start-up, hence the `exec` (same pid, same arguments; no
