@@ -10,7 +10,9 @@
 //!   record decoder and the state machine see arbitrary bodies; whatever is
 //!   left over becomes a torn tail.
 
-use spoold::journal::format::{FRAME_HEADER_BYTES, FrameHeader, SegmentHeader};
+use spoold::journal::format::{
+    FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FrameHeader, SegmentHeader,
+};
 
 /// The salt of the spool identity the input is replayed under.
 pub const SALT: u64 = 0x5eed_5eed_5eed_5eed;
@@ -23,15 +25,10 @@ pub fn segment(data: &[u8]) -> Vec<u8> {
         return data.to_vec();
     }
     let header = SegmentHeader {
-        flags: 0,
-        salt: SALT,
         segment_id: 1,
         first_seq: 1,
-        compacted_through: 0,
-        id_floor: 0,
-        covers_from: 0,
     };
-    let mut out = header.encode().to_vec();
+    let mut out = header.encode(SALT).to_vec();
     if mode % 3 == 1 {
         out.extend_from_slice(data);
         return out;
@@ -45,7 +42,19 @@ pub fn segment(data: &[u8]) -> Vec<u8> {
         }
         let mut frame = vec![0u8; FRAME_HEADER_BYTES + len];
         frame[FRAME_HEADER_BYTES..].copy_from_slice(&rest[3..3 + len]);
-        FrameHeader::seal(&mut frame, SALT, seq, rest[0]);
+        // Each record a group commit of its own.
+        FrameHeader::seal(
+            &mut frame,
+            SALT,
+            FrameHeader {
+                body_len: 0,
+                seq,
+                term: 0,
+                kind: rest[0],
+                flags: FRAME_FLAG_BATCH_END,
+                batch_index: 0,
+            },
+        );
         out.extend_from_slice(&frame);
         seq += 1;
         rest = &rest[3 + len..];

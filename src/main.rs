@@ -109,14 +109,21 @@ enum JournalCommand {
         #[arg(long)]
         dir: PathBuf,
     },
-    /// Compact every sealed segment now.
+    /// Compact every file that holds garbage now.
     Compact {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Convert a spool written by an older spoold (format 1) to this
+    /// format; start-up does it too.
+    Upgrade {
         #[arg(long)]
         dir: PathBuf,
     },
 }
 
 fn main() -> ExitCode {
+    crash_on_panic();
     let cli = Cli::parse();
     let target = spoold::cli::ops::Target {
         url: cli.url.clone(),
@@ -176,6 +183,7 @@ fn main() -> ExitCode {
             JournalCommand::Verify { dir } => verify(dir),
             JournalCommand::Repair { dir } => repair(dir),
             JournalCommand::Compact { dir } => compact(dir),
+            JournalCommand::Upgrade { dir } => upgrade(dir),
         },
     };
     match result {
@@ -241,6 +249,26 @@ fn repair(dir: PathBuf) -> anyhow::Result<ExitCode> {
     let report = spoold::cli::journal::repair(&dir)?;
     print!("{}", report.render(&dir));
     Ok(ExitCode::SUCCESS)
+}
+
+fn upgrade(dir: PathBuf) -> anyhow::Result<ExitCode> {
+    let report = spoold::cli::journal::upgrade(&dir)?;
+    print!("{}", report.render(&dir));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A panic anywhere — a request handler, a background task, the journal's
+/// threads — is a bug, and a half-working server is worse than none: log
+/// it and abort, so the supervisor restarts the process and replay decides
+/// (TigerBeetle's rule). Release builds also set `panic = "abort"`; this
+/// covers debug builds and says why in the log.
+fn crash_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        tracing::error!(panic = %info, "a bug: aborting (the supervisor restarts spoold; replay decides)");
+        std::process::abort();
+    }));
 }
 
 fn compact(dir: PathBuf) -> anyhow::Result<ExitCode> {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::process::{BIN, client, messages_in, queue_json, start_config, write_config};
 use reqwest::StatusCode;
-use spoold::journal::format::{FRAME_HEADER_BYTES, FrameHeader, SEGMENT_HEADER_BYTES};
+use spoold::journal::format::{FILE_HEADER_BYTES, FRAME_HEADER_BYTES, FrameHeader};
 use spoold::spool::command::kind;
 
 const SPOOL_KEYS: &str = "segment_bytes = \"64KiB\"";
@@ -43,7 +43,7 @@ struct Template {
 /// parser; stops at the zero-filled rest of a preallocated file.
 fn frames(bytes: &[u8]) -> Vec<Frame> {
     let mut out = Vec::new();
-    let mut at = SEGMENT_HEADER_BYTES;
+    let mut at = FILE_HEADER_BYTES;
     while at + FRAME_HEADER_BYTES <= bytes.len() {
         let header = FrameHeader::peek(&bytes[at..]);
         if header.body_len == 0 {

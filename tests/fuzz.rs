@@ -61,7 +61,7 @@ fn replay_bytes(segment: Vec<u8>, meta: Vec<u8>) {
         .ok()
         .flatten()
     {
-        let _ = scan_dir(&storage, &sim_dir(), identity.salt, |rec| {
+        let _ = scan_dir(&storage, &sim_dir(), identity.salt, 0, |rec| {
             let _ = Record::decode(rec.kind, rec.body);
             Ok(())
         });

@@ -56,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
         sim.set_file_bytes(&dir.join(segment_file_name(1)), bytes.clone());
         let storage: Arc<dyn Storage> = Arc::new(sim.clone());
         if !quarantine {
-            let _ = scan_dir(&storage, dir, SALT, |rec| {
+            let _ = scan_dir(&storage, dir, SALT, 0, |rec| {
                 let _ = Record::decode(rec.kind, rec.body);
                 Ok(())
             });

@@ -1,43 +1,68 @@
-//! `spoold journal verify --dir D`: reads a stopped spool and reports every
-//! damaged span without changing a byte.
+//! `spoold journal verify | repair | compact | upgrade --dir D`: offline
+//! tools for a stopped spool. `verify` reads and changes nothing; the others
+//! take the spool's lock first.
 
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::journal::format::segment_file_name;
-use crate::journal::scan::{ScanSummary, scan_dir};
+use crate::engine::rebuild::{self, RebuildReport};
+use crate::journal::format::{FileId, checkpoint_file_name, segment_file_name};
+use crate::journal::scan::{self, ScanSummary, list_files, scan_dir};
 use crate::journal::storage::{OsStorage, Storage};
 use crate::journal::{JournalError, load_identity};
-use crate::spool::Record;
+use crate::spool::{CheckpointLoader, Record};
 
 /// What `verify` found.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct VerifyReport {
     pub summary: ScanSummary,
-    /// Records whose checksum holds but whose body does not decode.
-    pub undecodable: Vec<String>,
+    /// The checkpoint's problems (damage, or chunks that do not decode),
+    /// and records whose checksum holds but whose body does not decode.
+    pub bad: Vec<String>,
+    /// The messages the checkpoint holds.
+    pub checkpoint_messages: Option<usize>,
+    /// The spool is in format 1 and needs `spoold journal upgrade` (start-up
+    /// does it too).
+    pub old_format: bool,
 }
 
 impl VerifyReport {
     /// Sound: no corruption (a torn tail is not corruption: it was never
     /// acknowledged and start-up truncates it).
     pub fn is_clean(&self) -> bool {
-        self.summary.problems.is_empty() && self.undecodable.is_empty()
+        self.summary.problems.is_empty() && self.bad.is_empty()
     }
 
     /// The report as printed, one finding per line.
     pub fn render(&self, dir: &Path) -> String {
         let mut out = String::new();
         let s = &self.summary;
+        if self.old_format {
+            let _ = writeln!(
+                out,
+                "{}: format 1 (before checkpoints); `spoold journal upgrade --dir {}` (or the next start) converts it",
+                dir.display(),
+                dir.display()
+            );
+            return out;
+        }
         let _ = writeln!(
             out,
-            "{}: {} segment(s), {} record(s), {} bytes of records",
+            "{}: {} segment(s), {} pack(s), {} record(s), {} bytes of records",
             dir.display(),
-            s.segment_ids.len(),
+            s.segments.len(),
+            s.packs.len(),
             s.records,
             s.record_bytes
         );
+        if let Some(n) = self.checkpoint_messages {
+            let _ = writeln!(
+                out,
+                "checkpoint at record {} with {n} message(s)",
+                s.checkpoint_seq
+            );
+        }
         for p in &s.problems {
             let (file, offset) = p.location(dir);
             let _ = writeln!(
@@ -47,7 +72,7 @@ impl VerifyReport {
                 p.reason()
             );
         }
-        for u in &self.undecodable {
+        for u in &self.bad {
             let _ = writeln!(out, "BAD {u}");
         }
         if let Some(t) = s.torn_tail {
@@ -59,7 +84,7 @@ impl VerifyReport {
                 t.len_bytes
             );
         }
-        if s.torn_last_header {
+        if s.torn_last_header.is_some() {
             let _ = writeln!(
                 out,
                 "incomplete last segment (creation cut short; removed at start-up)"
@@ -70,48 +95,79 @@ impl VerifyReport {
     }
 }
 
-/// Scans `dir` on `storage`.
+/// Checks `dir` on `storage`: the newest checkpoint, then every record.
 pub fn verify_with(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport, JournalError> {
     let Some(identity) = load_identity(&storage, dir, false)? else {
-        // No identity and no segments: an empty (or never used) spool.
-        return Ok(VerifyReport {
-            summary: ScanSummary::default(),
-            undecodable: Vec::new(),
-        });
+        // No identity and no journal files: an empty (or never used) spool.
+        return Ok(VerifyReport::default());
     };
-    let mut undecodable = Vec::new();
-    // Bytes before each segment, for the progress bar.
-    let mut before = std::collections::HashMap::new();
+    let mut report = VerifyReport::default();
+    if rebuild::needs_upgrade(&storage, dir, identity.salt)? {
+        report.old_format = true;
+        return Ok(report);
+    }
+    let listing = list_files(storage.as_ref(), dir)?;
+    let mut checkpoint_seq = 0;
+    if let Some(&seq) = listing.checkpoints.last() {
+        checkpoint_seq = seq;
+        let name = checkpoint_file_name(seq);
+        let mut loader = CheckpointLoader::new();
+        let mut decode_error = None;
+        let read = scan::read_checkpoint(&storage, dir, identity.salt, seq, |kind, body| {
+            if decode_error.is_none()
+                && let Err(e) = loader.chunk(kind, body)
+            {
+                decode_error = Some(e);
+            }
+            Ok(())
+        })?;
+        match (read, decode_error) {
+            (Err(problem), _) => report.bad.push(format!("{name}: {}", problem.reason())),
+            (Ok(_), Some(e)) => report
+                .bad
+                .push(format!("{name}: undecodable checkpoint: {e}")),
+            (Ok(_), None) => match loader.finish() {
+                Ok((spool, _)) => report.checkpoint_messages = Some(spool.message_count()),
+                Err(e) => report.bad.push(format!("{name}: {e}")),
+            },
+        }
+    }
+    // Bytes before each file, for the progress bar.
     let mut total = 0u64;
-    for id in crate::journal::scan::list_segments(storage.as_ref(), dir)? {
-        before.insert(id, total);
-        let path = dir.join(segment_file_name(id));
+    for name in listing
+        .segments
+        .iter()
+        .map(|&id| FileId::Segment(id).file_name())
+        .chain(listing.packs.iter().map(|&id| FileId::Pack(id).file_name()))
+    {
         total += storage
-            .open(&path)
+            .open(&dir.join(name))
             .and_then(|f| f.size_bytes())
             .unwrap_or(0);
     }
     let bar = progress_bar(total, "verifying");
     let mut seen = 0u64;
-    let summary = scan_dir(&storage, dir, identity.salt, |rec| {
+    let mut bytes = 0u64;
+    let mut bad = Vec::new();
+    let summary = scan_dir(&storage, dir, identity.salt, checkpoint_seq, |rec| {
         seen += 1;
+        bytes += rec.frame_len;
         if seen.is_multiple_of(PROGRESS_EVERY_RECORDS) {
-            bar.set_position(before.get(&rec.segment_id).copied().unwrap_or(0) + rec.offset);
+            bar.set_position(bytes);
         }
         if let Err(e) = Record::decode(rec.kind, rec.body) {
-            undecodable.push(format!(
+            bad.push(format!(
                 "{} offset {}: undecodable record: {e}",
-                dir.join(segment_file_name(rec.segment_id)).display(),
+                dir.join(rec.file.file_name()).display(),
                 rec.offset
             ));
         }
         Ok(())
     })?;
     bar.finish_and_clear();
-    Ok(VerifyReport {
-        summary,
-        undecodable,
-    })
+    report.summary = summary;
+    report.bad.extend(bad);
+    Ok(report)
 }
 
 /// How often (in records) the progress bar moves: often enough to watch,
@@ -139,61 +195,120 @@ fn spinner(what: &'static str) -> indicatif::ProgressBar {
     bar
 }
 
-/// Scans a spool directory on the real file system.
-pub fn verify(dir: &Path) -> Result<VerifyReport, JournalError> {
-    if !dir.is_dir() {
-        return Err(JournalError::io(
+fn existing_dir(dir: &Path) -> Result<(), JournalError> {
+    if dir.is_dir() {
+        Ok(())
+    } else {
+        Err(JournalError::io(
             dir,
             std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
-        ));
+        ))
     }
+}
+
+/// Checks a spool on the real file system.
+pub fn verify(dir: &Path) -> Result<VerifyReport, JournalError> {
+    existing_dir(dir)?;
     verify_with(Arc::new(OsStorage), dir)
 }
 
-/// What `spoold journal repair` did, as printed.
-pub struct RepairOutcome {
-    pub report: crate::journal::repair::RepairReport,
+/// What `spoold journal repair` or `upgrade` did, as printed.
+pub struct RebuildOutcome {
+    pub report: Option<RebuildReport>,
+    pub what: &'static str,
 }
 
-impl RepairOutcome {
+impl RebuildOutcome {
     pub fn render(&self, dir: &Path) -> String {
-        let r = &self.report;
         let mut out = String::new();
-        if r.problems.is_empty() && r.quarantined.is_empty() {
-            let _ = writeln!(out, "{}: nothing to repair", dir.display());
+        let Some(r) = &self.report else {
+            let _ = writeln!(out, "{}: nothing to {}", dir.display(), self.what);
             return out;
-        }
+        };
         for p in &r.problems {
             let _ = writeln!(out, "found: {p}");
         }
         for (file, bytes) in &r.quarantined {
             let _ = writeln!(out, "quarantined {bytes} bytes to {}", file.display());
         }
+        for lost in &r.lost {
+            let _ = writeln!(out, "LOST {lost}");
+        }
         let _ = writeln!(
             out,
-            "rewrote {} segment(s) keeping {} good record(s); the journal now replays",
-            r.rewritten.len(),
-            r.records_kept
+            "rebuilt the journal from {} good record(s): {} message(s), one checkpoint and one pack",
+            r.records, r.messages
         );
         out
     }
 }
 
-/// Repairs a stopped spool on the real file system (taking its lock).
-pub fn repair(dir: &Path) -> Result<RepairOutcome, JournalError> {
+/// Repairs a stopped spool on the real file system (taking its lock): every
+/// damaged span to a quarantine file, every good record kept.
+pub fn repair(dir: &Path) -> Result<RebuildOutcome, JournalError> {
+    existing_dir(dir)?;
     let _lock = crate::journal::lock::DirLock::acquire(dir)?;
     let storage: Arc<dyn Storage> = Arc::new(OsStorage);
-    let bar = spinner("repairing (scanning, quarantining, rewriting)");
-    let report = crate::journal::repair::repair(&storage, dir, &|kind, body| {
-        Record::decode(kind, body).is_ok()
-    });
+    let Some(identity) = load_identity(&storage, dir, false)? else {
+        return Ok(RebuildOutcome {
+            report: None,
+            what: "repair",
+        });
+    };
+    let clean = verify_with(storage.clone(), dir)?;
+    if clean.old_format {
+        return Err(JournalError::Corrupt {
+            dir: dir.to_path_buf(),
+            file: dir.to_path_buf(),
+            offset: 0,
+            reason: "format 1: run `spoold journal upgrade` first".into(),
+        });
+    }
+    if clean.is_clean() {
+        return Ok(RebuildOutcome {
+            report: None,
+            what: "repair",
+        });
+    }
+    let bar = spinner("repairing (scanning, quarantining, rebuilding)");
+    let report = rebuild::repair(&storage, dir, &identity);
     bar.finish_and_clear();
-    Ok(RepairOutcome { report: report? })
+    Ok(RebuildOutcome {
+        report: Some(report?),
+        what: "repair",
+    })
 }
 
-/// Compacts every sealed segment of a stopped spool; returns the report as
-/// printed.
+/// Upgrades a stopped format-1 spool to format 2 (start-up does the same).
+pub fn upgrade(dir: &Path) -> Result<RebuildOutcome, JournalError> {
+    existing_dir(dir)?;
+    let _lock = crate::journal::lock::DirLock::acquire(dir)?;
+    let storage: Arc<dyn Storage> = Arc::new(OsStorage);
+    let Some(identity) = load_identity(&storage, dir, false)? else {
+        return Ok(RebuildOutcome {
+            report: None,
+            what: "upgrade",
+        });
+    };
+    if !rebuild::needs_upgrade(&storage, dir, identity.salt)? {
+        return Ok(RebuildOutcome {
+            report: None,
+            what: "upgrade",
+        });
+    }
+    let bar = spinner("upgrading (replaying format 1, writing a checkpoint)");
+    let report = rebuild::upgrade(&storage, dir, &identity);
+    bar.finish_and_clear();
+    Ok(RebuildOutcome {
+        report: Some(report?),
+        what: "upgrade",
+    })
+}
+
+/// Compacts every file of a stopped spool that holds garbage; returns the
+/// report as printed.
 pub async fn compact(dir: &Path) -> Result<String, crate::engine::EngineError> {
+    existing_dir(dir)?;
     let mut options = crate::engine::EngineOptions::new(dir);
     // An offline tool should not leave a fresh spare segment behind.
     options.preallocate = false;
@@ -209,8 +324,13 @@ pub async fn compact(dir: &Path) -> Result<String, crate::engine::EngineError> {
     for r in &reports {
         let _ = writeln!(
             out,
-            "segments {:?}: kept {} record(s), dropped {}, {} -> {} bytes",
-            r.segments, r.records_kept, r.records_dropped, r.bytes_before, r.bytes_after
+            "{:?}: moved {} record(s) into a pack, {} -> {} bytes; checkpoint at record {} ({} bytes)",
+            r.files,
+            r.records_moved,
+            r.bytes_before,
+            r.bytes_after,
+            r.checkpoint_seq,
+            r.checkpoint_bytes
         );
     }
     let _ = writeln!(out, "journal: {before} -> {after} bytes");

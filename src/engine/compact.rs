@@ -1,221 +1,277 @@
-//! Compaction: deciding which records of sealed segments are still needed,
-//! and swapping the index over to the rewritten file.
+//! Compaction: garbage collection from a checkpoint, never record by record.
 //!
-//! A record is kept when dropping it could change what replay rebuilds:
+//! One run, start to finish:
 //!
-//! | record | kept while |
-//! |---|---|
-//! | enqueue | its message is still here; else, if its dedup key is still in its window, a dedup-key record takes its place |
-//! | retry, fail, redrive | a message it names is still here (records about a message are absolute, so the last one decides) |
-//! | attempt | it is the newest attempt record of a message still here |
-//! | ack, expire, cancel, purge, queue delete | an older segment may still hold a record it settles: its sequence number is above the *floor*, the lowest "compacted through" watermark of the segments before the run |
-//! | queue upsert / pause, epoch | it is the one in force |
-//! | dedup key | the key is still in its window |
+//! 1. **Plan**, under the core lock: pick files that are mostly garbage
+//!    (sealed log segments whose every record is applied, and packs), take
+//!    a checkpoint of the state at the last applied record `S`, and give
+//!    every payload record the state points at in those files a place in a
+//!    new pack. The checkpoint is encoded with those new places. Handles
+//!    of the files are pinned, so nothing can delete them under the copy.
+//! 2. **Write**, without the lock: the pack (each record copied byte for
+//!    byte and checked again), then the checkpoint `<S>.ckpt`, each through
+//!    temp file, fsync, rename, directory fsync. The checkpoint's rename is
+//!    the point of no return: before it the old files and the old
+//!    checkpoint are the journal, after it the new ones are.
+//! 3. **Swap**, under the core lock: the moved messages point at the pack,
+//!    the pack's handle is registered, the old files are forgotten.
+//! 4. **Delete** the old files and the old checkpoint.
 //!
-//! The floor rule is what makes a settle record safe to drop: a segment
-//! compacted when the journal stood at sequence `w` holds no record of a
-//! message settled at or before `w`, because compaction dropped them then.
+//! A failure before the point of no return changes nothing (a written pack
+//! nobody points at is deleted at the next start). A failure after it
+//! would leave memory and disk disagreeing, so it is fatal: the journal is
+//! poisoned and the process exits non-zero, and replay decides. A crash
+//! between 2 and 4 leaves files the new checkpoint made obsolete; start-up
+//! deletes them before reading anything (`journal::scan::obsolete_files`).
 //!
-//! Decisions are made under the core lock against the state as it is, with
-//! the watermark set to the last applied record: whatever changes while the
-//! file is being written only makes a kept record useless, never a dropped
-//! one needed.
+//! Nothing in a log segment is judged before it is applied: only segments
+//! below the highest one that has an applied record are candidates, and the
+//! checkpoint is the applied state. No file is ever rewritten in place, so a
+//! reader that took a location and a handle together (under the core lock)
+//! always reads what the location names.
 
-use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
-use super::sink::{Core, SegmentMeta};
+use super::sink::{Core, FileMeta};
 use super::{Engine, EngineError};
-use crate::journal::compact::{
-    Piece, SegmentFrames, install, read_segment, remove_segments, write_compacted,
-};
-use crate::journal::format::{SEGMENT_FLAG_COMPACTED, SegmentHeader, segment_file_name};
-use crate::journal::{JournalError, RecordLoc};
-use crate::spool::command::kind;
-use crate::spool::queue::FAILED_SUFFIX;
-use crate::spool::{Command, MessageId, Record, Spool};
-use crate::time::Millis;
+use crate::journal::RecordLoc;
+use crate::journal::atomic::{AtomicWriteError, remove_files};
+use crate::journal::files::{write_checkpoint, write_pack};
+use crate::journal::format::{FILE_HEADER_BYTES, FileId, PackHeader, checkpoint_file_name};
+use crate::journal::storage::StorageFile;
+use crate::spool::checkpoint::LocUse;
+use crate::spool::{CheckpointMeta, MessageId};
 
-/// Compact a segment once at most this fraction of its bytes is live.
+/// Compact a file once at most this fraction of its bytes is live.
 const LIVE_FRACTION_MAX: f64 = 0.5;
-/// Most segments merged into one file by one run.
-const RUN_SEGMENTS_MAX: usize = 64;
+/// Most files merged into one pack by one run.
+const RUN_FILES_MAX: usize = 64;
 
 /// What one compaction run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CompactReport {
-    /// The segments rewritten (merged into the last of them).
-    pub segments: Vec<u64>,
-    pub records_kept: usize,
-    pub records_dropped: usize,
+    /// The files replaced (segment and pack names).
+    pub files: Vec<String>,
+    /// Payload records copied into the new pack.
+    pub records_moved: usize,
+    /// Bytes of the replaced files, and of the new pack.
     pub bytes_before: u64,
     pub bytes_after: u64,
-    /// The run held nothing live and led the journal: its files are gone.
-    pub deleted: bool,
+    /// The checkpoint written: its sequence number and size.
+    pub checkpoint_seq: u64,
+    pub checkpoint_bytes: u64,
 }
 
-/// What to write for one frame of the run.
-enum Decision {
-    Copy,
-    Drop,
-    /// A dedup-key record in place of a dropped enqueue.
-    DedupKey(Vec<u8>),
-}
-
-/// A kept enqueue (or newest attempt record) whose message must be pointed
-/// at the new file.
-struct Relocation {
-    piece: usize,
-    base_queue: String,
+/// A payload record on its way into the new pack.
+struct Move {
+    queue: String,
     id: MessageId,
-    from: RecordLoc,
     attempts: bool,
+    from: RecordLoc,
+    to: RecordLoc,
+}
+
+/// What step 1 decided.
+struct Plan {
+    run: Vec<u32>,
+    handles: HashMap<u32, Arc<dyn StorageFile>>,
+    seq: u64,
+    pack_id: u64,
+    moves: Vec<Move>,
+    chunks: Vec<(u8, Vec<u8>)>,
+    old_checkpoint: Option<(u64, u64)>,
 }
 
 impl Engine {
-    /// Runs one compaction if a sealed segment is worth it (or, with
-    /// `force`, if any sealed segment may hold something droppable).
-    /// Returns `None` when there was nothing to do. Blocking file I/O: call
-    /// it from a blocking thread.
+    /// Runs one compaction if some file is worth it (or, with `force`, if
+    /// any candidate holds garbage at all). Returns `None` when there was
+    /// nothing to do. Blocking file I/O: call it from a blocking thread.
     pub fn compact_once(&self, force: bool) -> Result<Option<CompactReport>, EngineError> {
         let _one_at_a_time = self
             .inner
             .compacting
             .lock()
             .expect("compaction lock poisoned");
-        if self.inner.journal.is_closed() {
+        if self.inner.journal.is_closed() || self.inner.journal.is_poisoned() {
             // Closed: the directory may already belong to another engine.
             return Ok(None);
         }
-        let active = self.inner.journal.active_segment();
-        let Some((run, floor)) = pick_run(&self.core(), active, force) else {
+        let Some(plan) = self.plan(force)? else {
             return Ok(None);
         };
         let storage = &self.inner.storage;
         let dir = &self.inner.dir;
-        let salt = self.inner.salt;
-        let segments = run
-            .iter()
-            .map(|&id| read_segment(storage, dir, salt, id))
-            .collect::<Result<Vec<_>, JournalError>>()?;
-        let bytes_before: u64 = segments.iter().map(|s| s.buf.len() as u64).sum();
+        let salt = self.inner.identity.salt;
 
-        // The watermark and id floor are taken before any decision: every
-        // message settled at or before the watermark is already gone, so
-        // each later decision drops its records.
-        let (watermark, id_floor, now) = {
-            let mut core = self.core();
-            let now = self.now(&mut core);
-            (core.last_applied_seq, core.spool.next_message_id(), now)
-        };
-        let (decisions, relocations) = self.decide(&segments, floor, now);
-        let records_total: usize = segments.iter().map(|s| s.frames.len()).sum();
-        let kept = decisions
-            .iter()
-            .filter(|d| !matches!(d.2, Decision::Drop))
-            .count();
-        let mut report = CompactReport {
-            segments: run.clone(),
-            records_kept: kept,
-            records_dropped: records_total - kept,
-            bytes_before,
-            ..CompactReport::default()
-        };
-
-        let target = *run.last().expect("a run has a segment");
-        let leads_journal = self.core().segments.keys().next() == Some(&run[0]);
-        if kept == 0 && leads_journal {
-            // Nothing left and nothing older: the files can simply go.
-            remove_segments(storage, dir, &run)?;
-            let mut core = self.core();
-            for id in &run {
-                core.segments.remove(id);
-                self.inner.reader.unregister(*id);
+        // Step 2: the pack, then the checkpoint.
+        let mut pack = None;
+        if !plan.moves.is_empty() {
+            let reader = &self.inner.reader;
+            let frames = plan.moves.iter().map(|m| {
+                reader
+                    .read_frame_from(&plan.handles[&m.from.file], m.from)
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+            });
+            let header = PackHeader {
+                pack_id: plan.pack_id,
+                checkpoint_seq: plan.seq,
+            };
+            match write_pack(storage, dir, salt, header, frames) {
+                Ok(written) => pack = Some(written),
+                // Nothing points at the pack: whether or not its name
+                // survives, start-up deletes it as obsolete.
+                Err(e) => return Err(e.into_inner().into()),
             }
-            drop(core);
-            self.inner.journal.adjust_disk_bytes(-(bytes_before as i64));
-            report.deleted = true;
-            return Ok(Some(report));
         }
-
-        let first_covered = self.core().segments[&run[0]].first_covered;
-        let header = SegmentHeader {
-            flags: SEGMENT_FLAG_COMPACTED,
-            first_seq: segments[0].header.first_seq,
-            compacted_through: watermark,
-            id_floor,
-            covers_from: if first_covered < target {
-                u32::try_from(first_covered).expect("bug: segment id overflows u32")
-            } else {
-                0
-            },
-            ..SegmentHeader::default()
-        };
-        let pieces = decisions.iter().filter_map(|(s, f, d)| {
-            let seg = &segments[*s];
-            let frame = &seg.frames[*f];
-            match d {
-                Decision::Drop => None,
-                Decision::Copy => Some(Piece::Copy(seg.frame_bytes(frame))),
-                Decision::DedupKey(body) => Some(Piece::New {
-                    seq: frame.seq,
-                    kind: kind::DEDUP_KEY,
-                    body: body.clone(),
-                }),
-            }
-        });
-        let written = write_compacted(storage, dir, salt, target, header, pieces)?;
-        install(storage, dir, &written.tmp, target)?;
-        remove_segments(storage, dir, &run[..run.len() - 1])?;
-        let path = dir.join(segment_file_name(target));
-        let file = storage
-            .open(&path)
-            .map_err(|e| JournalError::io(&path, e))?;
-
+        let checkpoint_bytes = match write_checkpoint(storage, dir, salt, plan.seq, 0, &plan.chunks)
         {
-            let mut core = self.core();
-            // Under the core lock, so that no reader pairs an old location
-            // with the new file.
-            self.inner.reader.register(target, file);
-            for id in &run[..run.len() - 1] {
-                self.inner.reader.unregister(*id);
-                core.segments.remove(id);
+            Ok(n) => n,
+            Err(AtomicWriteError::NotInstalled(e)) => {
+                if pack.is_some() {
+                    let _ = remove_files(storage, dir, &[FileId::Pack(plan.pack_id).file_name()]);
+                }
+                return Err(e.into());
             }
-            let target_u32 = u32::try_from(target).expect("bug: segment id overflows u32");
-            for r in &relocations {
-                let to = RecordLoc {
-                    segment_id: target_u32,
-                    offset: u32::try_from(written.offsets[r.piece])
-                        .expect("bug: offset overflows u32"),
-                    len: r.from.len,
-                };
-                if r.attempts {
-                    core.spool
-                        .relocate_attempts(&r.base_queue, r.id, r.from, to);
+            Err(AtomicWriteError::InDoubt(e)) => {
+                return Err(self.fatal(format!("compaction's checkpoint is in doubt: {e}")));
+            }
+        };
+
+        // Step 3: point memory at the new files.
+        let bytes_before = plan
+            .handles
+            .values()
+            .map(|h| h.size_bytes().unwrap_or(0))
+            .sum::<u64>();
+        let pack_bytes = pack.as_ref().map_or(0, |(_, len)| *len);
+        let old_checkpoint_bytes = {
+            let mut core = self.core();
+            if let Some((handle, len)) = pack {
+                let file = FileId::Pack(plan.pack_id);
+                self.inner.reader.register(file, handle);
+                core.files.insert(file.to_loc(), FileMeta { bytes: len });
+            }
+            for m in &plan.moves {
+                if m.attempts {
+                    core.spool.relocate_attempts(&m.queue, m.id, m.from, m.to);
                 } else {
-                    core.spool.relocate(&r.base_queue, r.id, r.from, to);
+                    core.spool.relocate(&m.queue, m.id, m.from, m.to);
                 }
             }
-            let live = core.spool.live_bytes(target_u32);
-            let futile = (report.records_dropped == 0).then_some((live, floor));
-            core.segments.insert(
-                target,
-                SegmentMeta {
-                    len: written.file_len,
-                    compacted_through: watermark,
-                    first_covered,
-                    futile,
-                },
+            for &f in &plan.run {
+                core.files.remove(&f);
+                self.inner.reader.unregister(FileId::from_loc(f));
+            }
+            debug_assert!(
+                core.spool
+                    .referenced_files()
+                    .all(|f| !plan.run.contains(&f)),
+                "bug: a message still points into a compacted file"
             );
+            let old = core.checkpoint.replace((plan.seq, checkpoint_bytes));
+            old.map_or(0, |(_, bytes)| bytes)
+        };
+
+        // Step 4: delete what the checkpoint replaced.
+        let mut obsolete: Vec<String> = plan
+            .run
+            .iter()
+            .map(|&f| FileId::from_loc(f).file_name())
+            .collect();
+        if let Some((old_seq, _)) = plan.old_checkpoint
+            && old_seq != plan.seq
+        {
+            obsolete.push(checkpoint_file_name(old_seq));
         }
+        if let Err(e) = remove_files(storage, dir, &obsolete) {
+            return Err(self.fatal(format!("compaction could not delete replaced files: {e}")));
+        }
+        let added = pack_bytes + checkpoint_bytes;
+        let removed = bytes_before + old_checkpoint_bytes;
         self.inner
             .journal
-            .adjust_disk_bytes(written.file_len as i64 - bytes_before as i64);
-        report.bytes_after = written.file_len;
-        Ok(Some(report))
+            .adjust_disk_bytes(added as i64 - removed as i64);
+        Ok(Some(CompactReport {
+            files: obsolete,
+            records_moved: plan.moves.len(),
+            bytes_before,
+            bytes_after: pack_bytes,
+            checkpoint_seq: plan.seq,
+            checkpoint_bytes,
+        }))
     }
 
-    /// Compacts until nothing is left worth it (or, with `force`, until every
-    /// sealed segment has been rewritten once with nothing more to drop).
+    /// Step 1, under the core lock.
+    fn plan(&self, force: bool) -> Result<Option<Plan>, EngineError> {
+        let active = self.inner.journal.active_segment();
+        let mut core = self.core();
+        let Some(run) = pick_run(&core, active, force) else {
+            return Ok(None);
+        };
+        let mut handles = HashMap::new();
+        for &f in &run {
+            handles.insert(f, self.inner.reader.file(f)?);
+        }
+        let in_run: BTreeSet<u32> = run.iter().copied().collect();
+        let seq = core.spool.applied_seq();
+        let pack_id = core.next_pack_id;
+        let pack = FileId::Pack(pack_id).to_loc();
+        let mut moves = Vec::new();
+        let mut offset = FILE_HEADER_BYTES as u64;
+        let mut relocate = |u: LocUse<'_>| {
+            if !in_run.contains(&u.loc.file) {
+                return u.loc;
+            }
+            let to = RecordLoc {
+                file: pack,
+                offset: u32::try_from(offset).expect("bug: a pack beyond 4 GiB"),
+                len: u.loc.len,
+            };
+            offset += u64::from(u.loc.len);
+            moves.push(Move {
+                queue: u.queue.to_owned(),
+                id: u.id,
+                attempts: u.attempts,
+                from: u.loc,
+                to,
+            });
+            to
+        };
+        let meta = CheckpointMeta {
+            seq,
+            next_segment_id: active,
+            next_pack_id: pack_id + 1,
+            salt: self.inner.identity.salt,
+            token_key: self.inner.identity.token_key,
+        };
+        let chunks = core.spool.encode_checkpoint(&meta, &mut relocate);
+        if !moves.is_empty() {
+            core.next_pack_id += 1;
+        }
+        Ok(Some(Plan {
+            run,
+            handles,
+            seq,
+            pack_id,
+            moves,
+            chunks,
+            old_checkpoint: core.checkpoint,
+        }))
+    }
+
+    /// Something failed after a point of no return: memory and disk may
+    /// disagree. Stop taking writes and let the process exit; replay
+    /// decides.
+    pub(super) fn fatal(&self, reason: String) -> EngineError {
+        tracing::error!(error = %reason, "fatal: the journal takes no more writes; restart to replay");
+        self.inner.journal.poison();
+        self.inner.shared.poisoned.send_replace(true);
+        EngineError::Unavailable { reason }
+    }
+
+    /// Compacts until nothing is left worth it (with `force`, until no
+    /// candidate holds any garbage).
     pub async fn compact_all(&self, force: bool) -> Result<Vec<CompactReport>, EngineError> {
         let engine = self.clone();
         tokio::task::spawn_blocking(move || {
@@ -248,11 +304,12 @@ impl Engine {
                     Ok(reports) => {
                         for r in reports {
                             tracing::info!(
-                                segments = ?r.segments,
-                                kept = r.records_kept,
-                                dropped = r.records_dropped,
+                                files = ?r.files,
+                                moved = r.records_moved,
                                 bytes_before = r.bytes_before,
                                 bytes_after = r.bytes_after,
+                                checkpoint_seq = r.checkpoint_seq,
+                                checkpoint_bytes = r.checkpoint_bytes,
                                 "compacted"
                             );
                         }
@@ -264,207 +321,41 @@ impl Engine {
     }
 }
 
-/// The lowest watermark among segments before `id`: no settle record at or
-/// below it can have anything left to settle there.
-fn floor_before(core: &Core, id: u64) -> u64 {
-    core.segments
-        .range(..id)
-        .map(|(_, m)| m.compacted_through)
-        .min()
-        .unwrap_or(u64::MAX)
-}
-
-/// Picks the run to compact and its floor: the oldest sealed segment that
-/// is mostly garbage, merged with the sealed segments after it while their
-/// live bytes fit in one segment. When settle records pile up behind an old
-/// segment that holds the floor down, that segment is rewritten to raise it.
-fn pick_run(core: &Core, active: u64, force: bool) -> Option<(Vec<u64>, u64)> {
-    let sealed: Vec<(u64, SegmentMeta)> = core
-        .segments
-        .range(..active)
-        .map(|(&id, &m)| (id, m))
-        .collect();
-    let live = |id: u64| core.spool.live_bytes(id as u32);
-    let worth = |id: u64, m: &SegmentMeta| {
-        let floor = floor_before(core, id);
-        if m.futile == Some((live(id), floor)) {
-            return false;
-        }
-        force || (live(id) as f64) <= m.len as f64 * LIVE_FRACTION_MAX
+/// Picks the files to compact: candidates (log segments below the highest
+/// one with an applied record and below the active one, and every pack)
+/// that are mostly garbage (with `force`: hold any garbage), oldest first,
+/// while their live bytes fit in one segment.
+fn pick_run(core: &Core, active: u64, force: bool) -> Option<Vec<u32>> {
+    let highest_segment = core
+        .files
+        .keys()
+        .copied()
+        .filter(|&f| matches!(FileId::from_loc(f), FileId::Segment(_)))
+        .max()?;
+    let candidate = |f: u32| match FileId::from_loc(f) {
+        FileId::Segment(id) => id < active && f < highest_segment,
+        FileId::Pack(_) => true,
     };
-    for (i, (id, meta)) in sealed.iter().enumerate() {
-        if !worth(*id, meta) {
+    let worth = |live: u64, meta: &FileMeta| {
+        if force {
+            live + (FILE_HEADER_BYTES as u64) < meta.bytes
+        } else {
+            live as f64 <= meta.bytes as f64 * LIVE_FRACTION_MAX
+        }
+    };
+    let mut run = Vec::new();
+    let mut live_total = 0u64;
+    for (&f, meta) in &core.files {
+        let live = core.spool.live_bytes(f);
+        if !candidate(f) || !worth(live, meta) {
             continue;
         }
-        let mut run = vec![*id];
-        let mut live_total = live(*id);
-        for (next, next_meta) in &sealed[i + 1..] {
-            let l = live(*next);
-            if run.len() >= RUN_SEGMENTS_MAX
-                || live_total + l > core.segment_bytes
-                || !worth(*next, next_meta)
-            {
-                break;
-            }
-            run.push(*next);
-            live_total += l;
+        if !run.is_empty() && (run.len() >= RUN_FILES_MAX || live_total + live > core.segment_bytes)
+        {
+            break;
         }
-        return Some((run, floor_before(core, *id)));
+        run.push(f);
+        live_total += live;
     }
-    // Nothing is mostly garbage by its live bytes. If a segment's worth of
-    // settle records is held back only by the floor, rewrite the oldest
-    // segment that holds the floor down, so its watermark rises.
-    let blocked: u64 = sealed
-        .iter()
-        .filter(|(id, m)| m.futile.is_some() && floor_before(core, *id) < core.last_applied_seq)
-        .map(|(id, m)| m.len.saturating_sub(live(*id)))
-        .sum();
-    if blocked >= core.segment_bytes {
-        let (blocker, _) = sealed
-            .iter()
-            .min_by_key(|(id, m)| (m.compacted_through, *id))?;
-        let meta = core.segments[blocker];
-        if meta.compacted_through < core.last_applied_seq {
-            return Some((vec![*blocker], floor_before(core, *blocker)));
-        }
-    }
-    None
-}
-
-type Plan = (Vec<(usize, usize, Decision)>, Vec<Relocation>);
-
-/// Frames decided per hold of the core lock, so that a long run never
-/// stalls writers for long.
-const DECIDE_FRAMES_PER_LOCK: usize = 4096;
-
-impl Engine {
-    /// Decides every frame of the run against the state as it is, taking
-    /// the core lock for a bounded number of frames at a time.
-    fn decide(&self, segments: &[SegmentFrames], floor: u64, now: Millis) -> Plan {
-        let mut decisions = Vec::new();
-        let mut relocations = Vec::new();
-        let mut pieces = 0usize;
-        for (s, seg) in segments.iter().enumerate() {
-            for chunk_start in (0..seg.frames.len()).step_by(DECIDE_FRAMES_PER_LOCK) {
-                let core = self.core();
-                let chunk_end = (chunk_start + DECIDE_FRAMES_PER_LOCK).min(seg.frames.len());
-                for f in chunk_start..chunk_end {
-                    let frame = &seg.frames[f];
-                    let decision = match Record::decode(frame.kind, seg.body(frame)) {
-                        // Not ours to judge (a newer kind): keep it.
-                        Err(_) => Decision::Copy,
-                        Ok(record) => {
-                            let from = RecordLoc {
-                                segment_id: seg.id as u32,
-                                offset: frame.offset as u32,
-                                len: frame.len as u32,
-                            };
-                            let d =
-                                decide_record(&core.spool, &record, frame.seq, from, floor, now);
-                            match (&d, &record.command) {
-                                (Decision::Copy, Command::Enqueue(meta)) => {
-                                    relocations.push(Relocation {
-                                        piece: pieces,
-                                        base_queue: meta.queue.to_string(),
-                                        id: meta.id,
-                                        from,
-                                        attempts: false,
-                                    });
-                                }
-                                (Decision::Copy, Command::Attempt { queue, id, .. }) => {
-                                    relocations.push(Relocation {
-                                        piece: pieces,
-                                        base_queue: base_queue(queue).to_string(),
-                                        id: *id,
-                                        from,
-                                        attempts: true,
-                                    });
-                                }
-                                _ => {}
-                            }
-                            d
-                        }
-                    };
-                    if !matches!(decision, Decision::Drop) {
-                        pieces += 1;
-                    }
-                    decisions.push((s, f, decision));
-                }
-            }
-        }
-        (decisions, relocations)
-    }
-}
-
-fn base_queue(queue: &str) -> &str {
-    queue.strip_suffix(FAILED_SUFFIX).unwrap_or(queue)
-}
-
-fn decide_record(
-    spool: &Spool,
-    record: &Record<'_>,
-    seq: u64,
-    loc: RecordLoc,
-    floor: u64,
-    now: Millis,
-) -> Decision {
-    let present = |queue: &str, id: MessageId| spool.find(base_queue(queue), id).is_some();
-    let keep = |yes: bool| if yes { Decision::Copy } else { Decision::Drop };
-    let settled_below_floor = seq <= floor;
-    match &record.command {
-        Command::Enqueue(meta) => {
-            let here = spool
-                .find(&meta.queue, meta.id)
-                .is_some_and(|(_, m)| m.loc == loc);
-            if here {
-                return Decision::Copy;
-            }
-            match meta.dedup_hash {
-                Some(hash) if spool.dedup_lookup(&meta.queue, hash, now) == Some(meta.id) => {
-                    let key = Record {
-                        at: record.at,
-                        command: Command::DedupKey {
-                            queue: Cow::Borrowed(meta.queue.as_ref()),
-                            hash,
-                            first_at: record.at,
-                            id: meta.id,
-                        },
-                    };
-                    let mut body = Vec::new();
-                    key.encode(None, &mut body);
-                    Decision::DedupKey(body)
-                }
-                _ => Decision::Drop,
-            }
-        }
-        Command::Retry { queue, id, .. } | Command::Fail { queue, id, .. } => {
-            keep(present(queue, *id))
-        }
-        Command::Redrive { queue, ids } => keep(ids.iter().any(|id| present(queue, *id))),
-        Command::Ack { queue, id }
-        | Command::Expire { queue, id }
-        | Command::Cancel { queue, id } => keep(present(queue, *id) || !settled_below_floor),
-        Command::Purge { queue, ids } => {
-            keep(ids.iter().any(|id| present(queue, *id)) || !settled_below_floor)
-        }
-        Command::QueueDelete { .. } => keep(!settled_below_floor),
-        Command::QueueUpsert { name, .. } => {
-            keep(spool.queue(name).is_some_and(|q| q.upsert_seq == seq))
-        }
-        Command::QueuePause { name, .. } => {
-            keep(spool.queue(name).is_some_and(|q| q.pause_seq == seq))
-        }
-        Command::Epoch { .. } => keep(spool.epoch_seq() == seq),
-        Command::DedupKey {
-            queue, hash, id, ..
-        } => keep(spool.dedup_lookup(queue, *hash, now) == Some(*id)),
-        Command::Attempt { queue, id, .. } => {
-            // Each attempt record carries the last ten; only the newest one
-            // of a message still here is needed.
-            let current = spool
-                .find(base_queue(queue), *id)
-                .and_then(|(q, _)| spool.attempts_loc(&q.name, *id));
-            keep(current == Some(loc))
-        }
-    }
+    (!run.is_empty()).then_some(run)
 }

@@ -20,6 +20,8 @@
 
 pub mod compact;
 pub mod error;
+mod open;
+pub mod rebuild;
 pub mod settle;
 pub mod sink;
 pub mod token;
@@ -27,28 +29,24 @@ pub mod token;
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 
 pub use error::{ConflictKind, EngineError};
 pub use sink::SendOutcome;
-use sink::{Core, Op, Reply, Shared, Sink};
+use sink::{Core, Op, Reply, Shared};
 use token::{LeaseToken, Tokens};
 
 use crate::journal::lock::DirLock;
-use crate::journal::prealloc::sweep_temp_files;
 use crate::journal::reader::SegmentReader;
-use crate::journal::scan::{ScanSummary, scan_dir};
 use crate::journal::storage::{OsStorage, Storage};
-use crate::journal::{
-    Journal, JournalError, RecordLoc, WriterOptions, load_identity, prepare_tail,
-};
-use crate::spool::command::decode_payload;
+use crate::journal::{Journal, JournalError, RecordLoc, SpoolIdentity};
+use crate::spool::command::{IDS_PER_RECORD_MAX, decode_payload};
 use crate::spool::queue::valid_queue_name;
 use crate::spool::{
     Command, EnqueueMeta, MessageId, MessageView, Payload, QueueSettings, QueueStats, Record,
-    Spool, SpoolError,
+    SpoolError, SpoolState,
 };
 use crate::time::{Clock, Millis, SystemClock};
 
@@ -93,11 +91,14 @@ pub struct EngineOptions {
     pub quarantine_corruption: bool,
 }
 
-/// What a full spool keeps free for acks, nacks, rotation into a spare and
-/// compaction's output: three segments. A config needs room for at least
-/// one more (`max_bytes` ≥ 4 × `segment_bytes`).
+/// What a spool keeps free beyond its files, counting the active segment
+/// at its full size: one segment for the next rotation (the preallocated
+/// spare), one for compaction's output. With the active segment that is
+/// three segments, so a config needs `max_bytes` ≥ 4 × `segment_bytes`:
+/// then a spool whose messages are all settled (its other files compacted
+/// away down to a small checkpoint) has room to send again.
 pub fn headroom_bytes(segment_bytes: u64) -> u64 {
-    3 * segment_bytes
+    2 * segment_bytes
 }
 
 impl EngineOptions {
@@ -156,7 +157,7 @@ struct Inner {
     reader: SegmentReader,
     storage: Arc<dyn Storage>,
     dir: PathBuf,
-    salt: u64,
+    identity: SpoolIdentity,
     /// One compaction at a time.
     compacting: Mutex<()>,
     max_bytes: u64,
@@ -177,160 +178,6 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Opens (or creates) the spool in `options.dir`: replays the journal,
-    /// truncates a torn tail, refuses corruption, and starts a new epoch.
-    pub async fn open(options: EngineOptions) -> Result<(Engine, ReplayReport), JournalError> {
-        let started = Instant::now();
-        let storage = options.storage.clone();
-        let dir = options.dir.clone();
-        storage
-            .create_dir_all(&dir)
-            .map_err(|e| JournalError::io(&dir, e))?;
-        let lock = if options.lock {
-            Some(DirLock::acquire(&dir)?)
-        } else {
-            None
-        };
-        let swept =
-            sweep_temp_files(storage.as_ref(), &dir).map_err(|e| JournalError::io(&dir, e))?;
-        if swept > 0 {
-            tracing::info!(files = swept, "removed temp files left by an earlier run");
-        }
-        let identity = load_identity(&storage, &dir, true)?.expect("created when missing");
-
-        let mut spool = Spool::new();
-        let mut last_at: Millis = 0;
-        let mut replayed = replay(&storage, &dir, identity.salt, &mut spool, &mut last_at);
-        let damaged = match &replayed {
-            Ok(summary) => !summary.problems.is_empty(),
-            Err(JournalError::BadRecord { .. }) => true,
-            Err(_) => false,
-        };
-        if damaged && options.quarantine_corruption {
-            let report = crate::journal::repair::repair(&storage, &dir, &|kind, body| {
-                Record::decode(kind, body).is_ok()
-            })?;
-            for (file, bytes) in &report.quarantined {
-                tracing::warn!(file = %file.display(), bytes, "moved damaged journal bytes aside");
-            }
-            spool = Spool::new();
-            last_at = 0;
-            replayed = replay(&storage, &dir, identity.salt, &mut spool, &mut last_at);
-        }
-        let summary = replayed?;
-        if let Some(problem) = summary.problems.first() {
-            return Err(problem.clone().into_error(&dir));
-        }
-        spool.raise_next_message_id(summary.id_floor);
-        spool.reset_counters();
-        if !summary.superseded.is_empty() {
-            tracing::info!(
-                segments = ?summary.superseded,
-                "removing segments that a finished compaction replaced"
-            );
-            crate::journal::compact::remove_segments(&storage, &dir, &summary.superseded)?;
-        }
-        let start = prepare_tail(&storage, &dir, &summary)?;
-        if let Some(torn) = summary.torn_tail {
-            tracing::warn!(
-                segment = torn.segment_id,
-                offset = torn.offset,
-                bytes = torn.len_bytes,
-                "truncated a torn final write (never acknowledged)"
-            );
-        }
-
-        let epoch = spool.epoch() + 1;
-        let messages = spool.message_count();
-        let now = options.clock.now_ms().max(last_at);
-        let mut core = Core::new(spool, now, options.segment_bytes);
-        core.last_applied_seq = summary.last_seq;
-        for (header, len) in &summary.headers {
-            core.segments.insert(
-                header.segment_id,
-                sink::SegmentMeta {
-                    len: *len,
-                    compacted_through: header.compacted_through,
-                    first_covered: header.first_covered_id(),
-                    futile: None,
-                },
-            );
-        }
-        let (poisoned, _) = watch::channel(false);
-        let (arrivals, _) = tokio::sync::broadcast::channel(ARRIVALS_BUFFERED_MAX);
-        let shared = Arc::new(Shared {
-            core: Mutex::new(core),
-            poisoned,
-            arrivals,
-        });
-        let reader = SegmentReader::new(storage.clone(), &dir, identity.salt);
-        let journal = Journal::start(
-            storage.clone(),
-            &dir,
-            identity.salt,
-            start,
-            WriterOptions {
-                segment_bytes: options.segment_bytes,
-                fsync: options.fsync,
-                preallocate: options.preallocate,
-            },
-            reader.clone(),
-            Sink {
-                shared: shared.clone(),
-            },
-        )?;
-        let engine = Engine {
-            inner: Arc::new(Inner {
-                shared,
-                journal,
-                reader,
-                storage,
-                dir: dir.clone(),
-                salt: identity.salt,
-                compacting: Mutex::new(()),
-                max_bytes: options.max_bytes,
-                segment_bytes: options.segment_bytes,
-                clock: options.clock,
-                tokens: Tokens::new(identity.token_key, identity.salt),
-                epoch,
-                lock: Mutex::new(lock),
-            }),
-        };
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut core = engine.core();
-            let at = engine.now(&mut core);
-            engine.append(
-                &core,
-                Record {
-                    at,
-                    command: Command::Epoch { epoch },
-                },
-                None,
-                Reply::Done(tx),
-            )?;
-        }
-        match rx.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                return Err(JournalError::io(
-                    &dir,
-                    std::io::Error::other(format!("writing the epoch record failed: {e}")),
-                ));
-            }
-            Err(_) => return Err(JournalError::Closed),
-        }
-        let report = ReplayReport {
-            records: summary.records,
-            segments: summary.segment_ids.len(),
-            messages,
-            epoch,
-            torn_tail_bytes: summary.torn_tail.map(|t| t.len_bytes),
-            duration: started.elapsed(),
-        };
-        Ok((engine, report))
-    }
-
     fn core(&self) -> MutexGuard<'_, Core> {
         self.inner.shared.core.lock().expect("core lock poisoned")
     }
@@ -374,10 +221,16 @@ impl Engine {
         self.inner.max_bytes
     }
 
-    /// True while new messages are refused for want of space.
+    /// True while new messages are refused for want of space: the files
+    /// (the active segment counted at its full size) and the headroom would
+    /// not fit in `max_bytes`.
     pub fn is_full(&self) -> bool {
-        let reserve = headroom_bytes(self.inner.segment_bytes);
-        self.journal_bytes().saturating_add(reserve) > self.inner.max_bytes
+        let seg = self.inner.segment_bytes;
+        let active_growth = seg.saturating_sub(self.inner.journal.active_file_bytes());
+        self.journal_bytes()
+            .saturating_add(active_growth)
+            .saturating_add(headroom_bytes(seg))
+            > self.inner.max_bytes
     }
 
     /// The journal writer's counters (batches = fsyncs, records).
@@ -573,12 +426,7 @@ impl Engine {
                 // files and locations under it too.
                 let pinned: Vec<_> = leased
                     .into_iter()
-                    .map(|l| {
-                        (
-                            l,
-                            self.inner.reader.file(u64::from(l.message.loc.segment_id)),
-                        )
-                    })
+                    .map(|l| (l, self.inner.reader.file(l.message.loc.file)))
                     .collect();
                 let next = core.spool.next_visible_at(queue, now).map(|t| t - now);
                 (pinned, next)
@@ -628,9 +476,15 @@ impl Engine {
                     },
                 }),
                 Err(e) => {
-                    // Left leased: it expires, is retried and in the end
-                    // reaches the failure queue, where an operator sees it.
+                    // The spool's fault, not the message's: back in line
+                    // at once with its retry count unchanged. Damage that
+                    // happened after replay takes the process down, so
+                    // that replay (and `on_corruption`) decides.
                     tracing::error!(queue, error = %e, "cannot read a leased message's record");
+                    self.core().spool.return_lease(queue, l.id, l.serial);
+                    if matches!(e, EngineError::Journal(JournalError::Corrupt { .. })) {
+                        self.fatal(format!("a stored record is damaged: {e}"));
+                    }
                     None
                 }
             })
@@ -650,7 +504,7 @@ impl Engine {
                     id,
                 )
                 .ok_or_else(|| self.message_error(queue, id, SpoolError::MessageNotFound))?;
-            (self.inner.reader.file(u64::from(m.loc.segment_id)), m.loc)
+            (self.inner.reader.file(m.loc.file), m.loc)
         };
         self.read_pinned(file, loc)
     }
@@ -659,7 +513,10 @@ impl Engine {
         let body = self.inner.reader.read_body_from(&file?, loc)?;
         decode_payload(&body).map_err(|e| {
             EngineError::Journal(JournalError::BadRecord {
-                file: PathBuf::from(format!("segment {}", loc.segment_id)),
+                file: self
+                    .inner
+                    .dir
+                    .join(crate::journal::format::FileId::from_loc(loc.file).file_name()),
                 offset: u64::from(loc.offset),
                 reason: e.to_string(),
             })
@@ -732,15 +589,17 @@ impl Engine {
 
     /// Removes every message of a queue; returns how many.
     pub async fn purge(&self, queue: &str) -> Result<u64, EngineError> {
-        self.write_count(|core, _| {
+        self.write_counts(|core, _| {
             let ids = core
                 .spool
                 .message_ids(queue)
                 .ok_or_else(|| queue_not_found(queue))?;
-            Ok(Command::Purge {
-                queue: Cow::Owned(queue.to_owned()),
-                ids,
-            })
+            Ok(split_ids(ids)
+                .map(|ids| Command::Purge {
+                    queue: Cow::Owned(queue.to_owned()),
+                    ids,
+                })
+                .collect())
         })
         .await
     }
@@ -762,15 +621,17 @@ impl Engine {
                 .map(|v| v.len() as u64)
                 .map_err(|e| spool_error(queue, e));
         }
-        self.write_count(|core, _| {
+        self.write_counts(|core, _| {
             let picked = core
                 .spool
                 .redrive_candidates(queue, max, ids, true)
                 .map_err(|e| spool_error(queue, e))?;
-            Ok(Command::Redrive {
-                queue: Cow::Owned(queue.to_owned()),
-                ids: picked,
-            })
+            Ok(split_ids(picked)
+                .map(|ids| Command::Redrive {
+                    queue: Cow::Owned(queue.to_owned()),
+                    ids,
+                })
+                .collect())
         })
         .await
     }
@@ -843,13 +704,49 @@ impl Engine {
         rx.await.map_err(|_| closed())?
     }
 
-    async fn write_count(
+    /// Decides several commands under the core lock and appends them as
+    /// one batch (one write, one fsync: all or none); answers the sum of
+    /// their counts.
+    async fn write_counts(
         &self,
-        decide: impl FnOnce(&mut Core, Millis) -> Result<Command<'static>, EngineError>,
+        decide: impl FnOnce(&mut Core, Millis) -> Result<Vec<Command<'static>>, EngineError>,
     ) -> Result<u64, EngineError> {
-        let (tx, rx) = oneshot::channel();
-        self.write(decide, Reply::Count(tx))?;
-        rx.await.map_err(|_| closed())?
+        let mut waiting = Vec::new();
+        {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            let records: Vec<Record<'static>> = decide(&mut core, now)?
+                .into_iter()
+                .map(|command| Record { at: now, command })
+                .collect();
+            let undo = records.clone();
+            let ops = records.into_iter().map(|record| {
+                let (tx, rx) = oneshot::channel();
+                waiting.push(rx);
+                (
+                    record.kind(),
+                    Op {
+                        record,
+                        reply: Reply::Count(tx),
+                    },
+                )
+            });
+            if let Err(e) = self
+                .inner
+                .journal
+                .append_many(ops, |op, buf| op.record.encode(None, buf))
+            {
+                for record in &undo {
+                    core.release(record);
+                }
+                return Err(unavailable(e));
+            }
+        }
+        let mut total = 0;
+        for rx in waiting {
+            total += rx.await.map_err(|_| closed())??;
+        }
+        Ok(total)
     }
 
     /// Decides a command under the core lock and appends it; undoes the
@@ -905,6 +802,10 @@ impl Engine {
             loop {
                 let Some(inner) = weak.upgrade() else { return };
                 let engine = Engine { inner };
+                if engine.is_poisoned() || engine.inner.journal.is_closed() {
+                    // Nothing due can be written any more.
+                    return;
+                }
                 let written = engine.run_due().await;
                 let sleep = if written >= DUE_RECORDS_PER_TICK_MAX {
                     Duration::from_millis(1)
@@ -986,6 +887,24 @@ impl Engine {
         self.core().spool.all_messages()
     }
 
+    /// The state without leases, as a checkpoint would hold it (tests and
+    /// tools compare it across crashes and replays).
+    pub fn state(&self) -> SpoolState {
+        self.core().spool.state()
+    }
+
+    /// Test hook: while on, durable records wait before they are applied
+    /// (see `journal::writer`), so a test can run compaction while records
+    /// are on disk but not yet in the state.
+    pub fn hold_apply(&self, on: bool) {
+        self.inner.journal.hold_apply(on);
+    }
+
+    /// Sequence number of the last record applied.
+    pub fn applied_seq(&self) -> u64 {
+        self.core().spool.applied_seq()
+    }
+
     /// Flushes what is pending and stops the journal's threads, waits for a
     /// compaction in progress (none starts afterwards), and releases the
     /// directory lock. Later writes answer `Unavailable`.
@@ -1014,29 +933,12 @@ impl Engine {
 /// be opened).
 type PinnedFile = Result<Arc<dyn crate::journal::storage::StorageFile>, JournalError>;
 
-/// Replays every record of `dir` into `spool`.
-fn replay(
-    storage: &Arc<dyn Storage>,
-    dir: &std::path::Path,
-    salt: u64,
-    spool: &mut Spool,
-    last_at: &mut Millis,
-) -> Result<ScanSummary, JournalError> {
-    scan_dir(storage, dir, salt, |rec| {
-        let record = Record::decode(rec.kind, rec.body).map_err(|e| JournalError::BadRecord {
-            file: dir.join(crate::journal::format::segment_file_name(rec.segment_id)),
-            offset: rec.offset,
-            reason: e.to_string(),
-        })?;
-        *last_at = (*last_at).max(record.at);
-        let loc = RecordLoc {
-            segment_id: rec.segment_id as u32,
-            offset: rec.offset as u32,
-            len: rec.frame_len() as u32,
-        };
-        spool.apply(&record, rec.seq, loc);
-        Ok(())
-    })
+/// Ids in records of at most [`IDS_PER_RECORD_MAX`] (none: one empty
+/// record, so that the operation still answers through the journal).
+fn split_ids(ids: Vec<MessageId>) -> impl Iterator<Item = Vec<MessageId>> {
+    let n = ids.len().div_ceil(IDS_PER_RECORD_MAX).max(1);
+    let mut ids = ids.into_iter();
+    (0..n).map(move |_| ids.by_ref().take(IDS_PER_RECORD_MAX).collect())
 }
 
 fn queue_not_found(queue: &str) -> EngineError {

@@ -37,7 +37,7 @@ impl Engine {
             };
             match core.spool.attempts_loc(&q.name, id) {
                 None => return Ok(Vec::new()),
-                Some(loc) => (self.inner.reader.file(u64::from(loc.segment_id)), loc),
+                Some(loc) => (self.inner.reader.file(loc.file), loc),
             }
         };
         let (file, loc) = pinned;

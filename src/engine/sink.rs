@@ -57,26 +57,23 @@ pub struct Core {
     /// later sends with the same key wait here and answer as it does.
     pub pending_dedup: HashMap<(String, u64), Vec<SendReply>>,
     notifies: HashMap<String, Arc<Notify>>,
-    /// Sequence number of the last record applied: the state reflects
-    /// every record up to it and none after.
-    pub last_applied_seq: u64,
-    /// What compaction needs to know of each segment on disk.
-    pub segments: BTreeMap<u64, SegmentMeta>,
+    /// What compaction needs to know of each log segment and pack, by the
+    /// file id of a [`crate::journal::RecordLoc`]. A log segment appears
+    /// once its first record is applied, so every segment below the
+    /// highest one listed is fully applied.
+    pub files: BTreeMap<u32, FileMeta>,
+    /// The checkpoint on disk: (sequence number, bytes).
+    pub checkpoint: Option<(u64, u64)>,
+    /// The next pack's id.
+    pub next_pack_id: u64,
     /// Nominal size of a new (preallocated) segment.
     pub segment_bytes: u64,
 }
 
-/// Compaction's view of one segment file.
+/// Compaction's view of one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SegmentMeta {
-    pub len: u64,
-    /// From the header: 0 if never compacted.
-    pub compacted_through: u64,
-    /// The lowest segment id this file stands for.
-    pub first_covered: u64,
-    /// (live bytes, older watermark floor) when compaction last found
-    /// nothing to drop here: skip it until either changes.
-    pub futile: Option<(u64, u64)>,
+pub struct FileMeta {
+    pub bytes: u64,
 }
 
 impl Core {
@@ -86,8 +83,9 @@ impl Core {
             last_now,
             pending_dedup: HashMap::new(),
             notifies: HashMap::new(),
-            last_applied_seq: 0,
-            segments: BTreeMap::new(),
+            files: BTreeMap::new(),
+            checkpoint: None,
+            next_pack_id: 1,
             segment_bytes,
         }
     }
@@ -174,16 +172,9 @@ impl BatchSink<Op> for Sink {
                 if applied != Applied::Missing {
                     announce(&self.shared, &record.command);
                 }
-                core.last_applied_seq = placed.seq;
-                let segment_id = u64::from(placed.loc.segment_id);
-                if !core.segments.contains_key(&segment_id) {
-                    let meta = SegmentMeta {
-                        len: core.segment_bytes,
-                        compacted_through: 0,
-                        first_covered: segment_id,
-                        futile: None,
-                    };
-                    core.segments.insert(segment_id, meta);
+                if !core.files.contains_key(&placed.loc.file) {
+                    let bytes = core.segment_bytes;
+                    core.files.insert(placed.loc.file, FileMeta { bytes });
                 }
                 wake_after(&core, &record.command);
                 let dedup_waiters = match &reply {

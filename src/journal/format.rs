@@ -4,80 +4,99 @@
 //! # Warning
 //!
 //! These layouts are on disk in users' spools. Changing a field's size, order
-//! or meaning needs a new format version and a migration, not an edit.
+//! or meaning needs a new format version and a migration, not an edit. The
+//! format-version log is at the end of `docs/journal-format.md`; format 1 is
+//! still read, by `journal::v1`, to upgrade it.
 
 use crc32c::{crc32c, crc32c_append};
 
-/// Version of the segment and record layout written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the segment, pack, checkpoint and frame layouts written by
+/// this build.
+pub const FORMAT_VERSION: u32 = 2;
+/// Version of `spool.meta`'s layout (unchanged since the first release).
+pub const META_VERSION: u32 = 1;
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"SPOOLSEG";
+pub const PACK_MAGIC: &[u8; 8] = b"SPOOLPAK";
+pub const CHECKPOINT_MAGIC: &[u8; 8] = b"SPOOLCKP";
 pub const META_MAGIC: &[u8; 8] = b"SPOOLMET";
 
-/// Size of a segment header; records start right after it.
-pub const SEGMENT_HEADER_BYTES: usize = 64;
+/// Size of every file header (segment, pack, checkpoint): frames start
+/// right after it.
+pub const FILE_HEADER_BYTES: usize = 64;
 /// Size of a record frame header; the body follows it.
-pub const FRAME_HEADER_BYTES: usize = 20;
+pub const FRAME_HEADER_BYTES: usize = 32;
 /// Size of the spool identity file.
 pub const META_BYTES: usize = 64;
 
 /// A record body larger than this is treated as damage when scanning. It is
 /// far above any body the engine writes (`max_body_bytes` is capped well
-/// below it), so a length field beyond it can only be garbage.
+/// below it; purges and redrives are split into records of at most
+/// `spool::command::IDS_PER_RECORD_MAX` ids; checkpoint chunks are at most
+/// `spool::checkpoint::CHUNK_BYTES_MAX`), so a length beyond it can only be
+/// garbage.
 pub const RECORD_BODY_MAX_BYTES: usize = 256 << 20;
 
-/// Segment header flag: the segment was rewritten by compaction, so its
-/// sequence numbers increase but may skip.
-pub const SEGMENT_FLAG_COMPACTED: u32 = 1;
+/// Frame flag: the last record of its group-commit batch (one write, one
+/// fsync). Replay uses it to tell a torn final batch from corruption.
+pub const FRAME_FLAG_BATCH_END: u8 = 1;
 
-/// The first bytes of every segment file.
-///
-/// ```text
-/// 0   8  magic "SPOOLSEG"
-/// 8   4  format version (u32 LE)
-/// 12  4  flags (u32 LE; bit 0 = compacted)
-/// 16  8  spool salt (u64 LE)
-/// 24  8  segment id (u64 LE)
-/// 32  8  sequence number of the segment's first record (u64 LE)
-/// 40  8  compacted through: the journal's last sequence number when
-///        compaction wrote this segment; 0 if never compacted (u64 LE)
-/// 48  8  message-id floor: ids below it were used, even if compaction
-///        dropped every record that showed them (u64 LE)
-/// 56  4  covers from: compaction merged segments `covers_from..=id` into
-///        this file; 0 when it covers only itself (u32 LE)
-/// 60  4  CRC32C of bytes 0..60
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SegmentHeader {
-    pub flags: u32,
-    pub salt: u64,
-    pub segment_id: u64,
-    pub first_seq: u64,
-    pub compacted_through: u64,
-    pub id_floor: u64,
-    pub covers_from: u32,
+/// Record locations name a file by a `u32`: log segments below this, packs
+/// at `PACK_FILE_BASE + pack id`. At 64 MiB a segment, 2³¹ segments is far
+/// beyond any disk.
+pub const PACK_FILE_BASE: u32 = 1 << 31;
+
+/// What a file id of a [`super::RecordLoc`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileId {
+    Segment(u64),
+    Pack(u64),
 }
 
-impl SegmentHeader {
-    /// The lowest segment id this file stands for.
-    pub fn first_covered_id(&self) -> u64 {
-        match self.covers_from {
-            0 => self.segment_id,
-            n => u64::from(n),
+impl FileId {
+    pub fn from_loc(file: u32) -> FileId {
+        if file >= PACK_FILE_BASE {
+            FileId::Pack(u64::from(file - PACK_FILE_BASE))
+        } else {
+            FileId::Segment(u64::from(file))
         }
     }
 
-    pub fn is_compacted(&self) -> bool {
-        self.flags & SEGMENT_FLAG_COMPACTED != 0
+    pub fn to_loc(self) -> u32 {
+        match self {
+            FileId::Segment(id) => {
+                assert!(
+                    id < u64::from(PACK_FILE_BASE),
+                    "bug: segment id {id} overflows a record location"
+                );
+                id as u32
+            }
+            FileId::Pack(id) => {
+                assert!(
+                    id < u64::from(u32::MAX - PACK_FILE_BASE),
+                    "bug: pack id {id} overflows a record location"
+                );
+                PACK_FILE_BASE + id as u32
+            }
+        }
+    }
+
+    pub fn file_name(self) -> String {
+        match self {
+            FileId::Segment(id) => segment_file_name(id),
+            FileId::Pack(id) => pack_file_name(id),
+        }
     }
 }
 
-/// Why a segment header was rejected.
+/// Why a file header was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeaderProblem {
     Short,
     BadMagic,
     BadChecksum,
+    /// Format 1 (before checkpoints): readable only to be upgraded.
+    OldVersion(u32),
     UnknownVersion(u32),
     ForeignSalt,
     WrongId,
@@ -86,31 +105,113 @@ pub enum HeaderProblem {
 impl std::fmt::Display for HeaderProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            HeaderProblem::Short => write!(f, "segment header is truncated"),
-            HeaderProblem::BadMagic => write!(f, "not a spoold segment (bad magic)"),
-            HeaderProblem::BadChecksum => write!(f, "segment header checksum mismatch"),
-            HeaderProblem::UnknownVersion(v) => write!(f, "unknown segment format version {v}"),
-            HeaderProblem::ForeignSalt => write!(f, "segment belongs to another spool (salt)"),
-            HeaderProblem::WrongId => write!(f, "segment id does not match its file name"),
+            HeaderProblem::Short => write!(f, "file header is truncated"),
+            HeaderProblem::BadMagic => write!(f, "not a spoold file (bad magic)"),
+            HeaderProblem::BadChecksum => write!(f, "file header checksum mismatch"),
+            HeaderProblem::OldVersion(v) => write!(
+                f,
+                "written by an older spoold (format {v}); it is upgraded at start-up or by `spoold journal upgrade`"
+            ),
+            HeaderProblem::UnknownVersion(v) => {
+                write!(f, "unknown format version {v} (written by a newer spoold?)")
+            }
+            HeaderProblem::ForeignSalt => write!(f, "file belongs to another spool (salt)"),
+            HeaderProblem::WrongId => write!(f, "file id does not match its file name"),
         }
     }
 }
 
-impl SegmentHeader {
-    pub fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
-        let mut out = [0u8; SEGMENT_HEADER_BYTES];
-        out[0..8].copy_from_slice(SEGMENT_MAGIC);
+/// The common shape of the three file headers: magic, version, salt, an id,
+/// three numbers, a CRC.
+///
+/// ```text
+/// 0   8  magic
+/// 8   4  format version (u32 LE)
+/// 12  4  reserved, zero
+/// 16  8  spool salt (u64 LE)
+/// 24  8  id: the segment id, pack id, or checkpoint sequence number
+/// 32  8  a (u64 LE)  ┐
+/// 40  8  b (u64 LE)  │ meaning per file kind, see below
+/// 48  8  c (u64 LE)  ┘
+/// 56  4  reserved, zero
+/// 60  4  CRC32C of bytes 0..60
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RawHeader {
+    id: u64,
+    a: u64,
+    b: u64,
+    c: u64,
+}
+
+impl RawHeader {
+    fn encode(&self, magic: &[u8; 8], salt: u64) -> [u8; FILE_HEADER_BYTES] {
+        let mut out = [0u8; FILE_HEADER_BYTES];
+        out[0..8].copy_from_slice(magic);
         out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out[12..16].copy_from_slice(&self.flags.to_le_bytes());
-        out[16..24].copy_from_slice(&self.salt.to_le_bytes());
-        out[24..32].copy_from_slice(&self.segment_id.to_le_bytes());
-        out[32..40].copy_from_slice(&self.first_seq.to_le_bytes());
-        out[40..48].copy_from_slice(&self.compacted_through.to_le_bytes());
-        out[48..56].copy_from_slice(&self.id_floor.to_le_bytes());
-        out[56..60].copy_from_slice(&self.covers_from.to_le_bytes());
+        out[16..24].copy_from_slice(&salt.to_le_bytes());
+        out[24..32].copy_from_slice(&self.id.to_le_bytes());
+        out[32..40].copy_from_slice(&self.a.to_le_bytes());
+        out[40..48].copy_from_slice(&self.b.to_le_bytes());
+        out[48..56].copy_from_slice(&self.c.to_le_bytes());
         let crc = crc32c(&out[..60]);
         out[60..64].copy_from_slice(&crc.to_le_bytes());
         out
+    }
+
+    fn decode(
+        bytes: &[u8],
+        magic: &[u8; 8],
+        salt: u64,
+        expected_id: Option<u64>,
+    ) -> Result<RawHeader, HeaderProblem> {
+        if bytes.len() < FILE_HEADER_BYTES {
+            return Err(HeaderProblem::Short);
+        }
+        if &bytes[0..8] != magic {
+            return Err(HeaderProblem::BadMagic);
+        }
+        if crc32c(&bytes[..60]) != le_u32(&bytes[60..64]) {
+            return Err(HeaderProblem::BadChecksum);
+        }
+        match le_u32(&bytes[8..12]) {
+            FORMAT_VERSION => {}
+            1 => return Err(HeaderProblem::OldVersion(1)),
+            v => return Err(HeaderProblem::UnknownVersion(v)),
+        }
+        if le_u64(&bytes[16..24]) != salt {
+            return Err(HeaderProblem::ForeignSalt);
+        }
+        let header = RawHeader {
+            id: le_u64(&bytes[24..32]),
+            a: le_u64(&bytes[32..40]),
+            b: le_u64(&bytes[40..48]),
+            c: le_u64(&bytes[48..56]),
+        };
+        if expected_id.is_some_and(|id| id != header.id) {
+            return Err(HeaderProblem::WrongId);
+        }
+        Ok(header)
+    }
+}
+
+/// The header of a log segment `<id>.seg` (field `a` = the sequence number
+/// of its first record; `b`, `c` zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SegmentHeader {
+    pub segment_id: u64,
+    pub first_seq: u64,
+}
+
+impl SegmentHeader {
+    pub fn encode(&self, salt: u64) -> [u8; FILE_HEADER_BYTES] {
+        RawHeader {
+            id: self.segment_id,
+            a: self.first_seq,
+            b: 0,
+            c: 0,
+        }
+        .encode(SEGMENT_MAGIC, salt)
     }
 
     pub fn decode(
@@ -118,67 +219,121 @@ impl SegmentHeader {
         salt: u64,
         expected_id: u64,
     ) -> Result<SegmentHeader, HeaderProblem> {
-        if bytes.len() < SEGMENT_HEADER_BYTES {
-            return Err(HeaderProblem::Short);
-        }
-        if &bytes[0..8] != SEGMENT_MAGIC {
-            return Err(HeaderProblem::BadMagic);
-        }
-        if crc32c(&bytes[..60]) != le_u32(&bytes[60..64]) {
-            return Err(HeaderProblem::BadChecksum);
-        }
-        let version = le_u32(&bytes[8..12]);
-        if version != FORMAT_VERSION {
-            return Err(HeaderProblem::UnknownVersion(version));
-        }
-        let header = SegmentHeader {
-            flags: le_u32(&bytes[12..16]),
-            salt: le_u64(&bytes[16..24]),
-            segment_id: le_u64(&bytes[24..32]),
-            first_seq: le_u64(&bytes[32..40]),
-            compacted_through: le_u64(&bytes[40..48]),
-            id_floor: le_u64(&bytes[48..56]),
-            covers_from: le_u32(&bytes[56..60]),
-        };
-        if header.salt != salt {
-            return Err(HeaderProblem::ForeignSalt);
-        }
-        if header.segment_id != expected_id {
-            return Err(HeaderProblem::WrongId);
-        }
-        Ok(header)
+        let raw = RawHeader::decode(bytes, SEGMENT_MAGIC, salt, Some(expected_id))?;
+        Ok(SegmentHeader {
+            segment_id: raw.id,
+            first_seq: raw.a,
+        })
     }
 }
 
-/// The frame around every record.
+/// The header of a pack `<id>.pack`: payload frames that compaction copied
+/// out of older files (field `a` = the checkpoint sequence number it was
+/// written for; `b`, `c` zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PackHeader {
+    pub pack_id: u64,
+    pub checkpoint_seq: u64,
+}
+
+impl PackHeader {
+    pub fn encode(&self, salt: u64) -> [u8; FILE_HEADER_BYTES] {
+        RawHeader {
+            id: self.pack_id,
+            a: self.checkpoint_seq,
+            b: 0,
+            c: 0,
+        }
+        .encode(PACK_MAGIC, salt)
+    }
+
+    pub fn decode(bytes: &[u8], salt: u64, expected_id: u64) -> Result<PackHeader, HeaderProblem> {
+        let raw = RawHeader::decode(bytes, PACK_MAGIC, salt, Some(expected_id))?;
+        Ok(PackHeader {
+            pack_id: raw.id,
+            checkpoint_seq: raw.a,
+        })
+    }
+}
+
+/// The header of a checkpoint `<seq>.ckpt` (id = the sequence number of the
+/// last record it reflects; `a` = its chunk count; `b` = the file's length;
+/// `c` = the term of record `seq`, 0 outside replicated mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CheckpointHeader {
+    pub seq: u64,
+    pub chunks: u64,
+    pub file_bytes: u64,
+    pub term: u64,
+}
+
+impl CheckpointHeader {
+    pub fn encode(&self, salt: u64) -> [u8; FILE_HEADER_BYTES] {
+        RawHeader {
+            id: self.seq,
+            a: self.chunks,
+            b: self.file_bytes,
+            c: self.term,
+        }
+        .encode(CHECKPOINT_MAGIC, salt)
+    }
+
+    pub fn decode(
+        bytes: &[u8],
+        salt: u64,
+        expected_seq: u64,
+    ) -> Result<CheckpointHeader, HeaderProblem> {
+        let raw = RawHeader::decode(bytes, CHECKPOINT_MAGIC, salt, Some(expected_seq))?;
+        Ok(CheckpointHeader {
+            seq: raw.id,
+            chunks: raw.a,
+            file_bytes: raw.b,
+            term: raw.c,
+        })
+    }
+}
+
+/// The frame around every record (and every checkpoint chunk).
 ///
 /// ```text
 /// 0   4  body length in bytes (u32 LE)
-/// 4   4  CRC32C over: salt (u64 LE) ‖ bytes 0..4 ‖ bytes 8..20 ‖ body
+/// 4   4  CRC32C over: salt (u64 LE) ‖ bytes 0..4 ‖ bytes 8..32 ‖ body
 /// 8   8  sequence number (u64 LE)
-/// 16  1  record kind
-/// 17  3  reserved, zero
-/// 20  …  body
+/// 16  8  term (u64 LE; 0 outside replicated mode)
+/// 24  1  record kind
+/// 25  1  flags: bit 0 = last record of its group-commit batch
+/// 26  2  reserved, zero
+/// 28  4  index of the record in its batch (u32 LE; 0 for the first)
+/// 32  …  body
 /// ```
 ///
 /// Mixing the spool's salt into the checksum means bytes of another spool,
 /// or of an older incarnation of this directory, never pass as records here.
+/// The batch fields let replay tell where each group commit began and ended,
+/// so damage confined to the last one (written after the last fsync that
+/// returned) is a torn tail, whatever its shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
     pub body_len: u32,
     pub seq: u64,
+    pub term: u64,
     pub kind: u8,
+    pub flags: u8,
+    pub batch_index: u32,
 }
 
 impl FrameHeader {
     /// Fills in the frame header at `frame[..FRAME_HEADER_BYTES]` for the
     /// body that follows it in `frame`.
-    pub fn seal(frame: &mut [u8], salt: u64, seq: u64, kind: u8) {
+    pub fn seal(frame: &mut [u8], salt: u64, header: FrameHeader) {
         let body_len = (frame.len() - FRAME_HEADER_BYTES) as u32;
         frame[0..4].copy_from_slice(&body_len.to_le_bytes());
-        frame[8..16].copy_from_slice(&seq.to_le_bytes());
-        frame[16] = kind;
-        frame[17..20].fill(0);
+        frame[8..16].copy_from_slice(&header.seq.to_le_bytes());
+        frame[16..24].copy_from_slice(&header.term.to_le_bytes());
+        frame[24] = header.kind;
+        frame[25] = header.flags;
+        frame[26..28].fill(0);
+        frame[28..32].copy_from_slice(&header.batch_index.to_le_bytes());
         let crc = frame_crc(frame, salt);
         frame[4..8].copy_from_slice(&crc.to_le_bytes());
     }
@@ -188,14 +343,27 @@ impl FrameHeader {
         FrameHeader {
             body_len: le_u32(&bytes[0..4]),
             seq: le_u64(&bytes[8..16]),
-            kind: bytes[16],
+            term: le_u64(&bytes[16..24]),
+            kind: bytes[24],
+            flags: bytes[25],
+            batch_index: le_u32(&bytes[28..32]),
         }
     }
 
     /// Validates a complete frame (header and body); `frame` must be exactly
     /// `FRAME_HEADER_BYTES + body_len` long.
     pub fn verify(frame: &[u8], salt: u64) -> bool {
-        le_u32(&frame[4..8]) == frame_crc(frame, salt) && frame[17..20] == [0, 0, 0]
+        le_u32(&frame[4..8]) == frame_crc(frame, salt) && frame[26..28] == [0, 0]
+    }
+
+    /// The last record of its group-commit batch.
+    pub fn ends_batch(&self) -> bool {
+        self.flags & FRAME_FLAG_BATCH_END != 0
+    }
+
+    /// The sequence number of the first record of this record's batch.
+    pub fn batch_first_seq(&self) -> u64 {
+        self.seq.saturating_sub(u64::from(self.batch_index))
     }
 }
 
@@ -211,7 +379,7 @@ fn frame_crc(frame: &[u8], salt: u64) -> u32 {
 ///
 /// ```text
 /// 0   8  magic "SPOOLMET"
-/// 8   4  format version (u32 LE)
+/// 8   4  meta version (u32 LE, 1)
 /// 12  4  reserved, zero
 /// 16  8  salt (u64 LE)
 /// 24 32  token key (lease-token MAC and dedup-key hashing)
@@ -248,7 +416,7 @@ impl SpoolIdentity {
     pub fn encode(&self) -> [u8; META_BYTES] {
         let mut out = [0u8; META_BYTES];
         out[0..8].copy_from_slice(META_MAGIC);
-        out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out[8..12].copy_from_slice(&META_VERSION.to_le_bytes());
         out[16..24].copy_from_slice(&self.salt.to_le_bytes());
         out[24..56].copy_from_slice(&self.token_key);
         let crc = crc32c(&out[..60]);
@@ -260,7 +428,7 @@ impl SpoolIdentity {
         if bytes.len() != META_BYTES
             || &bytes[0..8] != META_MAGIC
             || crc32c(&bytes[..60]) != le_u32(&bytes[60..64])
-            || le_u32(&bytes[8..12]) != FORMAT_VERSION
+            || le_u32(&bytes[8..12]) != META_VERSION
         {
             return None;
         }
@@ -286,13 +454,35 @@ pub fn segment_file_name(id: u64) -> String {
     format!("{id:016x}.seg")
 }
 
-/// The id of a segment file name, or `None` for other files.
-pub fn parse_segment_file_name(name: &str) -> Option<u64> {
-    let hex = name.strip_suffix(".seg")?;
-    if hex.len() != 16 {
+/// File name of pack `id`.
+pub fn pack_file_name(id: u64) -> String {
+    format!("{id:016x}.pack")
+}
+
+/// File name of the checkpoint at sequence number `seq`.
+pub fn checkpoint_file_name(seq: u64) -> String {
+    format!("{seq:016x}.ckpt")
+}
+
+fn parse_hex_name(name: &str, suffix: &str) -> Option<u64> {
+    let hex = name.strip_suffix(suffix)?;
+    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     u64::from_str_radix(hex, 16).ok()
+}
+
+/// The id of a segment file name, or `None` for other files.
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    parse_hex_name(name, ".seg")
+}
+
+pub fn parse_pack_file_name(name: &str) -> Option<u64> {
+    parse_hex_name(name, ".pack")
+}
+
+pub fn parse_checkpoint_file_name(name: &str) -> Option<u64> {
+    parse_hex_name(name, ".ckpt")
 }
 
 pub const META_FILE_NAME: &str = "spool.meta";
@@ -303,17 +493,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn segment_header_round_trips_and_rejects_damage() {
+    fn file_headers_round_trip_and_reject_damage() {
         let h = SegmentHeader {
-            flags: 0,
-            salt: 7,
             segment_id: 3,
             first_seq: 99,
-            compacted_through: 120,
-            id_floor: 42,
-            covers_from: 2,
         };
-        let bytes = h.encode();
+        let bytes = h.encode(7);
         assert_eq!(SegmentHeader::decode(&bytes, 7, 3), Ok(h));
         assert_eq!(
             SegmentHeader::decode(&bytes, 8, 3),
@@ -327,23 +512,45 @@ mod tests {
             SegmentHeader::decode(&bytes[..10], 7, 3),
             Err(HeaderProblem::Short)
         );
+        assert_eq!(
+            PackHeader::decode(&bytes, 7, 3),
+            Err(HeaderProblem::BadMagic),
+            "a segment is not a pack"
+        );
         let mut flipped = bytes;
         flipped[33] ^= 1;
         assert_eq!(
             SegmentHeader::decode(&flipped, 7, 3),
             Err(HeaderProblem::BadChecksum)
         );
+        let c = CheckpointHeader {
+            seq: 40,
+            chunks: 3,
+            file_bytes: 999,
+            term: 2,
+        };
+        assert_eq!(CheckpointHeader::decode(&c.encode(7), 7, 40), Ok(c));
     }
 
     #[test]
     fn frame_checksum_covers_salt_header_and_body() {
         let mut frame = vec![0u8; FRAME_HEADER_BYTES];
         frame.extend_from_slice(b"body");
-        FrameHeader::seal(&mut frame, 42, 5, 4);
+        let header = FrameHeader {
+            body_len: 4,
+            seq: 5,
+            term: 9,
+            kind: 4,
+            flags: FRAME_FLAG_BATCH_END,
+            batch_index: 2,
+        };
+        FrameHeader::seal(&mut frame, 42, header);
         assert!(FrameHeader::verify(&frame, 42));
         assert!(!FrameHeader::verify(&frame, 43), "another spool's salt");
         let h = FrameHeader::peek(&frame);
-        assert_eq!((h.body_len, h.seq, h.kind), (4, 5, 4));
+        assert_eq!(h, header);
+        assert!(h.ends_batch());
+        assert_eq!(h.batch_first_seq(), 3);
         for i in 0..frame.len() {
             if (4..8).contains(&i) {
                 continue;
@@ -368,10 +575,26 @@ mod tests {
     }
 
     #[test]
-    fn segment_names_sort_and_parse() {
+    fn file_names_sort_and_parse() {
         assert_eq!(segment_file_name(26), "000000000000001a.seg");
         assert_eq!(parse_segment_file_name("000000000000001a.seg"), Some(26));
         assert_eq!(parse_segment_file_name("1a.seg"), None);
         assert_eq!(parse_segment_file_name("spool.meta"), None);
+        assert_eq!(parse_pack_file_name(&pack_file_name(7)), Some(7));
+        assert_eq!(
+            parse_checkpoint_file_name(&checkpoint_file_name(1 << 40)),
+            Some(1 << 40)
+        );
+        assert_eq!(parse_checkpoint_file_name("000000000000001a.seg"), None);
+    }
+
+    #[test]
+    fn file_ids_share_one_u32_space() {
+        assert_eq!(
+            FileId::from_loc(FileId::Segment(5).to_loc()),
+            FileId::Segment(5)
+        );
+        assert_eq!(FileId::from_loc(FileId::Pack(5).to_loc()), FileId::Pack(5));
+        assert_ne!(FileId::Segment(5).to_loc(), FileId::Pack(5).to_loc());
     }
 }

@@ -1,33 +1,39 @@
 //! The journal: bytes on disk.
 //!
 //! A spool directory holds `spool.meta` (the spool's identity: salt and token
-//! key), `spool.lock`, and segment files `<id as 16 hex digits>.seg`. Each
-//! segment starts with a header and holds framed records; each frame carries
-//! its length, a CRC32C that mixes in the spool's salt, and a sequence number
-//! that grows by one per record across the whole journal. The exact layout is
-//! in [`format`] and `docs/journal-format.md`.
+//! key), `spool.lock`, log segments `<id>.seg` (records in sequence order),
+//! packs `<id>.pack` (payload records compaction copied out of older files)
+//! and the newest checkpoint `<seq>.ckpt` (the state as of record `seq`).
+//! Every record is framed with its length, a CRC32C that mixes in the
+//! spool's salt, a sequence number that grows by one per record, and where
+//! it sits in its group-commit batch. The exact layout is in [`format`] and
+//! `docs/journal-format.md`.
 //!
 //! The journal knows nothing of queues or leases: a record is a kind byte and
-//! a body. It offers three things:
+//! a body, a checkpoint a list of chunks. It offers:
 //!
 //! - [`writer::Journal`]: group commit on a dedicated thread (see its docs);
-//! - [`scan::scan_dir`]: every valid record in order, and every damaged span;
-//! - [`reader::SegmentReader`]: one record read back by location.
+//! - [`scan::scan_dir`]: the newest checkpoint, every valid record in order,
+//!   and every damaged span;
+//! - [`reader::SegmentReader`]: one record read back by location;
+//! - [`files`]: writing packs and checkpoints, and deleting what they replace.
 //!
 //! All I/O goes through [`storage::Storage`], so tests run the same code on
 //! [`sim::SimStorage`], which loses unsynced bytes, tears writes and fails
 //! fsyncs on demand.
 
-pub mod compact;
+pub mod atomic;
 pub mod error;
+pub mod files;
 pub mod format;
+pub mod frames;
 pub mod lock;
 pub mod prealloc;
 pub mod reader;
-pub mod repair;
 pub mod scan;
 pub mod sim;
 pub mod storage;
+pub mod v1;
 pub mod writer;
 
 use std::path::Path;
@@ -52,7 +58,7 @@ pub fn load_identity(
     create: bool,
 ) -> Result<Option<SpoolIdentity>, JournalError> {
     let path = dir.join(META_FILE_NAME);
-    let has_segments = !scan::list_segments(storage.as_ref(), dir)?.is_empty();
+    let has_files = !scan::list_files(storage.as_ref(), dir)?.is_empty();
     match storage.open(&path) {
         Ok(file) => {
             let mut bytes = Vec::with_capacity(META_BYTES);
@@ -60,7 +66,7 @@ pub fn load_identity(
                 .map_err(|e| JournalError::io(&path, e))?;
             match SpoolIdentity::decode(&bytes) {
                 Some(identity) => Ok(Some(identity)),
-                None if !has_segments && bytes.len() < META_BYTES && create => {
+                None if !has_files && bytes.len() < META_BYTES && create => {
                     // A creation that died before its rename was synced can
                     // leave nothing else behind; start over.
                     write_identity(storage, dir).map(Some)
@@ -72,7 +78,7 @@ pub fn load_identity(
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if has_segments {
+            if has_files {
                 Err(JournalError::BadMeta {
                     dir: dir.to_path_buf(),
                     reason: "spool.meta is missing".into(),
@@ -89,58 +95,55 @@ pub fn load_identity(
 
 fn write_identity(storage: &Arc<dyn Storage>, dir: &Path) -> Result<SpoolIdentity, JournalError> {
     let identity = SpoolIdentity::generate();
-    let tmp = dir.join("spool.meta.tmp");
-    let path = dir.join(META_FILE_NAME);
-    let _ = storage.remove(&tmp);
-    let file = storage
-        .create(&tmp)
-        .map_err(|e| JournalError::io(&tmp, e))?;
-    file.write_all_at(&identity.encode(), 0)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| JournalError::io(&tmp, e))?;
-    storage
-        .rename(&tmp, &path)
-        .and_then(|()| storage.sync_dir(dir))
-        .map_err(|e| JournalError::io(&path, e))?;
+    atomic::write_atomically(storage, dir, META_FILE_NAME, |file| {
+        file.write_all_at(&identity.encode(), 0)
+    })
+    .map_err(atomic::AtomicWriteError::into_inner)?;
     Ok(identity)
 }
 
-/// Makes the end of the journal writable after a scan: truncates a torn tail
+/// Makes the end of the journal writable after a scan: clears a torn tail
 /// and removes a last segment whose creation never finished. Returns where
-/// the writer starts. Call only when the scan found no [`scan::Problem`].
+/// the writer starts; `next_segment_id` is used when the directory holds no
+/// log segment at all (an upgrade or repair rebuilt it from a checkpoint).
+/// Call only when the scan found no [`scan::Problem`].
 pub fn prepare_tail(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     summary: &ScanSummary,
+    next_segment_id: u64,
 ) -> Result<WriterStart, JournalError> {
     let next_seq = summary.last_seq + 1;
-    let Some(&last_id) = summary.segment_ids.last() else {
-        return Ok(WriterStart {
-            segment_id: 1,
-            end_offset: 0,
-            file_len: 0,
-            next_seq,
-            disk_bytes: 0,
-        });
-    };
-    let path = dir.join(segment_file_name(last_id));
-    if summary.torn_last_header {
+    let disk_bytes = summary.file_bytes - summary.last_segment_len;
+    if let Some(id) = summary.torn_last_header {
+        let path = dir.join(segment_file_name(id));
         storage
             .remove(&path)
             .and_then(|()| storage.sync_dir(dir))
             .map_err(|e| JournalError::io(&path, e))?;
         return Ok(WriterStart {
-            segment_id: last_id,
+            segment_id: id,
             end_offset: 0,
             file_len: 0,
             next_seq,
-            disk_bytes: summary.file_bytes - summary.last_segment_len,
+            disk_bytes,
         });
     }
+    let Some(last) = summary.segments.last() else {
+        return Ok(WriterStart {
+            segment_id: next_segment_id.max(1),
+            end_offset: 0,
+            file_len: 0,
+            next_seq,
+            disk_bytes: summary.file_bytes,
+        });
+    };
+    let path = dir.join(segment_file_name(last.id));
     let mut file_len = summary.last_segment_len;
     if let Some(torn) = summary.torn_tail {
         // Truncate a torn write at the end of the file; zero one that is
-        // followed by preallocated space, keeping the space.
+        // followed by preallocated space, keeping the space. Either way it
+        // is made durable before anything new is written after it.
         let file = storage
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
@@ -156,10 +159,10 @@ pub fn prepare_tail(
             .map_err(|e| JournalError::io(&path, e))?;
     }
     Ok(WriterStart {
-        segment_id: last_id,
+        segment_id: last.id,
         end_offset: summary.last_segment_end,
         file_len,
-        next_seq: next_seq.max(summary.last_segment_first_seq.unwrap_or(0)),
-        disk_bytes: summary.file_bytes - summary.last_segment_len + file_len,
+        next_seq: next_seq.max(last.first_seq),
+        disk_bytes: disk_bytes + file_len,
     })
 }

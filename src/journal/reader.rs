@@ -1,24 +1,27 @@
 //! Reading single records back by location: a receive or a peek reads the
-//! payload from its segment instead of keeping it in memory.
+//! payload from its file instead of keeping it in memory.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::error::JournalError;
-use super::format::{FRAME_HEADER_BYTES, FrameHeader, segment_file_name};
+use super::format::FileId;
+use super::frames::frame_at;
 use super::storage::{Storage, StorageFile};
 use super::writer::RecordLoc;
 
-/// Shared, cheap to clone. Open segment handles are cached; a handle stays
-/// usable for as long as a reader holds its `Arc`, even if the segment is
-/// replaced meanwhile.
+/// Shared, cheap to clone. Open file handles are cached; a handle stays
+/// usable for as long as a reader holds its `Arc`, even after compaction
+/// deleted the file. Files are never rewritten in place (compaction writes
+/// new packs and deletes old files), so a handle and a location taken
+/// together always agree.
 #[derive(Clone)]
 pub struct SegmentReader {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
     salt: u64,
-    open: Arc<Mutex<HashMap<u64, Arc<dyn StorageFile>>>>,
+    open: Arc<Mutex<HashMap<FileId, Arc<dyn StorageFile>>>>,
 }
 
 impl SegmentReader {
@@ -31,38 +34,39 @@ impl SegmentReader {
         }
     }
 
-    /// Makes the writer's handle of a new segment known, so that readers
-    /// need not reopen it.
-    pub fn register(&self, segment_id: u64, file: Arc<dyn StorageFile>) {
+    /// Makes an open handle known (the writer's new segment, compaction's
+    /// new pack), so that readers need not reopen it.
+    pub fn register(&self, file: FileId, handle: Arc<dyn StorageFile>) {
         self.open
             .lock()
             .expect("reader lock poisoned")
-            .insert(segment_id, file);
+            .insert(file, handle);
     }
 
-    /// Forgets a segment that compaction deleted (readers that hold its
-    /// handle keep it).
-    pub fn unregister(&self, segment_id: u64) {
+    /// Forgets a file that compaction deleted (readers that hold its handle
+    /// keep it).
+    pub fn unregister(&self, file: FileId) {
         self.open
             .lock()
             .expect("reader lock poisoned")
-            .remove(&segment_id);
+            .remove(&file);
     }
 
-    /// The open handle of a segment. Take it under the engine's core lock
-    /// together with a location, so that compaction cannot swap the file in
-    /// between.
-    pub fn file(&self, segment_id: u64) -> Result<Arc<dyn StorageFile>, JournalError> {
+    /// The open handle of the file a location names. Take it under the
+    /// engine's core lock together with the location, so that compaction
+    /// cannot delete the file in between.
+    pub fn file(&self, loc_file: u32) -> Result<Arc<dyn StorageFile>, JournalError> {
+        let id = FileId::from_loc(loc_file);
         let mut open = self.open.lock().expect("reader lock poisoned");
-        if let Some(file) = open.get(&segment_id) {
+        if let Some(file) = open.get(&id) {
             return Ok(file.clone());
         }
-        let path = self.dir.join(segment_file_name(segment_id));
+        let path = self.dir.join(id.file_name());
         let file = self
             .storage
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
-        open.insert(segment_id, file.clone());
+        open.insert(id, file.clone());
         Ok(file)
     }
 
@@ -70,7 +74,7 @@ impl SegmentReader {
     /// checksum again: damage that happened after replay is reported, never
     /// handed out as a payload.
     pub fn read_body(&self, loc: RecordLoc) -> Result<Vec<u8>, JournalError> {
-        let file = self.file(u64::from(loc.segment_id))?;
+        let file = self.file(loc.file)?;
         self.read_body_from(&file, loc)
     }
 
@@ -80,24 +84,28 @@ impl SegmentReader {
         file: &Arc<dyn StorageFile>,
         loc: RecordLoc,
     ) -> Result<Vec<u8>, JournalError> {
-        let segment_id = u64::from(loc.segment_id);
-        let path = || self.dir.join(segment_file_name(segment_id));
+        let frame = self.read_frame_from(file, loc)?;
+        Ok(frame[super::format::FRAME_HEADER_BYTES..].to_vec())
+    }
+
+    /// The whole frame (header and body) at `loc`, checked.
+    pub fn read_frame_from(
+        &self,
+        file: &Arc<dyn StorageFile>,
+        loc: RecordLoc,
+    ) -> Result<Vec<u8>, JournalError> {
+        let path = || self.dir.join(FileId::from_loc(loc.file).file_name());
         let mut frame = vec![0u8; loc.len as usize];
         file.read_exact_at(&mut frame, u64::from(loc.offset))
             .map_err(|e| JournalError::io(path(), e))?;
-        let header = FrameHeader::peek(&frame);
-        if frame.len() < FRAME_HEADER_BYTES
-            || header.body_len as usize != frame.len() - FRAME_HEADER_BYTES
-            || !FrameHeader::verify(&frame, self.salt)
-        {
-            return Err(JournalError::Corrupt {
+        match frame_at(&frame, 0, self.salt) {
+            Ok(f) if f.frame_len() == frame.len() => Ok(frame),
+            _ => Err(JournalError::Corrupt {
                 dir: self.dir.clone(),
                 file: path(),
                 offset: u64::from(loc.offset),
                 reason: "record changed on disk after it was replayed".into(),
-            });
+            }),
         }
-        frame.drain(..FRAME_HEADER_BYTES);
-        Ok(frame)
     }
 }

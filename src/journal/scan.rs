@@ -1,62 +1,75 @@
-//! Reading a journal directory back: every record in order, and every place
-//! where the bytes are not what the writer wrote.
+//! Reading a journal directory back: the newest checkpoint
+//! ([`read_checkpoint`]), then every record in order ([`scan_dir`]), and
+//! every place where the bytes are not what spoold wrote.
+//!
+//! A directory holds three kinds of files (`docs/journal-format.md`):
+//!
+//! - the newest checkpoint `<S>.ckpt`: the state as of record `S`;
+//! - log segments `<id>.seg`: records in sequence order. Those whose records
+//!   all have sequence numbers ≤ `S` are only *payload stores* now (the
+//!   checkpoint may point at enqueue and attempt records in them); the
+//!   *live log* starts at the segment that holds record `S + 1`;
+//! - packs `<id>.pack`: payload records that compaction copied out of older
+//!   files.
 //!
 //! Scanning never changes a file. It classifies damage the way the recovery
-//! table in `docs/journal-format.md` says:
+//! table says:
 //!
-//! - a bad record in the last segment with no valid record after it is a
-//!   [`TornTail`]: the write was cut short, so nothing in it was ever
-//!   acknowledged, and the caller may truncate it;
-//! - a bad record with a valid record after it, any damage in a sealed
-//!   segment, a damaged segment header, or a missing segment is a
-//!   [`Problem`]: corruption, which replay refuses and `verify` reports.
-//!
-//! After a bad record the scanner resynchronises by looking for the next
-//! offset that holds a valid frame with a later sequence number, so one flipped
-//! bit costs one span, not the rest of the segment.
+//! - damage in the last segment confined to its last group-commit batch is a
+//!   [`TornTail`]: that batch was being written when the process died, after
+//!   the last fsync that returned, so nothing in it was acknowledged (the
+//!   frame header's batch fields say where each batch began and ended);
+//! - anything else — damage in a sealed file, a batch after the damaged one,
+//!   a damaged header or checkpoint, a missing segment of the live log,
+//!   records missing between segments — is a [`Problem`]: corruption, which
+//!   replay refuses and `verify` reports.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::error::JournalError;
 use super::format::{
-    FRAME_HEADER_BYTES, FrameHeader, RECORD_BODY_MAX_BYTES, SEGMENT_HEADER_BYTES, SegmentHeader,
+    CheckpointHeader, FILE_HEADER_BYTES, FileId, HeaderProblem, PackHeader, SegmentHeader,
+    checkpoint_file_name, pack_file_name, parse_checkpoint_file_name, parse_pack_file_name,
     parse_segment_file_name, segment_file_name,
 };
+use super::frames::{Piece, damage_reason, walk};
 use super::storage::Storage;
 
-/// One valid record, borrowed from the scan buffer.
+/// One valid record of a log segment or pack, borrowed from the scan buffer.
 #[derive(Debug, Clone, Copy)]
 pub struct ScannedRecord<'a> {
-    pub segment_id: u64,
-    /// Offset of the frame (not the body) in its segment.
+    pub file: FileId,
+    /// Offset of the frame (not the body) in its file.
     pub offset: u64,
     pub seq: u64,
     pub kind: u8,
     pub body: &'a [u8],
-}
-
-impl ScannedRecord<'_> {
-    pub fn frame_len(&self) -> u64 {
-        (FRAME_HEADER_BYTES + self.body.len()) as u64
-    }
+    /// Part of the live log after the checkpoint: replay applies it. Every
+    /// other record (≤ the checkpoint's sequence number) is only a payload
+    /// the checkpoint may point at.
+    pub applies: bool,
+    pub frame_len: u64,
 }
 
 /// Corruption: something replay must not paper over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {
-    /// Bytes `[start, end)` of a segment hold no valid record.
+    /// Bytes `[start, end)` of a file hold no valid record.
     BadSpan {
-        segment_id: u64,
+        file: FileId,
         start: u64,
         end: u64,
         reason: String,
     },
-    /// A segment header is damaged; the segment cannot be read.
-    BadHeader { segment_id: u64, reason: String },
-    /// Segment ids jump: the ones in between are gone.
+    /// A file header is damaged; the file cannot be read.
+    BadHeader { path: PathBuf, reason: String },
+    /// The newest checkpoint is damaged or incomplete.
+    BadCheckpoint { path: PathBuf, reason: String },
+    /// Segment ids of the live log jump: the ones in between are gone.
     MissingSegments { first: u64, last: u64 },
-    /// Records between two segments are gone (the earlier one lost its end).
+    /// Records of the live log are gone (before `segment`, or before the
+    /// first segment when it starts after the checkpoint).
     SequenceGap {
         segment_id: u64,
         expected_seq: u64,
@@ -68,14 +81,14 @@ impl Problem {
     /// The file and offset to name in an error message.
     pub fn location(&self, dir: &Path) -> (PathBuf, u64) {
         match self {
-            Problem::BadSpan {
-                segment_id, start, ..
-            } => (dir.join(segment_file_name(*segment_id)), *start),
-            Problem::BadHeader { segment_id, .. } => (dir.join(segment_file_name(*segment_id)), 0),
+            Problem::BadSpan { file, start, .. } => (dir.join(file.file_name()), *start),
+            Problem::BadHeader { path, .. } | Problem::BadCheckpoint { path, .. } => {
+                (path.clone(), 0)
+            }
             Problem::MissingSegments { first, .. } => (dir.join(segment_file_name(*first)), 0),
             Problem::SequenceGap { segment_id, .. } => (
                 dir.join(segment_file_name(*segment_id)),
-                SEGMENT_HEADER_BYTES as u64,
+                FILE_HEADER_BYTES as u64,
             ),
         }
     }
@@ -85,7 +98,8 @@ impl Problem {
             Problem::BadSpan {
                 start, end, reason, ..
             } => format!("{} bad bytes [{start}, {end}): {reason}", end - start),
-            Problem::BadHeader { reason, .. } => format!("bad segment header: {reason}"),
+            Problem::BadHeader { reason, .. } => format!("bad file header: {reason}"),
+            Problem::BadCheckpoint { reason, .. } => format!("bad checkpoint: {reason}"),
             Problem::MissingSegments { first, last } => format!(
                 "segment files {} to {} are missing",
                 segment_file_name(*first),
@@ -113,8 +127,8 @@ impl Problem {
     }
 }
 
-/// The end of the last segment does not hold a complete record: a write that
-/// was cut short. Never acknowledged, safe to truncate.
+/// Damage at the end of the last segment, confined to its last batch: a
+/// write that was cut short. Never acknowledged, safe to clear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TornTail {
     pub segment_id: u64,
@@ -122,116 +136,191 @@ pub struct TornTail {
     pub len_bytes: u64,
 }
 
-/// What a scan found, besides the records it handed to the visitor.
+/// A log segment as found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub id: u64,
+    pub first_seq: u64,
+    /// The file's length, preallocated space included.
+    pub file_bytes: u64,
+    /// Every record in it is ≤ the checkpoint's sequence number.
+    pub payload_only: bool,
+}
+
+/// The newest checkpoint, as found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    pub seq: u64,
+    pub term: u64,
+    pub file_bytes: u64,
+}
+
+/// What a scan found, besides what it handed to the visitor.
 #[derive(Debug, Clone, Default)]
 pub struct ScanSummary {
-    /// Every segment id found, ascending.
-    pub segment_ids: Vec<u64>,
+    /// The checkpoint sequence number the scan was told (0: none).
+    pub checkpoint_seq: u64,
+    /// Log segments with a valid header, ascending.
+    pub segments: Vec<SegmentInfo>,
+    /// Packs with a valid header and their file lengths, ascending.
+    pub packs: Vec<(u64, u64)>,
+    /// Segments in format 1: the spool needs upgrading (no checkpoint), or
+    /// they are what an upgrade that was cut short left behind.
+    pub old_format_segments: Vec<u64>,
     pub records: u64,
     pub record_bytes: u64,
-    /// Bytes of all segment files, preallocated space included.
+    /// Bytes of all files read (preallocated space included).
     pub file_bytes: u64,
-    /// The valid headers, in id order, with their file lengths.
-    pub headers: Vec<(SegmentHeader, u64)>,
-    /// The highest message-id floor any header carries.
-    pub id_floor: u64,
-    /// Segments a later, merged segment covers: left behind by a compaction
-    /// that was cut short after its new file was in place. Skipped by the
-    /// scan; start-up deletes them.
-    pub superseded: Vec<u64>,
-    /// Sequence number of the last valid record (0 when there is none).
+    /// Sequence number of the last valid record of the log, or the
+    /// checkpoint's when no record follows it (0 for an empty journal).
     pub last_seq: u64,
-    /// `first_seq` of the last segment's header, if its header is valid.
-    pub last_segment_first_seq: Option<u64>,
     /// The valid end of the last segment (where the next write goes).
     pub last_segment_end: u64,
     /// The last segment's file length (beyond the valid end: a torn write
     /// and/or preallocated zeros).
     pub last_segment_len: u64,
     pub torn_tail: Option<TornTail>,
-    /// The last segment's header is incomplete: it was being created when
-    /// the process died and holds nothing.
-    pub torn_last_header: bool,
+    /// The last segment (this id) has an incomplete header: it was being
+    /// created when the process died and holds nothing.
+    pub torn_last_header: Option<u64>,
     pub problems: Vec<Problem>,
 }
 
-/// Lists the segment ids in `dir`, ascending.
-pub fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<u64>, JournalError> {
-    let names = storage.list(dir).map_err(|e| JournalError::io(dir, e))?;
-    let mut ids: Vec<u64> = names
-        .iter()
-        .filter_map(|n| parse_segment_file_name(n))
-        .collect();
-    ids.sort_unstable();
-    Ok(ids)
+/// The journal files in a directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub segments: Vec<u64>,
+    pub packs: Vec<u64>,
+    pub checkpoints: Vec<u64>,
 }
 
-/// `(covers_from, id)` of every segment whose valid header says it stands
-/// for earlier ids too (a merged compaction output).
-fn covered_ranges(
-    storage: &dyn Storage,
+impl Listing {
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty() && self.packs.is_empty() && self.checkpoints.is_empty()
+    }
+}
+
+/// Lists the journal files in `dir`, each kind ascending.
+pub fn list_files(storage: &dyn Storage, dir: &Path) -> Result<Listing, JournalError> {
+    let names = storage.list(dir).map_err(|e| JournalError::io(dir, e))?;
+    let mut listing = Listing::default();
+    for name in &names {
+        if let Some(id) = parse_segment_file_name(name) {
+            listing.segments.push(id);
+        } else if let Some(id) = parse_pack_file_name(name) {
+            listing.packs.push(id);
+        } else if let Some(seq) = parse_checkpoint_file_name(name) {
+            listing.checkpoints.push(seq);
+        }
+    }
+    listing.segments.sort_unstable();
+    listing.packs.sort_unstable();
+    listing.checkpoints.sort_unstable();
+    Ok(listing)
+}
+
+/// Files that the checkpoint at `checkpoint_seq` made obsolete: older
+/// checkpoints, packs it does not point into, log segments whose records
+/// it covers and does not point into, and format-1 segments an upgrade
+/// replaced. Reads only headers; changes nothing.
+pub fn obsolete_files(
+    storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,
-    ids: &[u64],
-) -> Result<Vec<(u64, u64)>, JournalError> {
+    listing: &Listing,
+    checkpoint_seq: u64,
+    referenced: &dyn Fn(FileId) -> bool,
+) -> Result<Vec<String>, JournalError> {
     let mut out = Vec::new();
-    let mut header = [0u8; SEGMENT_HEADER_BYTES];
-    for &id in ids {
+    // Without a checkpoint nothing points into a pack: any pack is one
+    // whose compaction never wrote its checkpoint.
+    out.extend(
+        listing
+            .packs
+            .iter()
+            .filter(|&&id| !referenced(FileId::Pack(id)))
+            .map(|&id| pack_file_name(id)),
+    );
+    let Some((_, stale)) = listing.checkpoints.split_last() else {
+        return Ok(out);
+    };
+    out.extend(stale.iter().map(|&seq| checkpoint_file_name(seq)));
+    let mut headers = Vec::new();
+    let mut buf = [0u8; FILE_HEADER_BYTES];
+    for &id in &listing.segments {
         let path = dir.join(segment_file_name(id));
         let file = storage
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
-        if file.read_exact_at(&mut header, 0).is_err() {
-            continue;
+        let got = file
+            .read_at(&mut buf, 0)
+            .map_err(|e| JournalError::io(&path, e))?;
+        match SegmentHeader::decode(&buf[..got], salt, id) {
+            Ok(h) => headers.push(h),
+            Err(HeaderProblem::OldVersion(_)) => out.push(segment_file_name(id)),
+            // Damage is the scan's to report.
+            Err(_) => {}
         }
-        if let Ok(h) = SegmentHeader::decode(&header, salt, id)
-            && h.first_covered_id() < id
-        {
-            out.push((h.first_covered_id(), id));
-        }
+    }
+    if let Some(live_start) = headers
+        .iter()
+        .rposition(|h| h.first_seq <= checkpoint_seq + 1)
+    {
+        out.extend(
+            headers[..live_start]
+                .iter()
+                .filter(|h| !referenced(FileId::Segment(h.segment_id)))
+                .map(|h| segment_file_name(h.segment_id)),
+        );
     }
     Ok(out)
 }
 
-/// Scans every segment of `dir` in order, handing each valid record to
-/// `visit`. A visitor error stops the scan and is returned as is.
+/// Scans every pack and log segment of `dir`, handing each valid record to
+/// `visit`; records after `checkpoint_seq` (the newest checkpoint's, 0 for
+/// none) are flagged to be applied. A visitor error stops the scan and is
+/// returned as is.
 pub fn scan_dir(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,
+    checkpoint_seq: u64,
     mut visit: impl FnMut(ScannedRecord<'_>) -> Result<(), JournalError>,
 ) -> Result<ScanSummary, JournalError> {
-    // A helper thread reads and checks segment N+1 (the copy out of the
-    // page cache and the checksums are half the work) while this one hands
-    // segment N's records to `visit`. At most two buffers exist: the one
-    // being visited and the one being filled; buffers go back for reuse.
-    let (segments_tx, segments_rx) = std::sync::mpsc::sync_channel::<CheckedSegment>(0);
+    // A helper thread reads and checks file N+1 (the copy out of the page
+    // cache and the checksums are half the work) while this one hands file
+    // N's records to `visit`. At most two buffers exist: the one being
+    // visited and the one being filled; buffers go back for reuse.
+    let (files_tx, files_rx) = std::sync::mpsc::sync_channel::<CheckedFile>(0);
     let (spare_tx, spare_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::scope(|scope| {
         let reader = std::thread::Builder::new()
             .name("journal-scan".into())
             .spawn_scoped(scope, || {
-                check_segments(storage, dir, salt, segments_tx, spare_rx)
+                check_files(storage, dir, salt, checkpoint_seq, files_tx, spare_rx)
             })
             .map_err(|e| JournalError::io(dir, e))?;
-        let visited = segments_rx.iter().try_for_each(|segment| {
-            for (i, frame) in segment.frames.iter().enumerate() {
-                if let Some(ahead) = segment.frames.get(i + PREFETCH_FRAMES_AHEAD) {
-                    prefetch(&segment.buf[ahead.offset..ahead.end]);
+        let visited = files_rx.iter().try_for_each(|file| {
+            for (i, frame) in file.frames.iter().enumerate() {
+                if let Some(ahead) = file.frames.get(i + PREFETCH_FRAMES_AHEAD) {
+                    prefetch(&file.buf[ahead.offset..ahead.end]);
                 }
+                let body = &file.buf[frame.offset + super::format::FRAME_HEADER_BYTES..frame.end];
                 visit(ScannedRecord {
-                    segment_id: segment.id,
+                    file: file.id,
                     offset: frame.offset as u64,
                     seq: frame.seq,
                     kind: frame.kind,
-                    body: &segment.buf[frame.offset + FRAME_HEADER_BYTES..frame.end],
+                    body,
+                    applies: frame.applies,
+                    frame_len: (frame.end - frame.offset) as u64,
                 })?;
             }
-            let _ = spare_tx.send(segment.buf);
+            let _ = spare_tx.send(file.buf);
             Ok(())
         });
         // On a visitor's error the reader finds the channel closed and stops.
-        drop(segments_rx);
+        drop(files_rx);
         let checked = reader.join().expect("journal-scan thread panicked");
         visited.and(checked)
     })
@@ -259,9 +348,9 @@ fn prefetch(frame: &[u8]) {
     let _ = frame;
 }
 
-/// A segment read and checked, with its valid records in order.
-struct CheckedSegment {
-    id: u64,
+/// A file read and checked, with its valid frames in order.
+struct CheckedFile {
+    id: FileId,
     buf: Vec<u8>,
     frames: Vec<CheckedFrame>,
 }
@@ -271,246 +360,418 @@ struct CheckedFrame {
     end: usize,
     seq: u64,
     kind: u8,
+    applies: bool,
 }
 
 /// The reading half of [`scan_dir`]: everything but the visiting.
-fn check_segments(
+fn check_files(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,
-    segments: std::sync::mpsc::SyncSender<CheckedSegment>,
+    checkpoint_seq: u64,
+    out: std::sync::mpsc::SyncSender<CheckedFile>,
     spare: std::sync::mpsc::Receiver<Vec<u8>>,
 ) -> Result<ScanSummary, JournalError> {
-    let all_ids = list_segments(storage.as_ref(), dir)?;
-    let covers = covered_ranges(storage.as_ref(), dir, salt, &all_ids)?;
-    let superseded: Vec<u64> = all_ids
-        .iter()
-        .copied()
-        .filter(|&id| covers.iter().any(|&(from, to)| from <= id && id < to))
-        .collect();
-    let ids: Vec<u64> = all_ids
-        .iter()
-        .copied()
-        .filter(|id| !superseded.contains(id))
-        .collect();
+    let listing = list_files(storage.as_ref(), dir)?;
     let mut summary = ScanSummary {
-        segment_ids: ids.clone(),
-        superseded,
+        checkpoint_seq,
         ..ScanSummary::default()
     };
-    // The sequence number the next record must carry, when it is known
-    // exactly (an uncompacted segment after an undamaged one).
-    let mut expect_exact: Option<u64> = None;
-    // Every later record must carry at least this sequence number.
-    let mut min_next_seq = 0u64;
-    for (i, &id) in ids.iter().enumerate() {
-        let is_last = i + 1 == ids.len();
-        let first_covered = covers
-            .iter()
-            .find(|&&(_, to)| to == id)
-            .map_or(id, |&(from, _)| from);
-        if i > 0 && first_covered != ids[i - 1] + 1 {
-            summary.problems.push(Problem::MissingSegments {
-                first: ids[i - 1] + 1,
-                last: first_covered - 1,
-            });
-            expect_exact = None;
-        }
+    let read = |path: &Path, buf: &mut Vec<u8>| -> Result<(), JournalError> {
+        let file = storage.open(path).map_err(|e| JournalError::io(path, e))?;
+        file.read_all(buf).map_err(|e| JournalError::io(path, e))
+    };
+
+    // Segment headers, to know where the live log starts.
+    let mut headers: Vec<(u64, SegmentHeader)> = Vec::new();
+    let mut header = [0u8; FILE_HEADER_BYTES];
+    let last_id = listing.segments.last().copied();
+    for &id in &listing.segments {
         let path = dir.join(segment_file_name(id));
         let file = storage
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
-        let mut buf = spare.try_recv().unwrap_or_default();
-        let mut frames = Vec::new();
-        file.read_all(&mut buf)
+        let len = file.size_bytes().map_err(|e| JournalError::io(&path, e))?;
+        let got = file
+            .read_at(&mut header, 0)
             .map_err(|e| JournalError::io(&path, e))?;
-        summary.file_bytes += buf.len() as u64;
+        match SegmentHeader::decode(&header[..got], salt, id) {
+            Ok(h) => headers.push((id, h)),
+            Err(HeaderProblem::OldVersion(_)) => summary.old_format_segments.push(id),
+            Err(_) if Some(id) == last_id && len <= FILE_HEADER_BYTES as u64 => {
+                // A rotation cut short: nothing in it was acknowledged.
+                summary.torn_last_header = Some(id);
+                summary.file_bytes += len;
+                summary.last_segment_len = len;
+            }
+            Err(problem) => summary.problems.push(Problem::BadHeader {
+                path,
+                reason: problem.to_string(),
+            }),
+        }
+    }
+    if !summary.old_format_segments.is_empty() && checkpoint_seq == 0 {
+        // Format 1: nothing more to check here; the upgrade reads it.
+        return Ok(summary);
+    }
+    // The live log starts at the last segment whose first record is at or
+    // before the one after the checkpoint; every segment before it holds
+    // only records the checkpoint covers.
+    let live_start = headers
+        .iter()
+        .rposition(|(_, h)| h.first_seq <= checkpoint_seq + 1)
+        .unwrap_or(0);
+    if let Some((id, h)) = headers.get(live_start)
+        && h.first_seq > checkpoint_seq + 1
+    {
+        summary.problems.push(Problem::SequenceGap {
+            segment_id: *id,
+            expected_seq: checkpoint_seq + 1,
+            found_seq: h.first_seq,
+        });
+    }
+    summary.last_seq = checkpoint_seq;
 
-        let header = match SegmentHeader::decode(&buf, salt, id) {
-            Ok(h) => h,
-            Err(problem) => {
-                if is_last && buf.len() <= SEGMENT_HEADER_BYTES {
-                    summary.torn_last_header = true;
-                } else {
-                    summary.problems.push(Problem::BadHeader {
-                        segment_id: id,
-                        reason: problem.to_string(),
-                    });
-                }
-                expect_exact = None;
-                continue;
-            }
-        };
-        if is_last {
-            summary.last_segment_first_seq = Some(header.first_seq);
-        }
-        summary.id_floor = summary.id_floor.max(header.id_floor);
-        summary.headers.push((header, buf.len() as u64));
-        let compacted = header.is_compacted();
-        if header.first_seq < min_next_seq {
+    // Packs: payload records the checkpoint points at; intact or corrupt.
+    for &id in &listing.packs {
+        let path = dir.join(pack_file_name(id));
+        let mut buf = spare.try_recv().unwrap_or_default();
+        read(&path, &mut buf)?;
+        summary.file_bytes += buf.len() as u64;
+        if let Err(problem) = PackHeader::decode(&buf, salt, id) {
             summary.problems.push(Problem::BadHeader {
-                segment_id: id,
-                reason: format!(
-                    "first sequence {} overlaps records already seen (next at least {min_next_seq})",
-                    header.first_seq
-                ),
+                path,
+                reason: problem.to_string(),
             });
+            continue;
         }
-        if let Some(expected) = expect_exact
-            && header.first_seq != expected
-            && !(compacted && header.first_seq < expected)
-        {
-            if header.first_seq > expected {
-                summary.problems.push(Problem::SequenceGap {
-                    segment_id: id,
-                    expected_seq: expected,
-                    found_seq: header.first_seq,
-                });
-            } else {
-                summary.problems.push(Problem::BadHeader {
-                    segment_id: id,
-                    reason: format!(
-                        "first sequence {} overlaps records already seen (next expected {expected})",
-                        header.first_seq
-                    ),
-                });
-            }
-        }
-        // Within a segment sequence numbers are exact unless compacted.
-        let mut next_seq = header.first_seq;
-        let mut clean = true;
-        let mut off = SEGMENT_HEADER_BYTES;
-        while off < buf.len() {
-            if all_zero(&buf[off..]) {
-                // Preallocated space that no record reached yet.
-                break;
-            }
-            match check_frame(&buf, off, salt, next_seq, compacted) {
-                Ok(frame_len) => {
-                    let h = FrameHeader::peek(&buf[off..]);
-                    frames.push(CheckedFrame {
-                        offset: off,
-                        end: off + frame_len,
-                        seq: h.seq,
-                        kind: h.kind,
-                    });
+        summary.packs.push((id, buf.len() as u64));
+        let file = FileId::Pack(id);
+        let mut frames = Vec::new();
+        for piece in walk(&buf, FILE_HEADER_BYTES, salt, 0) {
+            match piece {
+                Piece::Frame(f) if f.header.seq <= checkpoint_seq => {
                     summary.records += 1;
-                    summary.record_bytes += frame_len as u64;
-                    summary.last_seq = h.seq;
-                    next_seq = h.seq + 1;
-                    off += frame_len;
+                    summary.record_bytes += f.frame_len() as u64;
+                    frames.push(checked(&f, false));
                 }
-                Err(reason) => match resync(&buf, off + 1, salt, next_seq) {
-                    Some(good) => {
-                        summary.problems.push(Problem::BadSpan {
-                            segment_id: id,
-                            start: off as u64,
-                            end: good as u64,
-                            reason,
-                        });
-                        clean = false;
-                        next_seq = FrameHeader::peek(&buf[good..]).seq;
-                        off = good;
+                Piece::Frame(f) => summary.problems.push(Problem::BadSpan {
+                    file,
+                    start: f.offset as u64,
+                    end: f.end() as u64,
+                    reason: format!(
+                        "pack record {} is newer than the checkpoint ({checkpoint_seq})",
+                        f.header.seq
+                    ),
+                }),
+                Piece::Damage { start, end, .. } => summary.problems.push(Problem::BadSpan {
+                    file,
+                    start: start as u64,
+                    end: end as u64,
+                    reason: damage_reason(&buf, start, salt),
+                }),
+            }
+        }
+        if out
+            .send(CheckedFile {
+                id: file,
+                buf,
+                frames,
+            })
+            .is_err()
+        {
+            return Ok(summary);
+        }
+    }
+
+    // Log segments, in id order.
+    let mut expect: Option<u64> = None;
+    for (i, &(id, h)) in headers.iter().enumerate() {
+        let is_last = Some(id) == last_id;
+        let live = i >= live_start;
+        let path = dir.join(segment_file_name(id));
+        let mut buf = spare.try_recv().unwrap_or_default();
+        read(&path, &mut buf)?;
+        summary.file_bytes += buf.len() as u64;
+        summary.segments.push(SegmentInfo {
+            id,
+            first_seq: h.first_seq,
+            file_bytes: buf.len() as u64,
+            payload_only: !live,
+        });
+        if live && i > live_start {
+            let prev = headers[i - 1].0;
+            if prev + 1 != id {
+                summary.problems.push(Problem::MissingSegments {
+                    first: prev + 1,
+                    last: id - 1,
+                });
+            }
+            if let Some(expected) = expect
+                && h.first_seq != expected
+            {
+                summary.problems.push(if h.first_seq > expected {
+                    Problem::SequenceGap {
+                        segment_id: id,
+                        expected_seq: expected,
+                        found_seq: h.first_seq,
                     }
-                    None if is_last => {
-                        // Zeros after the torn bytes are preallocated space.
-                        let end = buf.iter().rposition(|&b| b != 0).map_or(off, |p| p + 1);
+                } else {
+                    Problem::BadHeader {
+                        path: path.clone(),
+                        reason: format!(
+                            "first sequence {} overlaps records already seen (next expected {expected})",
+                            h.first_seq
+                        ),
+                    }
+                });
+            }
+        }
+        let file = FileId::Segment(id);
+        let mut frames = Vec::new();
+        let mut next_seq = h.first_seq;
+        let mut end = FILE_HEADER_BYTES;
+        // The last intact frame of this file, for the torn-batch rule.
+        let mut previous: Option<super::format::FrameHeader> = None;
+        let mut pieces = walk(&buf, FILE_HEADER_BYTES, salt, h.first_seq);
+        while let Some(piece) = pieces.next() {
+            match piece {
+                Piece::Frame(f) if f.header.seq == next_seq => {
+                    if f.header.seq > summary.last_seq && live {
+                        summary.last_seq = f.header.seq;
+                    }
+                    summary.records += 1;
+                    summary.record_bytes += f.frame_len() as u64;
+                    frames.push(checked(&f, live && f.header.seq > checkpoint_seq));
+                    next_seq += 1;
+                    end = f.end();
+                    previous = Some(f.header);
+                }
+                Piece::Frame(f) => {
+                    summary.problems.push(Problem::BadSpan {
+                        file,
+                        start: f.offset as u64,
+                        end: f.end() as u64,
+                        reason: format!(
+                            "record carries sequence {} where {next_seq} was expected",
+                            f.header.seq
+                        ),
+                    });
+                    next_seq = f.header.seq + 1;
+                    end = f.end();
+                }
+                Piece::Damage {
+                    start,
+                    end: bad_end,
+                    last,
+                } => {
+                    // In the last segment, damage confined to the batch
+                    // that was being written is a torn tail.
+                    let batch = match previous {
+                        Some(p) if p.ends_batch() => p.seq + 1,
+                        Some(p) => p.batch_first_seq(),
+                        None => h.first_seq,
+                    };
+                    let rest: Vec<Piece<'_>> = if last {
+                        Vec::new()
+                    } else {
+                        pieces.by_ref().collect()
+                    };
+                    let torn = is_last
+                        && rest.iter().all(|p| match p {
+                            Piece::Frame(f) => f.header.batch_first_seq() == batch,
+                            Piece::Damage { .. } => true,
+                        });
+                    if torn {
+                        let torn_end = rest
+                            .iter()
+                            .map(|p| match p {
+                                Piece::Frame(f) => f.end(),
+                                Piece::Damage { end, .. } => *end,
+                            })
+                            .max()
+                            .unwrap_or(bad_end)
+                            .max(bad_end);
                         summary.torn_tail = Some(TornTail {
                             segment_id: id,
-                            offset: off as u64,
-                            len_bytes: (end - off) as u64,
+                            offset: start as u64,
+                            len_bytes: (torn_end - start) as u64,
                         });
-                        break;
-                    }
-                    None => {
+                    } else {
                         summary.problems.push(Problem::BadSpan {
-                            segment_id: id,
-                            start: off as u64,
-                            end: buf.len() as u64,
-                            reason: format!("{reason} (sealed segment ends in damage)"),
+                            file,
+                            start: start as u64,
+                            end: bad_end as u64,
+                            reason: if is_last {
+                                damage_reason(&buf, start, salt)
+                            } else {
+                                format!("{} (sealed segment)", damage_reason(&buf, start, salt))
+                            },
                         });
-                        clean = false;
-                        break;
+                        // Keep going (verify lists every span, repair
+                        // keeps every good record); replay refuses on the
+                        // first problem anyway.
+                        for p in rest {
+                            match p {
+                                Piece::Frame(f) => {
+                                    summary.records += 1;
+                                    summary.record_bytes += f.frame_len() as u64;
+                                    if live && f.header.seq > summary.last_seq {
+                                        summary.last_seq = f.header.seq;
+                                    }
+                                    frames.push(checked(&f, live && f.header.seq > checkpoint_seq));
+                                    next_seq = f.header.seq + 1;
+                                    end = f.end();
+                                }
+                                Piece::Damage { start, end, .. } => {
+                                    summary.problems.push(Problem::BadSpan {
+                                        file,
+                                        start: start as u64,
+                                        end: end as u64,
+                                        reason: damage_reason(&buf, start, salt),
+                                    });
+                                }
+                            }
+                        }
                     }
-                },
+                    break;
+                }
             }
         }
+        expect = Some(next_seq);
         if is_last {
-            summary.last_segment_end = off.min(buf.len()) as u64;
+            summary.last_segment_end = end as u64;
             summary.last_segment_len = buf.len() as u64;
         }
-        // After a compacted segment the next one's first sequence number is
-        // only known to be larger: compaction may have dropped the last
-        // records.
-        expect_exact = (clean && !compacted).then_some(next_seq);
-        min_next_seq = next_seq;
-        if segments.send(CheckedSegment { id, buf, frames }).is_err() {
-            // The visitor failed; its error is the one to report.
+        if out
+            .send(CheckedFile {
+                id: file,
+                buf,
+                frames,
+            })
+            .is_err()
+        {
             return Ok(summary);
         }
     }
     Ok(summary)
 }
 
-/// True when `bytes` holds only zeros: preallocated, never written.
-pub(crate) fn all_zero(bytes: &[u8]) -> bool {
-    // Eight bytes at a time: replay looks at every segment's tail. A frame
-    // header is never zero, so at a record this stops at the first word.
-    let mut words = bytes.chunks_exact(8);
-    words.all(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")) == 0)
-        && words.remainder().iter().all(|&b| b == 0)
+fn checked(f: &super::frames::Frame<'_>, applies: bool) -> CheckedFrame {
+    CheckedFrame {
+        offset: f.offset,
+        end: f.end(),
+        seq: f.header.seq,
+        kind: f.header.kind,
+        applies,
+    }
 }
 
-/// Checks the frame at `off`; returns its total length, or why it is bad.
-fn check_frame(
-    buf: &[u8],
-    off: usize,
+/// Reads the checkpoint at `seq` and hands its chunks to `visit`, in order,
+/// once the whole file is checked (a damaged checkpoint hands over
+/// nothing). `Ok(Err(problem))` is damage; `Err` an I/O or visitor error.
+pub fn read_checkpoint(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
     salt: u64,
-    next_seq: u64,
-    compacted: bool,
-) -> Result<usize, String> {
-    let rest = buf.len() - off;
-    if rest < FRAME_HEADER_BYTES {
-        return Err(format!("{rest} bytes are too short for a record frame"));
-    }
-    let h = FrameHeader::peek(&buf[off..]);
-    let body_len = h.body_len as usize;
-    if body_len > RECORD_BODY_MAX_BYTES {
-        return Err(format!("impossible record length {body_len}"));
-    }
-    let frame_len = FRAME_HEADER_BYTES + body_len;
-    if frame_len > rest {
-        return Err(format!(
-            "record of {frame_len} bytes runs past the end of the segment ({rest} left)"
-        ));
-    }
-    if !FrameHeader::verify(&buf[off..off + frame_len], salt) {
-        return Err("record checksum mismatch".to_string());
-    }
-    let seq_ok = if compacted {
-        h.seq >= next_seq
-    } else {
-        h.seq == next_seq
+    seq: u64,
+    mut visit: impl FnMut(u8, &[u8]) -> Result<(), JournalError>,
+) -> Result<Result<CheckpointInfo, Problem>, JournalError> {
+    let path = dir.join(checkpoint_file_name(seq));
+    let mut buf = Vec::new();
+    storage
+        .open(&path)
+        .and_then(|f| f.read_all(&mut buf))
+        .map_err(|e| JournalError::io(&path, e))?;
+    let (header, frames) = match check_checkpoint(&buf, salt, seq) {
+        Ok(checked) => checked,
+        Err(reason) => return Ok(Err(Problem::BadCheckpoint { path, reason })),
     };
-    if !seq_ok {
-        return Err(format!(
-            "record carries sequence {} where {next_seq} was expected",
-            h.seq
-        ));
+    for f in &frames {
+        visit(
+            f.kind,
+            &buf[f.offset + super::format::FRAME_HEADER_BYTES..f.end],
+        )?;
     }
-    Ok(frame_len)
+    Ok(Ok(CheckpointInfo {
+        seq,
+        term: header.term,
+        file_bytes: buf.len() as u64,
+    }))
 }
 
-/// The first offset at or after `from` that holds a valid frame with a
-/// sequence number at or after `min_seq`.
-pub(crate) fn resync(buf: &[u8], from: usize, salt: u64, min_seq: u64) -> Option<usize> {
-    let last_start = buf.len().checked_sub(FRAME_HEADER_BYTES)?;
-    (from..=last_start).find(|&p| {
-        let h = FrameHeader::peek(&buf[p..]);
-        let frame_len = FRAME_HEADER_BYTES + h.body_len as usize;
-        h.seq >= min_seq
-            && h.body_len as usize <= RECORD_BODY_MAX_BYTES
-            && frame_len <= buf.len() - p
-            && FrameHeader::verify(&buf[p..p + frame_len], salt)
-    })
+/// Reads what can be read of a damaged checkpoint: every intact chunk, in
+/// order (repair keeps what it can).
+pub fn salvage_checkpoint(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    salt: u64,
+    seq: u64,
+    mut visit: impl FnMut(u8, &[u8]),
+) -> Result<(), JournalError> {
+    let path = dir.join(checkpoint_file_name(seq));
+    let mut buf = Vec::new();
+    storage
+        .open(&path)
+        .and_then(|f| f.read_all(&mut buf))
+        .map_err(|e| JournalError::io(&path, e))?;
+    for piece in walk(&buf, FILE_HEADER_BYTES, salt, 0) {
+        if let Piece::Frame(f) = piece
+            && f.header.seq == seq
+        {
+            visit(f.header.kind, f.body());
+        }
+    }
+    Ok(())
+}
+
+/// Checks a whole checkpoint file: its header, then chunk frames numbered
+/// 0, 1, … all carrying sequence number `seq`, the last one flagged, as
+/// many as the header says, ending where the file ends.
+fn check_checkpoint(
+    buf: &[u8],
+    salt: u64,
+    seq: u64,
+) -> Result<(CheckpointHeader, Vec<CheckedFrame>), String> {
+    let header = CheckpointHeader::decode(buf, salt, seq).map_err(|p| p.to_string())?;
+    if header.file_bytes != buf.len() as u64 {
+        return Err(format!(
+            "file holds {} bytes where its header says {}",
+            buf.len(),
+            header.file_bytes
+        ));
+    }
+    let mut frames = Vec::new();
+    let mut ended = false;
+    for piece in walk(buf, FILE_HEADER_BYTES, salt, 0) {
+        let f = match piece {
+            Piece::Frame(f) => f,
+            Piece::Damage { start, .. } => {
+                return Err(format!(
+                    "offset {start}: {}",
+                    damage_reason(buf, start, salt)
+                ));
+            }
+        };
+        if ended || f.header.seq != seq || u64::from(f.header.batch_index) != frames.len() as u64 {
+            return Err(format!(
+                "offset {}: chunk {} out of place (sequence {}, expected chunk {} of {seq})",
+                f.offset,
+                f.header.batch_index,
+                f.header.seq,
+                frames.len()
+            ));
+        }
+        ended = f.header.ends_batch();
+        frames.push(checked(&f, false));
+    }
+    if !ended || frames.len() as u64 != header.chunks {
+        return Err(format!(
+            "{} chunk(s) where the header says {}{}",
+            frames.len(),
+            header.chunks,
+            if ended { "" } else { ", and no final chunk" }
+        ));
+    }
+    Ok((header, frames))
 }

@@ -44,6 +44,10 @@ struct Faults {
     capacity_bytes: Option<u64>,
     /// Every `sync_data` takes this long (a slow disk).
     sync_delay: Option<std::time::Duration>,
+    /// Power is cut after this many more changes (creates, writes, syncs,
+    /// truncates, renames, removals, directory syncs): every later change
+    /// fails, as if the machine were gone, until [`SimStorage::crash`].
+    power_countdown: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +77,10 @@ pub enum Tear {
     /// Of the unsynced bytes appended to a file, the first `n` survive
     /// (clamped to what was written), as when a write was cut short.
     KeepPrefix(u64),
+    /// The unsynced change is cut into pages of `page_bytes`; page `i`
+    /// reaches the disk when bit `i % 64` of `mask` is set: any subset of
+    /// a write's pages, holes included, as a disk may persist them.
+    Pages { page_bytes: u64, mask: u64 },
 }
 
 impl SimStorage {
@@ -93,22 +101,38 @@ impl SimStorage {
         for (path, node) in &state.durable_names {
             let data = node.data.lock().expect("sim file lock poisoned");
             let mut kept = data.durable.clone();
-            if let Tear::KeepPrefix(n) = tear {
-                // The unsynced change starts at the first byte that differs
-                // (an append, or an overwrite of preallocated zeros); keep
-                // its first `n` bytes.
-                let (cur, dur) = (&data.current, &data.durable);
-                let first_diff = cur
-                    .iter()
-                    .zip(dur.iter())
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(cur.len().min(dur.len()));
-                let end = (first_diff + n as usize).min(cur.len());
-                if end > first_diff {
-                    if kept.len() < end {
-                        kept.resize(end, 0);
+            // The unsynced change starts at the first byte that differs
+            // (an append, or an overwrite of preallocated zeros).
+            let (cur, dur) = (&data.current, &data.durable);
+            let first_diff = cur
+                .iter()
+                .zip(dur.iter())
+                .position(|(a, b)| a != b)
+                .unwrap_or(cur.len().min(dur.len()));
+            let mut keep = |from: usize, to: usize| {
+                let to = to.min(cur.len());
+                if to > from {
+                    if kept.len() < to {
+                        kept.resize(to, 0);
                     }
-                    kept[first_diff..end].copy_from_slice(&cur[first_diff..end]);
+                    kept[from..to].copy_from_slice(&cur[from..to]);
+                }
+            };
+            match tear {
+                Tear::DropUnsynced => {}
+                // Keep the change's first `n` bytes.
+                Tear::KeepPrefix(n) => keep(first_diff, first_diff + n as usize),
+                Tear::Pages { page_bytes, mask } => {
+                    let page = page_bytes.max(1) as usize;
+                    let mut i = 0;
+                    let mut from = first_diff;
+                    while from < cur.len() {
+                        if mask >> (i % 64) & 1 == 1 {
+                            keep(from, from + page);
+                        }
+                        from += page;
+                        i += 1;
+                    }
                 }
             }
             let fresh = Node {
@@ -141,6 +165,19 @@ impl SimStorage {
     /// Caps the total bytes of all files (a full disk).
     pub fn set_capacity(&self, bytes: Option<u64>) {
         self.lock().faults.capacity_bytes = bytes;
+    }
+
+    /// Cuts the power after `n` more changes (0: the next one fails): every
+    /// change from then on fails, until [`SimStorage::crash`] (which a
+    /// test calls next) brings the disk back with what was synced.
+    pub fn cut_power_after(&self, n: u64) {
+        self.lock().faults.power_countdown = Some(n);
+    }
+
+    /// True once a power cut set with [`SimStorage::cut_power_after`]
+    /// happened.
+    pub fn power_is_cut(&self) -> bool {
+        self.lock().faults.power_countdown == Some(0)
     }
 
     /// Makes every `sync_data` take `delay`, as on a slow disk.
@@ -197,6 +234,20 @@ impl SimStorage {
     }
 }
 
+/// Counts one change against a pending power cut; an error once the power
+/// is gone. Changes on the preallocation thread do not count (it runs at
+/// its own pace), but fail all the same once the power is gone.
+fn spend_power(state: &mut SimState) -> io::Result<()> {
+    match state.faults.power_countdown {
+        Some(0) => Err(io::Error::other("sim: power cut")),
+        Some(n) if !on_prealloc_thread() => {
+            state.faults.power_countdown = Some(n - 1);
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 fn not_found(path: &Path) -> io::Error {
     io::Error::new(
         io::ErrorKind::NotFound,
@@ -231,6 +282,7 @@ impl Storage for SimStorage {
 
     fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
         let mut state = self.lock();
+        spend_power(&mut state)?;
         if state.names.contains_key(path) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -250,6 +302,7 @@ impl Storage for SimStorage {
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
+        spend_power(&mut state)?;
         state
             .names
             .remove(path)
@@ -259,6 +312,7 @@ impl Storage for SimStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut state = self.lock();
+        spend_power(&mut state)?;
         let node = state.names.remove(from).ok_or_else(|| not_found(from))?;
         state.names.insert(to.to_path_buf(), node);
         Ok(())
@@ -266,6 +320,7 @@ impl Storage for SimStorage {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut state = self.lock();
+        spend_power(&mut state)?;
         let state = &mut *state;
         state.durable_names.retain(|p, _| p.parent() != Some(dir));
         for (path, node) in &state.names {
@@ -312,6 +367,7 @@ impl StorageFile for SimFile {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_alive()?;
         let mut state = self.sim.lock();
+        spend_power(&mut state)?;
         state.writes += 1;
         let mut write_len = buf.len();
         let mut error = None;
@@ -365,6 +421,7 @@ impl StorageFile for SimFile {
     fn sync_data(&self) -> io::Result<()> {
         self.check_alive()?;
         let mut state = self.sim.lock();
+        spend_power(&mut state)?;
         if let Some(n) = state
             .faults
             .sync_countdown
@@ -389,6 +446,7 @@ impl StorageFile for SimFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.check_alive()?;
+        spend_power(&mut self.sim.lock())?;
         let mut data = self.node.data.lock().expect("sim file lock poisoned");
         data.current.resize(len as usize, 0);
         Ok(())
@@ -440,6 +498,35 @@ mod tests {
         a.write_all_at(b"defgh", 3).unwrap();
         sim.crash(Tear::KeepPrefix(2));
         assert_eq!(sim.file_bytes(&dir().join("a")).unwrap(), b"abcde");
+    }
+
+    #[test]
+    fn a_page_tear_keeps_any_subset_of_the_unsynced_pages() {
+        let sim = SimStorage::new();
+        let a = sim.create(&dir().join("a")).unwrap();
+        sim.sync_dir(&dir()).unwrap();
+        a.write_all_at(b"ab", 0).unwrap();
+        a.sync_data().unwrap();
+        a.write_all_at(b"cdefgh", 2).unwrap();
+        // Pages "cd", "ef", "gh": the first and last reach the disk.
+        sim.crash(Tear::Pages {
+            page_bytes: 2,
+            mask: 0b101,
+        });
+        assert_eq!(sim.file_bytes(&dir().join("a")).unwrap(), b"abcd\0\0gh");
+    }
+
+    #[test]
+    fn a_power_cut_fails_every_later_change() {
+        let sim = SimStorage::new();
+        let a = sim.create(&dir().join("a")).unwrap();
+        sim.cut_power_after(1);
+        a.write_all_at(b"one", 0).unwrap();
+        assert!(a.sync_data().is_err());
+        assert!(sim.rename(&dir().join("a"), &dir().join("b")).is_err());
+        assert!(sim.power_is_cut());
+        sim.crash(Tear::DropUnsynced);
+        assert!(sim.create(&dir().join("c")).is_ok(), "power is back");
     }
 
     #[test]

@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use super::error::JournalError;
 use super::format::{
-    FRAME_HEADER_BYTES, FrameHeader, SEGMENT_HEADER_BYTES, SegmentHeader, segment_file_name,
+    FILE_HEADER_BYTES, FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FileId, FrameHeader,
+    SegmentHeader, segment_file_name,
 };
 use super::prealloc::Preallocator;
 use super::reader::SegmentReader;
@@ -40,7 +41,8 @@ use super::storage::{Storage, StorageFile};
 /// Where a record lives on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RecordLoc {
-    pub segment_id: u32,
+    /// The file: a log segment or a pack ([`FileId::from_loc`]).
+    pub file: u32,
     /// Offset of the record's frame in the segment.
     pub offset: u32,
     /// Length of the frame (header and body).
@@ -135,9 +137,41 @@ struct Shared<E> {
     disk_bytes: AtomicU64,
     /// The segment the writer appends to; every lower id is sealed.
     active_segment: AtomicU64,
+    /// Bytes of the active segment's file (preallocated space included).
+    active_file_bytes: AtomicU64,
     /// Durable batches (one write and one fsync each) and their records.
     batches: AtomicU64,
     records: AtomicU64,
+    /// Tests hold durable batches back from the sink (see
+    /// [`Journal::hold_apply`]).
+    hold: Arc<ApplyHold>,
+}
+
+/// Lets a test keep durable batches from being applied, so that it can
+/// run compaction (or anything else) while records are durable but not yet
+/// in the state: every outcome then goes through the applier thread, which
+/// waits while the hold is on.
+#[derive(Default)]
+struct ApplyHold {
+    on: Mutex<bool>,
+    changed: Condvar,
+    /// Mirrors `on` for the writer's cheap check.
+    active: AtomicBool,
+}
+
+impl ApplyHold {
+    fn set(&self, on: bool) {
+        *self.on.lock().expect("hold lock poisoned") = on;
+        self.active.store(on, Ordering::Release);
+        self.changed.notify_all();
+    }
+
+    fn wait_released(&self) {
+        let mut on = self.on.lock().expect("hold lock poisoned");
+        while *on {
+            on = self.changed.wait(on).expect("hold lock poisoned");
+        }
+    }
 }
 
 /// Counters of the writer, for metrics and benchmarks.
@@ -175,6 +209,7 @@ struct ToApplier<E, S> {
     sink: Arc<Mutex<S>>,
     /// Outcomes sent to the applier and not yet applied.
     queued: Arc<AtomicUsize>,
+    hold: Arc<ApplyHold>,
 }
 
 impl<E: Send + 'static, S: BatchSink<E>> ToApplier<E, S> {
@@ -182,7 +217,7 @@ impl<E: Send + 'static, S: BatchSink<E>> ToApplier<E, S> {
         // Acquire pairs with the applier's Release after applying: at 0,
         // every queued outcome has been applied, so applying here keeps
         // journal order.
-        if self.queued.load(Ordering::Acquire) == 0 {
+        if self.queued.load(Ordering::Acquire) == 0 && !self.hold.active.load(Ordering::Acquire) {
             apply(&self.sink, outcome);
             return;
         }
@@ -194,9 +229,9 @@ impl<E: Send + 'static, S: BatchSink<E>> ToApplier<E, S> {
 }
 
 fn apply<E, S: BatchSink<E>>(sink: &Mutex<S>, outcome: Outcome<E>) {
-    let mut sink = sink
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // A panic while applying is a bug that takes the process down (the
+    // binary aborts on panic); nothing may apply on top of half a batch.
+    let mut sink = sink.lock().expect("bug: a sink panicked mid-batch");
     match outcome {
         Outcome::Durable(receipt, batch) => sink.durable(&receipt, batch),
         Outcome::Failed(failure, batch) => sink.failed(&failure, batch),
@@ -268,8 +303,10 @@ impl<E: Send + 'static> Journal<E> {
             poisoned: AtomicBool::new(false),
             disk_bytes: AtomicU64::new(disk_bytes),
             active_segment: AtomicU64::new(segment.id),
+            active_file_bytes: AtomicU64::new(segment.file_len),
             batches: AtomicU64::new(0),
             records: AtomicU64::new(0),
+            hold: Arc::default(),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(APPLY_QUEUE_BATCHES_MAX);
         let sink = Arc::new(Mutex::new(sink));
@@ -283,12 +320,15 @@ impl<E: Send + 'static> Journal<E> {
                 tx,
                 sink: sink.clone(),
                 queued: queued.clone(),
+                hold: shared.hold.clone(),
             },
         };
+        let hold = shared.hold.clone();
         let applier = std::thread::Builder::new()
             .name("journal-applier".into())
             .spawn(move || {
                 for outcome in rx {
+                    hold.wait_released();
                     apply(&sink, outcome);
                     queued.fetch_sub(1, Ordering::Release);
                 }
@@ -339,8 +379,57 @@ impl<E: Send + 'static> Journal<E> {
         Ok(())
     }
 
+    /// Appends several records so that they reach the disk in one write
+    /// and are covered by one fsync: all of them, or (after a failure) none.
+    pub fn append_many(
+        &self,
+        records: impl IntoIterator<Item = (u8, E)>,
+        mut encode: impl FnMut(&E, &mut Vec<u8>),
+    ) -> Result<(), JournalError> {
+        if self.shared.poisoned.load(Ordering::Acquire) {
+            return Err(JournalError::Poisoned);
+        }
+        let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
+        if pending.closed {
+            return Err(JournalError::Closed);
+        }
+        let Pending {
+            buf,
+            frames,
+            entries,
+            ..
+        } = &mut *pending;
+        for (kind, entry) in records {
+            let start = buf.len();
+            buf.resize(start + FRAME_HEADER_BYTES, 0);
+            entries.push(entry);
+            encode(entries.last().expect("just pushed"), buf);
+            frames.push((start, kind));
+        }
+        let wake = std::mem::take(&mut pending.writer_waiting);
+        drop(pending);
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Test hook: while on, durable batches wait before being applied (the
+    /// writer goes on writing up to a few batches ahead). See
+    /// [`ApplyHold`].
+    pub fn hold_apply(&self, on: bool) {
+        self.shared.hold.set(on);
+    }
+
     pub fn is_poisoned(&self) -> bool {
         self.shared.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Stops taking writes, as after a failed fsync: the engine calls it
+    /// when memory and disk could disagree (a compaction that failed after
+    /// its point of no return).
+    pub fn poison(&self) {
+        self.shared.poisoned.store(true, Ordering::Release);
     }
 
     /// True once [`Journal::close`] was called.
@@ -360,6 +449,11 @@ impl<E: Send + 'static> Journal<E> {
     /// The segment being appended to: every lower id is sealed.
     pub fn active_segment(&self) -> u64 {
         self.shared.active_segment.load(Ordering::Acquire)
+    }
+
+    /// Bytes of the active segment's file, preallocated space included.
+    pub fn active_file_bytes(&self) -> u64 {
+        self.shared.active_file_bytes.load(Ordering::Relaxed)
     }
 
     /// Compaction changed the bytes on disk by `delta`.
@@ -430,7 +524,7 @@ impl ActiveSegment {
             .storage
             .open(&path)
             .map_err(|e| JournalError::io(&path, e))?;
-        self.reader.register(self.id, file.clone());
+        self.reader.register(FileId::Segment(self.id), file.clone());
         self.file = Some(file);
         Ok(())
     }
@@ -446,10 +540,8 @@ impl ActiveSegment {
         first_seq: u64,
         wait_for_spare: bool,
     ) -> Result<u64, JournalError> {
-        assert!(
-            id < u32::MAX as u64,
-            "bug: segment id {id} overflows RecordLoc"
-        );
+        // Panics (a bug, or 2³¹ segments) before anything is written.
+        let _ = FileId::Segment(id).to_loc();
         let path = self.path(id);
         let spare = self.prealloc.as_ref().and_then(|p| p.take(wait_for_spare));
         let opened = match &spare {
@@ -458,13 +550,11 @@ impl ActiveSegment {
         };
         let file = opened.map_err(|e| JournalError::io(&path, e))?;
         let header = SegmentHeader {
-            salt: self.salt,
             segment_id: id,
             first_seq,
-            ..SegmentHeader::default()
         };
         let written = file
-            .write_all_at(&header.encode(), 0)
+            .write_all_at(&header.encode(self.salt), 0)
             .and_then(|()| file.sync_data())
             .and_then(|()| match &spare {
                 Some(spare) => self.storage.rename(spare, &path),
@@ -484,10 +574,10 @@ impl ActiveSegment {
                 return Err(JournalError::io(&path, e));
             }
         };
-        self.reader.register(id, file.clone());
+        self.reader.register(FileId::Segment(id), file.clone());
         self.id = id;
         self.file = Some(file);
-        self.len = SEGMENT_HEADER_BYTES as u64;
+        self.len = FILE_HEADER_BYTES as u64;
         self.file_len = file_len;
         Ok(file_len)
     }
@@ -544,22 +634,32 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
             return;
         }
         let first_seq = self.next_seq;
+        let last = frames.len() - 1;
         for (i, &(start, kind)) in frames.iter().enumerate() {
             let end = frames.get(i + 1).map_or(buf.len(), |f| f.0);
             FrameHeader::seal(
                 &mut buf[start..end],
                 self.segment.salt,
-                first_seq + i as u64,
-                kind,
+                FrameHeader {
+                    body_len: 0,
+                    seq: first_seq + i as u64,
+                    term: 0,
+                    kind,
+                    flags: if i == last { FRAME_FLAG_BATCH_END } else { 0 },
+                    batch_index: u32::try_from(i).expect("bug: 2³² records in one batch"),
+                },
             );
         }
 
-        let full = self.segment.len > SEGMENT_HEADER_BYTES as u64
+        let full = self.segment.len > FILE_HEADER_BYTES as u64
             && self.segment.len + buf.len() as u64 > self.options.segment_bytes;
         if full {
             match self.segment.create(self.segment.id + 1, first_seq, false) {
                 Ok(added) => {
                     self.shared.disk_bytes.fetch_add(added, Ordering::Relaxed);
+                    self.shared
+                        .active_file_bytes
+                        .store(self.segment.file_len, Ordering::Relaxed);
                     self.shared
                         .active_segment
                         .store(self.segment.id, Ordering::Release);
@@ -576,16 +676,18 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         let file = self.segment.file().clone();
         if let Err(e) = file.write_all_at(buf, base) {
             // Roll back: truncate what the write appended past the old end
-            // of the file, and zero what it changed inside preallocated
-            // space.
+            // of the file, zero what it changed inside preallocated space,
+            // and make that durable, so that no byte of a write answered 503
+            // can come back after a crash.
             let end = base + buf.len() as u64;
             let keep_len = self.segment.file_len.max(base);
-            let rollback =
-                file.set_len(keep_len)
-                    .and_then(|()| match (end.min(keep_len) - base) as usize {
-                        0 => Ok(()),
-                        n => file.write_all_at(&vec![0u8; n], base),
-                    });
+            let rollback = file
+                .set_len(keep_len)
+                .and_then(|()| match (end.min(keep_len) - base) as usize {
+                    0 => Ok(()),
+                    n => file.write_all_at(&vec![0u8; n], base),
+                })
+                .and_then(|()| file.sync_data());
             let failure = match rollback {
                 Ok(()) => BatchFailure::RolledBack(e),
                 Err(rollback) => {
@@ -614,6 +716,9 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
                 .disk_bytes
                 .fetch_add(self.segment.len - self.segment.file_len, Ordering::Relaxed);
             self.segment.file_len = self.segment.len;
+            self.shared
+                .active_file_bytes
+                .store(self.segment.file_len, Ordering::Relaxed);
         }
         self.next_seq = first_seq + frames.len() as u64;
         self.shared.batches.fetch_add(1, Ordering::Relaxed);
@@ -621,7 +726,7 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
             .records
             .fetch_add(frames.len() as u64, Ordering::Relaxed);
 
-        let segment_id = self.segment.id as u32;
+        let file_id = FileId::Segment(self.segment.id).to_loc();
         let placed = entries
             .into_iter()
             .enumerate()
@@ -637,7 +742,7 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
                     entry,
                     seq: first_seq + i as u64,
                     loc: RecordLoc {
-                        segment_id,
+                        file: file_id,
                         offset: offset as u32,
                         len: (end - start) as u32,
                     },

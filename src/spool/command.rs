@@ -24,6 +24,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 
+use super::codec::{Reader, put_bytes32, put_i64, put_str16, put_u32, put_u64};
 use super::queue::QueueSettings;
 use crate::time::Millis;
 
@@ -47,8 +48,15 @@ pub mod kind {
     pub const PURGE: u8 = 11;
     pub const REDRIVE: u8 = 12;
     pub const EPOCH: u8 = 13;
+    /// Format 1 only (compaction wrote it for a dropped enqueue whose key
+    /// was still in its window); read when upgrading, never written now.
     pub const DEDUP_KEY: u8 = 14;
 }
+
+/// Most message ids one purge or redrive record lists: a purge of a huge
+/// queue becomes several records (appended as one batch), each far below
+/// the record size limit (8 bytes an id: 512 KiB).
+pub const IDS_PER_RECORD_MAX: usize = 64 * 1024;
 
 /// Why a message moved to a failure queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +75,7 @@ impl FailReason {
         }
     }
 
-    fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         match self {
             FailReason::RetriesExhausted => 1,
             FailReason::PermanentStatus => 2,
@@ -75,7 +83,7 @@ impl FailReason {
         }
     }
 
-    fn from_code(code: u8) -> Option<FailReason> {
+    pub(crate) fn from_code(code: u8) -> Option<FailReason> {
         match code {
             1 => Some(FailReason::RetriesExhausted),
             2 => Some(FailReason::PermanentStatus),
@@ -625,92 +633,6 @@ pub fn decode_payload(body: &[u8]) -> Result<Payload, DecodeError> {
         request,
         body,
     })
-}
-
-fn put_u32(out: &mut Vec<u8>, v: u32) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-
-fn put_i64(out: &mut Vec<u8>, v: i64) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-
-fn put_str16(out: &mut Vec<u8>, s: &str) {
-    let len = u16::try_from(s.len()).expect("bug: short string field over 64 KiB");
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn put_bytes32(out: &mut Vec<u8>, b: &[u8]) {
-    put_u32(out, u32::try_from(b.len()).expect("bug: field over 4 GiB"));
-    out.extend_from_slice(b);
-}
-
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.buf.len())
-            .ok_or_else(|| {
-                DecodeError(format!("body ends early (need {n} bytes at {})", self.pos))
-            })?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
-    }
-
-    fn u64(&mut self) -> Result<u64, DecodeError> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
-    }
-
-    /// A message id: ids count up from 1, so one with the top bit set
-    /// (where the counter could overflow) is damage, not an id.
-    fn id(&mut self) -> Result<MessageId, DecodeError> {
-        match self.u64()? {
-            id if id >> 63 == 0 => Ok(MessageId(id)),
-            id => Err(DecodeError(format!("message id {id:#x} out of range"))),
-        }
-    }
-
-    fn i64(&mut self) -> Result<i64, DecodeError> {
-        Ok(self.u64()? as i64)
-    }
-
-    fn str16(&mut self) -> Result<&'a str, DecodeError> {
-        let len = u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")) as usize;
-        std::str::from_utf8(self.take(len)?).map_err(|e| DecodeError(format!("string field: {e}")))
-    }
-
-    fn bytes32(&mut self) -> Result<&'a [u8], DecodeError> {
-        let len = self.u32()? as usize;
-        self.take(len)
-    }
-
-    fn str32(&mut self) -> Result<&'a str, DecodeError> {
-        std::str::from_utf8(self.bytes32()?).map_err(|e| DecodeError(format!("string field: {e}")))
-    }
 }
 
 #[cfg(test)]

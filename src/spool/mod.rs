@@ -14,10 +14,13 @@
 //! again, behind everything already waiting, so a failing message never
 //! blocks the ones behind it.
 
+pub mod checkpoint;
+mod codec;
 pub mod command;
 pub mod queue;
 pub mod state;
 
+pub use checkpoint::{CheckpointLoader, CheckpointMeta, SpoolState};
 pub use command::{Command, EnqueueMeta, FailReason, MessageId, Payload, Record, StoredRequest};
 pub use queue::{OnExpire, QueueSettings};
 pub use state::{Applied, Leased, MessageState, MessageView, QueueStats, Spool, SpoolError};

@@ -77,10 +77,6 @@ pub struct Queue {
     pub paused: bool,
     /// The circuit breaker of a push queue is open (memory only).
     pub breaker_open: bool,
-    /// Sequence numbers of the records that set the settings and the pause
-    /// state: the only queue records compaction keeps.
-    pub upsert_seq: u64,
-    pub pause_seq: u64,
     /// For a failure queue: the queue it belongs to.
     parent: Option<QueueId>,
     /// For an ordinary queue: its failure queue.
@@ -110,8 +106,6 @@ impl Queue {
             managed_by_config,
             paused: false,
             breaker_open: false,
-            upsert_seq: 0,
-            pause_seq: 0,
             parent: None,
             failed: None,
             messages: BTreeMap::new(),
@@ -145,7 +139,8 @@ impl Queue {
         self.messages.insert(id, message);
     }
 
-    /// Removes a message from every index.
+    /// Removes a message from every index (its attempts stay: the caller
+    /// moves or forgets them).
     fn take(&mut self, id: MessageId) -> Option<(Message, Option<FailInfo>)> {
         let message = self.messages.remove(&id)?;
         self.ready.remove(&(message.visible_at, id));
@@ -154,6 +149,33 @@ impl Queue {
             self.lease_expiry.remove(&(lease.expires_at, id));
         }
         Some((message, self.failures.remove(&id)))
+    }
+
+    /// Every remembered dedup key: (hash, first send, id).
+    pub(crate) fn dedup_entries(&self) -> impl Iterator<Item = (u64, Millis, MessageId)> + '_ {
+        self.dedup
+            .iter()
+            .map(|(&hash, &(first, id))| (hash, first, id))
+    }
+
+    /// Every message as a checkpoint entry, ids ascending.
+    pub(crate) fn message_entries(
+        &self,
+        in_failure_queue: bool,
+    ) -> impl Iterator<Item = super::checkpoint::MessageEntry> + '_ {
+        self.messages
+            .iter()
+            .map(move |(&id, m)| super::checkpoint::MessageEntry {
+                id,
+                in_failure_queue,
+                enqueued_at: m.enqueued_at,
+                visible_at: m.visible_at,
+                retention_from: m.retention_from,
+                retry_count: m.retry_count,
+                loc: m.loc,
+                attempts: self.attempts.get(&id).copied(),
+                failure: self.failures.get(&id).copied(),
+            })
     }
 
     fn prune_dedup(&mut self, now: Millis) {
@@ -261,9 +283,16 @@ pub struct Spool {
     next_message_id: u64,
     next_lease_serial: u64,
     epoch: u64,
-    /// Sequence number of the epoch record in force.
-    epoch_seq: u64,
-    /// Per segment: bytes of enqueue records whose messages are here.
+    /// Sequence number of the last record applied: the state reflects every
+    /// record up to it and none after. Records apply in sequence order, one
+    /// at a time, with no gaps.
+    applied_seq: u64,
+    /// The latest `at` of any record applied: the engine's clock never
+    /// starts a new process behind it.
+    last_at: Millis,
+    /// Per file (a [`RecordLoc::file`]): bytes of the records that messages
+    /// here point at (their enqueue record, their newest attempt record).
+    /// What compaction would have to copy out of the file.
     live_bytes: BTreeMap<u32, u64>,
 }
 
@@ -277,6 +306,16 @@ impl Spool {
 
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Sequence number of the last record applied.
+    pub fn applied_seq(&self) -> u64 {
+        self.applied_seq
+    }
+
+    /// The latest time any applied record carries.
+    pub fn last_at(&self) -> Millis {
+        self.last_at
     }
 
     /// A fresh message id (ids of records that never became durable are
@@ -309,34 +348,50 @@ impl Spool {
             .map(|q| q.messages.keys().copied().collect())
     }
 
-    /// Sequence number of the epoch record in force.
-    pub fn epoch_seq(&self) -> u64 {
-        self.epoch_seq
-    }
-
     /// Total messages in every queue.
     pub fn message_count(&self) -> usize {
         self.queues.values().map(Queue::len).sum()
     }
 
     /// Applies a durable record: `seq` is its sequence number and `loc`
-    /// where it lies in the journal.
+    /// where it lies in the journal. Records come one at a time, in
+    /// sequence order, with no gaps: anything else is a bug that would make
+    /// replay disagree with the live process.
     pub fn apply(&mut self, record: &Record<'_>, seq: u64, loc: RecordLoc) -> Applied {
+        assert_eq!(
+            seq,
+            self.applied_seq + 1,
+            "bug: record {seq} applied after record {}",
+            self.applied_seq
+        );
+        self.applied_seq = seq;
+        self.apply_command(record, loc)
+    }
+
+    /// Applies a record of a format-1 journal (whose compacted segments
+    /// skip sequence numbers), while upgrading it.
+    pub fn apply_upgrading(&mut self, record: &Record<'_>, seq: u64, loc: RecordLoc) -> Applied {
+        assert!(seq > self.applied_seq, "bug: format-1 records out of order");
+        self.applied_seq = seq;
+        self.apply_command(record, loc)
+    }
+
+    fn apply_command(&mut self, record: &Record<'_>, loc: RecordLoc) -> Applied {
         let at = record.at;
+        self.last_at = self.last_at.max(at);
         match &record.command {
             Command::QueueUpsert {
                 name,
                 settings,
                 managed_by_config,
             } => {
-                self.upsert_queue(name, settings, *managed_by_config, seq);
+                self.upsert_queue(name, settings, *managed_by_config);
                 Applied::Done
             }
             Command::QueueDelete { name } => self.delete_queue(name),
             Command::QueuePause { name, paused } => match self.queue_mut(name) {
                 Some(q) => {
                     q.paused = *paused;
-                    q.pause_seq = seq;
                     Applied::Done
                 }
                 None => Applied::Missing,
@@ -410,18 +465,19 @@ impl Spool {
             }
             Command::Purge { queue, ids } => match self.queue_mut(queue) {
                 Some(q) => {
-                    let gone: Vec<RecordLoc> = ids
-                        .iter()
-                        .filter_map(|id| {
-                            q.attempts.remove(id);
-                            q.take(*id)
-                        })
-                        .map(|(m, _)| m.loc)
-                        .collect();
-                    for loc in &gone {
-                        self.forget_bytes(*loc);
+                    let mut gone = Vec::new();
+                    let mut n = 0;
+                    for id in ids {
+                        if let Some((m, _)) = q.take(*id) {
+                            n += 1;
+                            gone.push(m.loc);
+                            gone.extend(q.attempts.remove(id));
+                        }
                     }
-                    Applied::Count(gone.len() as u64)
+                    for loc in gone {
+                        self.forget_bytes(loc);
+                    }
+                    Applied::Count(n)
                 }
                 None => Applied::Missing,
             },
@@ -457,10 +513,7 @@ impl Spool {
                 Applied::Count(n)
             }
             Command::Epoch { epoch } => {
-                if *epoch >= self.epoch {
-                    self.epoch = *epoch;
-                    self.epoch_seq = seq;
-                }
+                self.epoch = self.epoch.max(*epoch);
                 Applied::Done
             }
             Command::Attempt { queue, id, .. } => {
@@ -469,7 +522,11 @@ impl Spool {
                     .unwrap_or(queue);
                 match self.holder_mut(base, *id) {
                     Some(q) => {
-                        q.attempts.insert(*id, loc);
+                        let old = q.attempts.insert(*id, loc);
+                        if let Some(old) = old {
+                            self.forget_bytes(old);
+                        }
+                        self.count_bytes(loc);
                         Applied::Done
                     }
                     None => Applied::Missing,
@@ -494,6 +551,73 @@ impl Spool {
         }
     }
 
+    /// Sets what a checkpoint's BEGIN chunk says (restoring a spool).
+    pub(crate) fn restore_position(
+        &mut self,
+        seq: u64,
+        epoch: u64,
+        next_message_id: u64,
+        last_at: Millis,
+    ) {
+        self.applied_seq = seq;
+        self.last_at = last_at;
+        self.epoch = epoch;
+        self.next_message_id = next_message_id.max(1);
+    }
+
+    /// Creates a queue from a checkpoint.
+    pub(crate) fn restore_queue(&mut self, entry: super::checkpoint::QueueEntry) {
+        self.upsert_queue(&entry.name, &entry.settings, entry.managed_by_config);
+        self.queue_mut(&entry.name).expect("just created").paused = entry.paused;
+    }
+
+    /// Puts a message from a checkpoint into queue `name`.
+    pub(crate) fn restore_into(
+        &mut self,
+        name: &str,
+        id: MessageId,
+        message: Message,
+        failure: Option<FailInfo>,
+        attempts: Option<RecordLoc>,
+    ) -> Result<(), &'static str> {
+        if id.0 >= self.next_message_id {
+            return Err("id at or above the next message id");
+        }
+        let q = self.queue_mut(name).ok_or("queue not in the checkpoint")?;
+        q.insert(id, message);
+        if let Some(f) = failure {
+            q.failures.insert(id, f);
+        }
+        if let Some(a) = attempts {
+            q.attempts.insert(id, a);
+            self.count_bytes(a);
+        }
+        self.count_bytes(message.loc);
+        Ok(())
+    }
+
+    /// Remembers a dedup key from a checkpoint (in window-start order).
+    pub(crate) fn restore_dedup(
+        &mut self,
+        queue: &str,
+        entry: super::checkpoint::DedupEntry,
+    ) -> Result<(), &'static str> {
+        if entry.id.0 >= self.next_message_id {
+            return Err("id at or above the next message id");
+        }
+        let q = self.queue_mut(queue).ok_or("queue not in the checkpoint")?;
+        q.dedup.insert(entry.hash, (entry.first_at, entry.id));
+        q.dedup_order.push_back((entry.first_at, entry.hash));
+        Ok(())
+    }
+
+    /// Done restoring: dedup keys in window order.
+    pub(crate) fn finish_restore(&mut self) {
+        for q in self.queues.values_mut() {
+            q.dedup_order.make_contiguous().sort_unstable();
+        }
+    }
+
     /// Where the latest attempt record of a message is, if a worker tried
     /// it.
     pub fn attempts_loc(&self, queue: &str, id: MessageId) -> Option<RecordLoc> {
@@ -509,11 +633,19 @@ impl Spool {
         from: RecordLoc,
         to: RecordLoc,
     ) {
-        if let Some(q) = self.holder_mut(base_queue, id)
-            && let Some(loc) = q.attempts.get_mut(&id)
-            && *loc == from
-        {
-            *loc = to;
+        let moved = match self.holder_mut(base_queue, id) {
+            Some(q) => match q.attempts.get_mut(&id) {
+                Some(loc) if *loc == from => {
+                    *loc = to;
+                    true
+                }
+                _ => false,
+            },
+            None => false,
+        };
+        if moved {
+            self.forget_bytes(from);
+            self.count_bytes(to);
         }
     }
 
@@ -544,6 +676,38 @@ impl Spool {
         }
     }
 
+    /// Declares every record up to `seq` applied (an upgrade or repair
+    /// that read a journal with gaps).
+    pub(crate) fn raise_applied_seq(&mut self, seq: u64) {
+        self.applied_seq = self.applied_seq.max(seq);
+    }
+
+    /// Forgets a message without a record: repair, for one whose payload
+    /// record is damaged.
+    pub(crate) fn drop_message(&mut self, base_queue: &str, id: MessageId) {
+        let Some(q) = self.holder_mut(base_queue, id) else {
+            return;
+        };
+        let Some((message, _)) = q.take(id) else {
+            return;
+        };
+        let attempts = q.attempts.remove(&id);
+        self.forget_bytes(message.loc);
+        if let Some(a) = attempts {
+            self.forget_bytes(a);
+        }
+    }
+
+    /// Forgets a message's attempt history: repair, for a damaged record.
+    pub(crate) fn forget_attempts(&mut self, base_queue: &str, id: MessageId) {
+        let gone = self
+            .holder_mut(base_queue, id)
+            .and_then(|q| q.attempts.remove(&id));
+        if let Some(a) = gone {
+            self.forget_bytes(a);
+        }
+    }
+
     /// Message ids below this were used (they may be gone); start-up raises
     /// it from compacted segments' headers, so no id is ever reused.
     pub fn raise_next_message_id(&mut self, floor: u64) {
@@ -554,18 +718,11 @@ impl Spool {
         self.next_message_id
     }
 
-    fn upsert_queue(
-        &mut self,
-        name: &str,
-        settings: &QueueSettings,
-        managed_by_config: bool,
-        seq: u64,
-    ) {
+    fn upsert_queue(&mut self, name: &str, settings: &QueueSettings, managed_by_config: bool) {
         if let Some(&qid) = self.names.get(name) {
             let q = self.queues.get_mut(&qid).expect("bug: name without queue");
             q.settings = settings.clone();
             q.managed_by_config = managed_by_config;
-            q.upsert_seq = seq;
             if let Some(fid) = q.failed {
                 let fq = self
                     .queues
@@ -580,7 +737,6 @@ impl Spool {
         self.next_queue_id += 2;
         let mut q = Queue::new(name.to_owned(), settings.clone(), managed_by_config);
         q.failed = Some(fid);
-        q.upsert_seq = seq;
         let fname = failed_queue_name(name);
         let mut fq = Queue::new(fname.clone(), failure_queue_settings(settings), false);
         fq.parent = Some(qid);
@@ -596,11 +752,13 @@ impl Spool {
         };
         let q = self.queues.remove(&qid).expect("bug: name without queue");
         let mut gone: Vec<RecordLoc> = q.messages.values().map(|m| m.loc).collect();
+        gone.extend(q.attempts.values());
         if let Some(fid) = q.failed
             && let Some(fq) = self.queues.remove(&fid)
         {
             self.names.remove(&fq.name);
             gone.extend(fq.messages.values().map(|m| m.loc));
+            gone.extend(fq.attempts.values());
         }
         for loc in gone {
             self.forget_bytes(loc);
@@ -613,7 +771,7 @@ impl Spool {
         let Some(&qid) = self.names.get(meta.queue.as_ref()) else {
             return Applied::Missing;
         };
-        *self.live_bytes.entry(loc.segment_id).or_default() += u64::from(loc.len);
+        self.count_bytes(loc);
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         q.insert(
             meta.id,
@@ -639,27 +797,46 @@ impl Spool {
             return Applied::Missing;
         };
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
-        q.attempts.remove(&id);
         match q.take(id) {
             Some((message, _)) => {
                 count(&mut q.counters);
+                let attempts = q.attempts.remove(&id);
                 self.forget_bytes(message.loc);
+                if let Some(a) = attempts {
+                    self.forget_bytes(a);
+                }
                 Applied::Done
             }
             None => Applied::Missing,
         }
     }
 
+    fn count_bytes(&mut self, loc: RecordLoc) {
+        *self.live_bytes.entry(loc.file).or_default() += u64::from(loc.len);
+    }
+
     fn forget_bytes(&mut self, loc: RecordLoc) {
-        if let Some(live) = self.live_bytes.get_mut(&loc.segment_id) {
-            *live = live.saturating_sub(u64::from(loc.len));
+        let live = self
+            .live_bytes
+            .get_mut(&loc.file)
+            .expect("bug: a live record in a file without live bytes");
+        *live = live
+            .checked_sub(u64::from(loc.len))
+            .expect("bug: live bytes below zero");
+        if *live == 0 {
+            self.live_bytes.remove(&loc.file);
         }
     }
 
-    /// Bytes of enqueue records in segment `segment_id` whose messages are
-    /// still here: what compaction would have to keep of it.
-    pub fn live_bytes(&self, segment_id: u32) -> u64 {
-        self.live_bytes.get(&segment_id).copied().unwrap_or(0)
+    /// The files (record-location ids) that messages here point into.
+    pub fn referenced_files(&self) -> impl Iterator<Item = u32> + '_ {
+        self.live_bytes.keys().copied()
+    }
+
+    /// Bytes of records in file `file` that messages here point at: what
+    /// compaction would have to copy out of it.
+    pub fn live_bytes(&self, file: u32) -> u64 {
+        self.live_bytes.get(&file).copied().unwrap_or(0)
     }
 
     /// Finds a message by its base queue (it may sit in the failure queue).
@@ -686,7 +863,7 @@ impl Spool {
         }
         m.loc = to;
         self.forget_bytes(from);
-        *self.live_bytes.entry(to.segment_id).or_default() += u64::from(to.len);
+        self.count_bytes(to);
     }
 
     /// The queue (a base queue or its failure queue) that holds message `id`.
@@ -875,6 +1052,26 @@ impl Spool {
         }
     }
 
+    /// Ends a lease without a record and without counting it: the message
+    /// is back in line at its old place, retry count unchanged. For a
+    /// lease whose payload could not be read (the spool's fault, not the
+    /// message's).
+    pub fn return_lease(&mut self, queue: &str, id: MessageId, serial: u64) {
+        let Some(q) = self.queue_mut(queue) else {
+            return;
+        };
+        if q.leases
+            .get(&id)
+            .is_none_or(|l| l.serial != serial || l.settling)
+        {
+            return;
+        }
+        let lease = q.leases.remove(&id).expect("checked above");
+        q.lease_expiry.remove(&(lease.expires_at, id));
+        let message = q.messages[&id];
+        q.ready.insert((message.visible_at, id));
+    }
+
     /// Drops every lease (a new epoch): their messages are visible at once,
     /// in their old place in line, retry counts unchanged.
     pub fn drop_leases(&mut self) {
@@ -988,16 +1185,23 @@ impl Spool {
         out
     }
 
-    /// The earliest moment after `now` at which [`Spool::due`] or a delayed
-    /// message could have something new.
+    /// The earliest moment at which [`Spool::due`] or a delayed message
+    /// could have something new. Only deadlines that can be acted on count:
+    /// a leased message past its retention waits for its lease to end, and
+    /// one being removed or moved (pending) for its record.
     pub fn next_deadline(&self, now: Millis) -> Option<Millis> {
         self.queues
             .values()
             .flat_map(|q| {
-                let lease = q.lease_expiry.first().map(|&(t, _)| t);
+                let lease = q
+                    .lease_expiry
+                    .iter()
+                    .find(|(_, id)| !q.leases[id].settling)
+                    .map(|&(t, _)| t);
                 let retention = q
                     .retention
-                    .first()
+                    .iter()
+                    .find(|(_, id)| !q.messages[id].pending && !q.leases.contains_key(id))
                     .map(|&(t, _)| t + q.settings.retention_ms as i64);
                 let delayed = q
                     .ready

@@ -7,14 +7,14 @@ use super::*;
 use crate::journal::RecordLoc;
 
 const LOC: RecordLoc = RecordLoc {
-    segment_id: 1,
+    file: 1,
     offset: 64,
     len: 100,
 };
 
 fn apply(spool: &mut Spool, at: i64, command: Command<'static>) -> Applied {
-    // Sequence numbers only matter to compaction; time order is enough here.
-    spool.apply(&Record { at, command }, at as u64, LOC)
+    let seq = spool.applied_seq() + 1;
+    spool.apply(&Record { at, command }, seq, LOC)
 }
 
 fn with_queue(settings: QueueSettings) -> Spool {

@@ -1,0 +1,369 @@
+//! Opening a spool: upgrade a format-1 journal, load the newest checkpoint,
+//! delete what a finished compaction left behind, replay the records after
+//! the checkpoint, repair (or refuse) damage, then start the journal and a
+//! new epoch.
+//!
+//! Replay is the newest checkpoint plus every record after it, applied in
+//! sequence order (`Spool::apply` asserts there is no gap). Records at or
+//! before the checkpoint are still read and checked — a damaged byte
+//! anywhere is found at start-up, not when a consumer asks for it — but
+//! never applied: the checkpoint already holds their effect.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::{oneshot, watch};
+
+use super::sink::{Core, FileMeta, Reply, Shared, Sink};
+use super::token::Tokens;
+use super::{ARRIVALS_BUFFERED_MAX, Engine, EngineOptions, Inner, ReplayReport, rebuild};
+use crate::journal::atomic::{remove_files, sync_parent};
+use crate::journal::format::{FileId, SpoolIdentity};
+use crate::journal::lock::DirLock;
+use crate::journal::prealloc::sweep_temp_files;
+use crate::journal::reader::SegmentReader;
+use crate::journal::scan::{self, CheckpointInfo, ScanSummary, list_files, scan_dir};
+use crate::journal::storage::Storage;
+use crate::journal::{
+    Journal, JournalError, RecordLoc, WriterOptions, load_identity, prepare_tail,
+};
+use crate::spool::{CheckpointLoader, CheckpointMeta, Command, Record, Spool};
+
+/// The state a directory replays to, and what was found on the way.
+pub(super) struct Loaded {
+    pub spool: Spool,
+    pub meta: CheckpointMeta,
+    pub checkpoint: Option<CheckpointInfo>,
+    pub summary: ScanSummary,
+    /// Records applied after the checkpoint.
+    pub applied: u64,
+}
+
+impl Engine {
+    /// Opens (or creates) the spool in `options.dir`: upgrades an older
+    /// format, replays the journal, truncates a torn tail, refuses (or
+    /// quarantines) corruption, and starts a new epoch.
+    pub async fn open(options: EngineOptions) -> Result<(Engine, ReplayReport), JournalError> {
+        let started = Instant::now();
+        let storage = options.storage.clone();
+        let dir = options.dir.clone();
+        storage
+            .create_dir_all(&dir)
+            .map_err(|e| JournalError::io(&dir, e))?;
+        // The directory's own name must be durable before anything in it
+        // is acknowledged.
+        sync_parent(&storage, &dir)?;
+        let lock = if options.lock {
+            Some(DirLock::acquire(&dir)?)
+        } else {
+            None
+        };
+        let swept =
+            sweep_temp_files(storage.as_ref(), &dir).map_err(|e| JournalError::io(&dir, e))?;
+        if swept > 0 {
+            tracing::info!(files = swept, "removed temp files left by an earlier run");
+        }
+        let identity = load_identity(&storage, &dir, true)?.expect("created when missing");
+        if rebuild::needs_upgrade(&storage, &dir, identity.salt)? {
+            let report = rebuild::upgrade(&storage, &dir, &identity)?;
+            tracing::warn!(
+                records = report.records,
+                messages = report.messages,
+                "upgraded a format-1 spool to format 2 (checkpoints)"
+            );
+        }
+
+        let mut loaded = load(&storage, &dir, &identity);
+        if options.quarantine_corruption
+            && matches!(
+                loaded,
+                Err(JournalError::Corrupt { .. } | JournalError::BadRecord { .. })
+            )
+        {
+            let report = rebuild::repair(&storage, &dir, &identity)?;
+            for (file, bytes) in &report.quarantined {
+                tracing::warn!(file = %file.display(), bytes, "moved damaged journal bytes aside");
+            }
+            for lost in &report.lost {
+                tracing::error!(message = %lost, "lost to corruption");
+            }
+            loaded = load(&storage, &dir, &identity);
+        }
+        let Loaded {
+            spool,
+            meta,
+            checkpoint,
+            summary,
+            applied,
+        } = loaded?;
+        let start = prepare_tail(&storage, &dir, &summary, meta.next_segment_id)?;
+        if let Some(torn) = summary.torn_tail {
+            tracing::warn!(
+                segment = torn.segment_id,
+                offset = torn.offset,
+                bytes = torn.len_bytes,
+                "truncated a torn final write (never acknowledged)"
+            );
+        }
+
+        let epoch = spool.epoch() + 1;
+        let messages = spool.message_count();
+        let now = options.clock.now_ms().max(spool.last_at());
+        let mut core = Core::new(spool, now, options.segment_bytes);
+        for s in &summary.segments {
+            let file = FileId::Segment(s.id).to_loc();
+            core.files.insert(
+                file,
+                FileMeta {
+                    bytes: s.file_bytes,
+                },
+            );
+        }
+        for &(id, bytes) in &summary.packs {
+            core.files
+                .insert(FileId::Pack(id).to_loc(), FileMeta { bytes });
+        }
+        core.checkpoint = checkpoint.map(|c| (c.seq, c.file_bytes));
+        core.next_pack_id = summary
+            .packs
+            .last()
+            .map_or(1, |&(id, _)| id + 1)
+            .max(meta.next_pack_id);
+        let (poisoned, _) = watch::channel(false);
+        let (arrivals, _) = tokio::sync::broadcast::channel(ARRIVALS_BUFFERED_MAX);
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            poisoned,
+            arrivals,
+        });
+        let reader = SegmentReader::new(storage.clone(), &dir, identity.salt);
+        let journal = Journal::start(
+            storage.clone(),
+            &dir,
+            identity.salt,
+            start,
+            WriterOptions {
+                segment_bytes: options.segment_bytes,
+                fsync: options.fsync,
+                preallocate: options.preallocate,
+            },
+            reader.clone(),
+            Sink {
+                shared: shared.clone(),
+            },
+        )?;
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                shared,
+                journal,
+                reader,
+                storage,
+                dir: dir.clone(),
+                identity: identity.clone(),
+                compacting: Mutex::new(()),
+                max_bytes: options.max_bytes,
+                segment_bytes: options.segment_bytes,
+                clock: options.clock,
+                tokens: Tokens::new(identity.token_key, identity.salt),
+                epoch,
+                lock: Mutex::new(lock),
+            }),
+        };
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut core = engine.core();
+            let at = engine.now(&mut core);
+            engine.append(
+                &core,
+                Record {
+                    at,
+                    command: Command::Epoch { epoch },
+                },
+                None,
+                Reply::Done(tx),
+            )?;
+        }
+        match rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(JournalError::io(
+                    &dir,
+                    std::io::Error::other(format!("writing the epoch record failed: {e}")),
+                ));
+            }
+            Err(_) => return Err(JournalError::Closed),
+        }
+        let report = ReplayReport {
+            records: applied,
+            segments: summary.segments.len(),
+            messages,
+            epoch,
+            torn_tail_bytes: summary.torn_tail.map(|t| t.len_bytes),
+            duration: started.elapsed(),
+        };
+        Ok((engine, report))
+    }
+}
+
+/// Loads the newest checkpoint, deletes files it made obsolete, and replays
+/// the records after it. Corruption is an error (`Corrupt` or `BadRecord`).
+pub(super) fn load(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    identity: &SpoolIdentity,
+) -> Result<Loaded, JournalError> {
+    let salt = identity.salt;
+    let listing = list_files(storage.as_ref(), dir)?;
+    let (mut spool, meta, checkpoint) = match listing.checkpoints.last() {
+        Some(&seq) => {
+            let (spool, meta, info) = load_checkpoint(storage, dir, identity, seq)?;
+            (spool, meta, Some(info))
+        }
+        None => (
+            Spool::new(),
+            CheckpointMeta {
+                seq: 0,
+                next_segment_id: 1,
+                next_pack_id: 1,
+                salt,
+                token_key: identity.token_key,
+            },
+            None,
+        ),
+    };
+    let checkpoint_seq = meta.seq;
+
+    // What a compaction (or upgrade, or repair) that finished its
+    // checkpoint but not its deletions left behind: gone before the scan,
+    // so that nothing obsolete is read, let alone judged.
+    let referenced: BTreeSet<u32> = spool.referenced_files().collect();
+    let obsolete = scan::obsolete_files(storage, dir, salt, &listing, checkpoint_seq, &|f| {
+        referenced.contains(&f.to_loc())
+    })?;
+    if !obsolete.is_empty() {
+        tracing::info!(files = ?obsolete, "removing files an earlier compaction replaced");
+        remove_files(storage, dir, &obsolete)?;
+    }
+
+    let mut applied = 0u64;
+    // After damage the scan goes on (to report every problem), but nothing
+    // past a missing record may be applied: the scan's problem is the
+    // answer then.
+    let mut gap_at = None;
+    let summary = scan_dir(storage, dir, salt, checkpoint_seq, |rec| {
+        if !rec.applies || gap_at.is_some() {
+            return Ok(());
+        }
+        if rec.seq != spool.applied_seq() + 1 {
+            gap_at = Some((rec.file, rec.offset, spool.applied_seq() + 1, rec.seq));
+            return Ok(());
+        }
+        let record = Record::decode(rec.kind, rec.body).map_err(|e| JournalError::BadRecord {
+            file: dir.join(rec.file.file_name()),
+            offset: rec.offset,
+            reason: e.to_string(),
+        })?;
+        let loc = RecordLoc {
+            file: rec.file.to_loc(),
+            offset: u32::try_from(rec.offset).expect("bug: offset beyond a segment"),
+            len: rec.frame_len as u32,
+        };
+        spool.apply(&record, rec.seq, loc);
+        applied += 1;
+        Ok(())
+    })?;
+    if let Some(problem) = summary.problems.first() {
+        return Err(problem.clone().into_error(dir));
+    }
+    if let Some((file, offset, expected, found)) = gap_at {
+        return Err(JournalError::Corrupt {
+            dir: dir.to_path_buf(),
+            file: dir.join(file.file_name()),
+            offset,
+            reason: format!("records {expected} to {} are missing", found - 1),
+        });
+    }
+    if !summary.old_format_segments.is_empty() && checkpoint.is_none() {
+        return Err(JournalError::Corrupt {
+            dir: dir.to_path_buf(),
+            file: dir.join(FileId::Segment(summary.old_format_segments[0]).file_name()),
+            offset: 0,
+            reason: "format-1 segments beside format-2 ones; run `spoold journal upgrade`".into(),
+        });
+    }
+    // Every file the checkpoint points into must be there.
+    let present: BTreeSet<u32> = summary
+        .segments
+        .iter()
+        .map(|s| FileId::Segment(s.id).to_loc())
+        .chain(
+            summary
+                .packs
+                .iter()
+                .map(|&(id, _)| FileId::Pack(id).to_loc()),
+        )
+        .collect();
+    if let Some(&missing) = spool
+        .referenced_files()
+        .find(|f| !present.contains(f))
+        .as_ref()
+    {
+        return Err(JournalError::Corrupt {
+            dir: dir.to_path_buf(),
+            file: dir.join(FileId::from_loc(missing).file_name()),
+            offset: 0,
+            reason: "the checkpoint points at records in this file, which is missing".into(),
+        });
+    }
+    if summary.last_seq < checkpoint_seq {
+        return Err(JournalError::Corrupt {
+            dir: dir.to_path_buf(),
+            file: dir.to_path_buf(),
+            offset: 0,
+            reason: format!(
+                "the checkpoint reflects record {checkpoint_seq} but the log ends at {}",
+                summary.last_seq
+            ),
+        });
+    }
+    Ok(Loaded {
+        spool,
+        meta,
+        checkpoint,
+        summary,
+        applied,
+    })
+}
+
+/// Reads and decodes the checkpoint at `seq`.
+pub(super) fn load_checkpoint(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    identity: &SpoolIdentity,
+    seq: u64,
+) -> Result<(Spool, CheckpointMeta, CheckpointInfo), JournalError> {
+    let path = dir.join(crate::journal::format::checkpoint_file_name(seq));
+    let bad = |reason: String| JournalError::BadRecord {
+        file: path.clone(),
+        offset: 0,
+        reason,
+    };
+    let mut loader = CheckpointLoader::new();
+    let info = scan::read_checkpoint(storage, dir, identity.salt, seq, |kind, body| {
+        loader
+            .chunk(kind, body)
+            .map_err(|e| bad(format!("checkpoint: {e}")))
+    })?
+    .map_err(|problem| problem.into_error(dir))?;
+    let (spool, meta) = loader
+        .finish()
+        .map_err(|e| bad(format!("checkpoint: {e}")))?;
+    if meta.seq != seq || meta.salt != identity.salt || meta.token_key != identity.token_key {
+        return Err(bad(
+            "checkpoint does not match its name or the spool's identity".into(),
+        ));
+    }
+    Ok((spool, meta, info))
+}

@@ -1,0 +1,374 @@
+//! Rebuilding a journal from a replayed state, offline: the upgrade of a
+//! format-1 spool, and the repair of a damaged one.
+//!
+//! Both end the same way ([`write_out`]): every payload record the state
+//! points at is copied into one new pack, a checkpoint of the state is
+//! written beside it, and only then is every older file deleted. The
+//! checkpoint's rename is the moment the new journal takes over: a crash
+//! before it leaves the old files as they were (the new pack is an orphan
+//! that start-up deletes), a crash after it leaves old files that start-up
+//! recognises as obsolete (`journal::scan::obsolete_files`) and deletes
+//! before it reads anything.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::open::load_checkpoint;
+use crate::journal::atomic::{AtomicWriteError, remove_files};
+use crate::journal::files::{write_checkpoint, write_pack};
+use crate::journal::format::{
+    FILE_HEADER_BYTES, FileId, PackHeader, SpoolIdentity, checkpoint_file_name, pack_file_name,
+    segment_file_name,
+};
+use crate::journal::frames::frame_at;
+use crate::journal::scan::{self, Problem, list_files, scan_dir};
+use crate::journal::storage::Storage;
+use crate::journal::{JournalError, RecordLoc, v1};
+use crate::spool::checkpoint::LocUse;
+use crate::spool::{CheckpointLoader, CheckpointMeta, Record, Spool};
+
+/// What an upgrade or a repair did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebuildReport {
+    /// Records read (and applied) from the old journal.
+    pub records: u64,
+    /// Messages in the rebuilt spool.
+    pub messages: usize,
+    /// Problems found, as `verify` prints them.
+    pub problems: Vec<String>,
+    /// Quarantine files written, with the bytes each holds.
+    pub quarantined: Vec<(PathBuf, u64)>,
+    /// Messages whose payload record was damaged, and parts of a damaged
+    /// checkpoint that could not be read: lost.
+    pub lost: Vec<String>,
+}
+
+/// True when `dir` holds a format-1 journal (segments in format 1 and no
+/// checkpoint).
+pub fn needs_upgrade(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    _salt: u64,
+) -> Result<bool, JournalError> {
+    let listing = list_files(storage.as_ref(), dir)?;
+    if !listing.checkpoints.is_empty() {
+        return Ok(false);
+    }
+    let mut header = [0u8; FILE_HEADER_BYTES];
+    for &id in &listing.segments {
+        let path = dir.join(segment_file_name(id));
+        let file = storage
+            .open(&path)
+            .map_err(|e| JournalError::io(&path, e))?;
+        let got = file
+            .read_at(&mut header, 0)
+            .map_err(|e| JournalError::io(&path, e))?;
+        if v1::is_old_header(&header[..got]) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Replays a format-1 journal and writes it out as format 2.
+pub fn upgrade(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    identity: &SpoolIdentity,
+) -> Result<RebuildReport, JournalError> {
+    let salt = identity.salt;
+    let mut spool = Spool::new();
+    let summary = v1::read(storage, dir, salt, |rec| {
+        let record = Record::decode(rec.kind, rec.body).map_err(|e| JournalError::BadRecord {
+            file: dir.join(segment_file_name(rec.segment_id)),
+            offset: rec.offset,
+            reason: e.to_string(),
+        })?;
+        let loc = RecordLoc {
+            file: FileId::Segment(rec.segment_id).to_loc(),
+            offset: rec.offset as u32,
+            len: rec.frame_len as u32,
+        };
+        spool.apply_upgrading(&record, rec.seq, loc);
+        Ok(())
+    })?;
+    spool.raise_next_message_id(summary.id_floor);
+    spool.raise_applied_seq(summary.last_seq);
+    let next_segment_id = summary.segment_ids.last().map_or(1, |id| id + 1);
+    let read = |loc: RecordLoc| -> std::io::Result<Vec<u8>> {
+        let raw = read_at(storage, dir, loc)?;
+        v1::reframe(&raw, salt).ok_or_else(|| {
+            std::io::Error::other(format!(
+                "format-1 record at {} offset {} is damaged",
+                FileId::from_loc(loc.file).file_name(),
+                loc.offset
+            ))
+        })
+    };
+    write_out(storage, dir, identity, &spool, next_segment_id, 1, &read)?;
+    Ok(RebuildReport {
+        records: summary.records,
+        messages: spool.message_count(),
+        ..RebuildReport::default()
+    })
+}
+
+/// Repairs a damaged journal: copies every damaged span to a quarantine
+/// file, replays every good record (and what can be read of a damaged
+/// checkpoint), drops messages whose payload record is damaged, and writes
+/// the result out as a fresh checkpoint and pack.
+pub fn repair(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    identity: &SpoolIdentity,
+) -> Result<RebuildReport, JournalError> {
+    let salt = identity.salt;
+    let mut report = RebuildReport::default();
+    let listing = list_files(storage.as_ref(), dir)?;
+
+    // The checkpoint, whole or what is left of it.
+    let (mut spool, meta) = match listing.checkpoints.last() {
+        None => (Spool::new(), None),
+        Some(&seq) => match load_checkpoint(storage, dir, identity, seq) {
+            Ok((spool, meta, _)) => (spool, Some(meta)),
+            Err(JournalError::Corrupt { reason, .. } | JournalError::BadRecord { reason, .. }) => {
+                let name = checkpoint_file_name(seq);
+                report.problems.push(format!("{name}: {reason}"));
+                report
+                    .quarantined
+                    .push(quarantine_whole(storage, dir, &name)?);
+                let mut loader = CheckpointLoader::lenient();
+                scan::salvage_checkpoint(storage, dir, salt, seq, |kind, body| {
+                    let _ = loader.chunk(kind, body);
+                })?;
+                let (spool, meta, skipped) = loader.finish_lenient();
+                report
+                    .lost
+                    .extend(skipped.into_iter().map(|s| format!("checkpoint {s}")));
+                (spool, meta)
+            }
+            Err(other) => return Err(other),
+        },
+    };
+    let checkpoint_seq = meta.as_ref().map_or(0, |m| m.seq);
+
+    // Every good record after the checkpoint, gaps and all.
+    let summary = scan_dir(storage, dir, salt, checkpoint_seq, |rec| {
+        if !rec.applies || rec.seq <= spool.applied_seq() {
+            return Ok(());
+        }
+        let Ok(record) = Record::decode(rec.kind, rec.body) else {
+            report.problems.push(format!(
+                "{} offset {}: undecodable record",
+                rec.file.file_name(),
+                rec.offset
+            ));
+            return Ok(());
+        };
+        let loc = RecordLoc {
+            file: rec.file.to_loc(),
+            offset: rec.offset as u32,
+            len: rec.frame_len as u32,
+        };
+        spool.apply_upgrading(&record, rec.seq, loc);
+        report.records += 1;
+        Ok(())
+    })?;
+    for problem in &summary.problems {
+        let (file, offset) = problem.location(dir);
+        report.problems.push(format!(
+            "{} offset {offset}: {}",
+            file.display(),
+            problem.reason()
+        ));
+        match problem {
+            Problem::BadSpan {
+                file, start, end, ..
+            } => report.quarantined.push(quarantine_span(
+                storage,
+                dir,
+                &file.file_name(),
+                *start,
+                *end,
+            )?),
+            Problem::BadHeader { path, .. } => {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                report
+                    .quarantined
+                    .push(quarantine_whole(storage, dir, &name)?);
+            }
+            Problem::BadCheckpoint { .. }
+            | Problem::MissingSegments { .. }
+            | Problem::SequenceGap { .. } => {}
+        }
+    }
+    spool.raise_applied_seq(summary.last_seq);
+
+    // Messages whose records cannot be read back are lost; say which.
+    let mut unreadable = Vec::new();
+    {
+        let mut probe = |u: LocUse<'_>| {
+            if read_at(storage, dir, u.loc)
+                .ok()
+                .is_none_or(|frame| frame_at(&frame, 0, salt).is_err())
+            {
+                unreadable.push((u.queue.to_owned(), u.id, u.attempts));
+            }
+            u.loc
+        };
+        spool.encode_checkpoint(&CheckpointMeta::default(), &mut probe);
+    }
+    for (queue, id, attempts) in unreadable {
+        if attempts {
+            spool.forget_attempts(&queue, id);
+        } else {
+            spool.drop_message(&queue, id);
+            report
+                .lost
+                .push(format!("message {} of queue {queue}", id.0));
+        }
+    }
+
+    let next_segment_id = listing
+        .segments
+        .last()
+        .map_or(1, |id| id + 1)
+        .max(meta.as_ref().map_or(1, |m| m.next_segment_id));
+    let next_pack_id = listing
+        .packs
+        .last()
+        .map_or(1, |id| id + 1)
+        .max(meta.as_ref().map_or(1, |m| m.next_pack_id));
+    let read = |loc: RecordLoc| read_at(storage, dir, loc);
+    write_out(
+        storage,
+        dir,
+        identity,
+        &spool,
+        next_segment_id,
+        next_pack_id,
+        &read,
+    )?;
+    report.messages = spool.message_count();
+    Ok(report)
+}
+
+/// Reads the bytes at a record location, by path.
+fn read_at(storage: &Arc<dyn Storage>, dir: &Path, loc: RecordLoc) -> std::io::Result<Vec<u8>> {
+    let path = dir.join(FileId::from_loc(loc.file).file_name());
+    let file = storage.open(&path)?;
+    let mut frame = vec![0u8; loc.len as usize];
+    file.read_exact_at(&mut frame, u64::from(loc.offset))?;
+    Ok(frame)
+}
+
+fn quarantine_path(dir: &Path, name: &str, offset: u64) -> PathBuf {
+    dir.join(format!("{name}.{offset}.quarantine"))
+}
+
+/// Copies bytes `[start, end)` of `name` to a quarantine file (fsynced).
+fn quarantine_span(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    name: &str,
+    start: u64,
+    end: u64,
+) -> Result<(PathBuf, u64), JournalError> {
+    let from = dir.join(name);
+    let mut bytes = vec![0u8; (end - start) as usize];
+    storage
+        .open(&from)
+        .and_then(|f| f.read_exact_at(&mut bytes, start))
+        .map_err(|e| JournalError::io(&from, e))?;
+    let to = quarantine_path(dir, name, start);
+    let _ = storage.remove(&to);
+    storage
+        .create(&to)
+        .and_then(|f| f.write_all_at(&bytes, 0).and_then(|()| f.sync_data()))
+        .and_then(|()| storage.sync_dir(dir))
+        .map_err(|e| JournalError::io(&to, e))?;
+    Ok((to, bytes.len() as u64))
+}
+
+/// Copies a whole file to a quarantine file (offset 0).
+fn quarantine_whole(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    name: &str,
+) -> Result<(PathBuf, u64), JournalError> {
+    let path = dir.join(name);
+    let len = storage
+        .open(&path)
+        .and_then(|f| f.size_bytes())
+        .map_err(|e| JournalError::io(&path, e))?;
+    quarantine_span(storage, dir, name, 0, len)
+}
+
+/// Writes `spool` out as one pack (every payload record it points at, read
+/// through `read`) and a checkpoint, then deletes every other journal file.
+fn write_out(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    identity: &SpoolIdentity,
+    spool: &Spool,
+    next_segment_id: u64,
+    pack_id: u64,
+    read: &dyn Fn(RecordLoc) -> std::io::Result<Vec<u8>>,
+) -> Result<(), JournalError> {
+    let salt = identity.salt;
+    let seq = spool.applied_seq();
+    let pack = FileId::Pack(pack_id).to_loc();
+    let mut moves: Vec<(RecordLoc, RecordLoc)> = Vec::new();
+    let mut placed: HashMap<RecordLoc, RecordLoc> = HashMap::new();
+    let mut offset = FILE_HEADER_BYTES as u64;
+    let mut relocate = |u: LocUse<'_>| {
+        *placed.entry(u.loc).or_insert_with(|| {
+            let to = RecordLoc {
+                file: pack,
+                offset: u32::try_from(offset).expect("bug: a pack beyond 4 GiB"),
+                len: u.loc.len,
+            };
+            offset += u64::from(u.loc.len);
+            moves.push((u.loc, to));
+            to
+        })
+    };
+    let meta = CheckpointMeta {
+        seq,
+        next_segment_id,
+        next_pack_id: pack_id + 1,
+        salt,
+        token_key: identity.token_key,
+    };
+    let chunks = spool.encode_checkpoint(&meta, &mut relocate);
+    let mut keep = vec![checkpoint_file_name(seq)];
+    if !moves.is_empty() {
+        write_pack(
+            storage,
+            dir,
+            salt,
+            PackHeader {
+                pack_id,
+                checkpoint_seq: seq,
+            },
+            moves.iter().map(|(from, _)| read(*from)),
+        )
+        .map_err(AtomicWriteError::into_inner)?;
+        keep.push(pack_file_name(pack_id));
+    }
+    write_checkpoint(storage, dir, salt, seq, 0, &chunks).map_err(AtomicWriteError::into_inner)?;
+    let listing = list_files(storage.as_ref(), dir)?;
+    let obsolete: Vec<String> = listing
+        .segments
+        .iter()
+        .map(|&id| segment_file_name(id))
+        .chain(listing.packs.iter().map(|&id| pack_file_name(id)))
+        .chain(listing.checkpoints.iter().map(|&s| checkpoint_file_name(s)))
+        .filter(|name| !keep.contains(name))
+        .collect();
+    remove_files(storage, dir, &obsolete)
+}

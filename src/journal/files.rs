@@ -1,0 +1,154 @@
+//! Writing the files compaction (and upgrade and repair) produce: packs of
+//! payload records copied out of older files, and checkpoints. Both go in
+//! place through [`super::atomic::write_atomically`], so a name on disk
+//! always holds a complete, fsynced file.
+//!
+//! What goes into them is the engine's business (it knows the state); this
+//! module only lays out bytes.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::atomic::{AtomicWriteError, write_atomically};
+use super::format::{
+    CheckpointHeader, FILE_HEADER_BYTES, FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FrameHeader,
+    PackHeader, checkpoint_file_name, pack_file_name,
+};
+use super::storage::Storage;
+use super::storage::StorageFile;
+
+/// Bytes gathered before one write while filling a file: large writes, and
+/// a bounded buffer however large the file.
+const WRITE_BUFFER_BYTES: usize = 4 << 20;
+
+/// Writes `buf` at `offset` in steps: the buffer is flushed whenever it
+/// holds [`WRITE_BUFFER_BYTES`].
+struct BufferedWriter<'a> {
+    file: &'a dyn StorageFile,
+    buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    offset: u64,
+}
+
+impl BufferedWriter<'_> {
+    fn push(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= WRITE_BUFFER_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.write_all_at(&self.buf, self.offset)?;
+        self.offset += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// Writes pack `id`: its header, then `frames` byte for byte, each at the
+/// offset its caller computed (the first at [`FILE_HEADER_BYTES`], each
+/// next one right after the one before). `frames` yields each frame's
+/// bytes, already checked. Returns the pack's handle and length.
+pub fn write_pack<F>(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    salt: u64,
+    header: PackHeader,
+    frames: F,
+) -> Result<(Arc<dyn StorageFile>, u64), AtomicWriteError>
+where
+    F: IntoIterator<Item = std::io::Result<Vec<u8>>>,
+{
+    let mut len = 0u64;
+    let file = write_atomically(storage, dir, &pack_file_name(header.pack_id), |file| {
+        let mut out = BufferedWriter {
+            file,
+            buf: header.encode(salt).to_vec(),
+            offset: 0,
+        };
+        for frame in frames {
+            out.push(&frame?)?;
+        }
+        len = out.offset + out.buf.len() as u64;
+        out.flush()
+    })?;
+    Ok((file, len))
+}
+
+/// Writes the checkpoint at sequence number `seq`: a header, then one frame
+/// per chunk (kind and body as given), numbered from 0, all carrying `seq`
+/// and `term`, the last one flagged. Returns the file's length.
+pub fn write_checkpoint(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    salt: u64,
+    seq: u64,
+    term: u64,
+    chunks: &[(u8, Vec<u8>)],
+) -> Result<u64, AtomicWriteError> {
+    let file_bytes = FILE_HEADER_BYTES as u64
+        + chunks
+            .iter()
+            .map(|(_, body)| (FRAME_HEADER_BYTES + body.len()) as u64)
+            .sum::<u64>();
+    let header = CheckpointHeader {
+        seq,
+        chunks: chunks.len() as u64,
+        file_bytes,
+        term,
+    };
+    write_atomically(storage, dir, &checkpoint_file_name(seq), |file| {
+        let mut out = BufferedWriter {
+            file,
+            buf: header.encode(salt).to_vec(),
+            offset: 0,
+        };
+        let mut frame = Vec::new();
+        for (i, (kind, body)) in chunks.iter().enumerate() {
+            frame.clear();
+            frame.resize(FRAME_HEADER_BYTES, 0);
+            frame.extend_from_slice(body);
+            FrameHeader::seal(
+                &mut frame,
+                salt,
+                FrameHeader {
+                    body_len: 0,
+                    seq,
+                    term,
+                    kind: *kind,
+                    flags: if i + 1 == chunks.len() {
+                        FRAME_FLAG_BATCH_END
+                    } else {
+                        0
+                    },
+                    batch_index: u32::try_from(i).expect("bug: 2³² checkpoint chunks"),
+                },
+            );
+            out.push(&frame)?;
+        }
+        out.flush()
+    })?;
+    Ok(file_bytes)
+}
+
+/// A frame made anew (an upgrade re-frames format-1 records): the body
+/// framed with `seq` and `kind` as one complete batch of its own.
+pub fn frame(salt: u64, seq: u64, kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0u8; FRAME_HEADER_BYTES];
+    frame.extend_from_slice(body);
+    FrameHeader::seal(
+        &mut frame,
+        salt,
+        FrameHeader {
+            body_len: 0,
+            seq,
+            term: 0,
+            kind,
+            flags: FRAME_FLAG_BATCH_END,
+            batch_index: 0,
+        },
+    );
+    frame
+}

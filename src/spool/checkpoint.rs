@@ -1,0 +1,702 @@
+//! Checkpoints: the whole state without leases, as of one applied record.
+//!
+//! A checkpoint is what compaction works from (spec §6): every queue with
+//! its settings and pause state, every message with its times, counts,
+//! failure details and the location of its payload (and of its newest
+//! attempt record), every dedup key with its window start, the next message
+//! id and the epoch. Replay is the newest checkpoint plus the records after
+//! it, so whatever happened before the checkpoint — creates, settings
+//! changes, pauses, failures, redrives — is in it, and no record older than
+//! it is ever judged on its own.
+//!
+//! On disk a checkpoint is a list of *chunks* (at most [`CHUNK_BYTES_MAX`]
+//! each), framed and checksummed by the journal (`journal::files`): one
+//! `BEGIN`, the queues, the messages queue by queue, the dedup keys, one
+//! `END` that repeats the counts. Each chunk is decoded on its own, so a
+//! checkpoint can be streamed (replicated mode ships it to a replica that
+//! fell behind) and loaded without holding its bytes whole. The byte layout
+//! is in `docs/journal-format.md`.
+//!
+//! Nothing here reads the clock or does I/O.
+
+use std::collections::BTreeMap;
+
+use super::codec::{
+    Reader, put_bytes32, put_i64, put_ivarint, put_str16, put_u32, put_u64, put_uvarint,
+};
+use super::command::{DecodeError, FailReason, MessageId};
+use super::queue::{QueueSettings, failed_queue_name, valid_queue_name};
+use super::state::{FailInfo, Message, Spool};
+use crate::journal::RecordLoc;
+use crate::time::Millis;
+
+/// Chunk kinds (the frame's kind byte), apart from record kinds.
+pub mod kind {
+    pub const BEGIN: u8 = 64;
+    pub const QUEUES: u8 = 65;
+    pub const MESSAGES: u8 = 66;
+    pub const DEDUP: u8 = 67;
+    pub const END: u8 = 68;
+}
+
+/// Version of the chunk layouts inside a checkpoint.
+pub const CHECKPOINT_FORMAT: u32 = 1;
+
+/// A chunk is closed once its body passes this: small enough to decode
+/// (and to ship) one at a time, large enough that framing costs nothing.
+pub const CHUNK_BYTES_MAX: usize = 1 << 20;
+
+/// What a checkpoint records besides the state: the spool it belongs to and
+/// where the journal stood.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct CheckpointMeta {
+    /// The last record the state reflects.
+    pub seq: u64,
+    /// The log segment the next record goes to (or a later one): where the
+    /// writer starts if no segment is left (an upgrade or repair rebuilt
+    /// the journal).
+    pub next_segment_id: u64,
+    /// Packs get ids from here on.
+    pub next_pack_id: u64,
+    pub salt: u64,
+    pub token_key: [u8; 32],
+}
+
+impl std::fmt::Debug for CheckpointMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token key is a secret: never print it.
+        f.debug_struct("CheckpointMeta")
+            .field("seq", &self.seq)
+            .field("next_segment_id", &self.next_segment_id)
+            .field("next_pack_id", &self.next_pack_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A record location on its way into a checkpoint, with the message it
+/// belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct LocUse<'a> {
+    /// The base queue (the message may sit in its failure queue).
+    pub queue: &'a str,
+    pub id: MessageId,
+    /// The message's newest attempt record, not its enqueue record.
+    pub attempts: bool,
+    pub loc: RecordLoc,
+}
+
+/// A queue as a checkpoint holds it (its failure queue is implied).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueEntry {
+    pub name: String,
+    pub settings: QueueSettings,
+    pub managed_by_config: bool,
+    pub paused: bool,
+}
+
+/// A message as a checkpoint holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageEntry {
+    pub id: MessageId,
+    /// In the base queue's failure queue.
+    pub in_failure_queue: bool,
+    pub enqueued_at: Millis,
+    pub visible_at: Millis,
+    pub retention_from: Millis,
+    pub retry_count: u32,
+    pub loc: RecordLoc,
+    pub attempts: Option<RecordLoc>,
+    pub failure: Option<FailInfo>,
+}
+
+/// A remembered dedup key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DedupEntry {
+    pub first_at: Millis,
+    pub hash: u64,
+    pub id: MessageId,
+}
+
+/// The state without leases, as plain data: what a checkpoint holds, and
+/// what tests compare after every crash and replay.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SpoolState {
+    pub epoch: u64,
+    pub next_message_id: u64,
+    /// By name: the queue and its messages (ids ascending, base queue and
+    /// failure queue together) and dedup keys (by window start).
+    pub queues: BTreeMap<String, QueueState>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueState {
+    pub queue: QueueEntry,
+    pub messages: Vec<MessageEntry>,
+    pub dedup: Vec<DedupEntry>,
+}
+
+impl SpoolState {
+    /// The same state with every record location zeroed: locations change
+    /// with compaction, nothing else does.
+    pub fn without_locations(mut self) -> SpoolState {
+        let zero = RecordLoc {
+            file: 0,
+            offset: 0,
+            len: 0,
+        };
+        for q in self.queues.values_mut() {
+            for m in &mut q.messages {
+                m.loc = zero;
+                m.attempts = m.attempts.map(|_| zero);
+            }
+        }
+        self
+    }
+}
+
+impl Spool {
+    /// The state without leases, as plain data.
+    pub fn state(&self) -> SpoolState {
+        let mut state = SpoolState {
+            epoch: self.epoch(),
+            next_message_id: self.next_message_id(),
+            queues: BTreeMap::new(),
+        };
+        self.for_each_queue(|queue, messages, dedup| {
+            state.queues.insert(
+                queue.name.clone(),
+                QueueState {
+                    queue,
+                    messages: messages.collect(),
+                    dedup,
+                },
+            );
+        });
+        state
+    }
+
+    /// Encodes the state as checkpoint chunks, each record location passed
+    /// through `relocate` (compaction points the checkpoint at the pack it
+    /// is about to write).
+    pub fn encode_checkpoint(
+        &self,
+        meta: &CheckpointMeta,
+        relocate: &mut dyn FnMut(LocUse<'_>) -> RecordLoc,
+    ) -> Vec<(u8, Vec<u8>)> {
+        let mut out = ChunkWriter::default();
+        let mut counts = Counts::default();
+        let mut begin = Vec::new();
+        put_u32(&mut begin, CHECKPOINT_FORMAT);
+        put_u64(&mut begin, meta.seq);
+        put_u64(&mut begin, self.epoch());
+        put_u64(&mut begin, self.next_message_id());
+        put_i64(&mut begin, self.last_at());
+        put_u64(&mut begin, meta.next_segment_id);
+        put_u64(&mut begin, meta.next_pack_id);
+        put_u64(&mut begin, meta.salt);
+        begin.extend_from_slice(&meta.token_key);
+        out.chunks.push((kind::BEGIN, begin));
+
+        let mut queues = Vec::new();
+        self.for_each_queue(|queue, _, _| queues.push(queue));
+        out.start(kind::QUEUES, Vec::new());
+        for q in &queues {
+            let mut e = Vec::new();
+            put_str16(&mut e, &q.name);
+            e.push(u8::from(q.managed_by_config));
+            e.push(u8::from(q.paused));
+            let json = serde_json::to_vec(&q.settings).expect("bug: settings always serialise");
+            put_bytes32(&mut e, &json);
+            out.entry(&e);
+            counts.queues += 1;
+        }
+        out.finish();
+
+        self.for_each_queue(|queue, messages, dedup| {
+            let mut prefix = Vec::new();
+            put_str16(&mut prefix, &queue.name);
+            out.start(kind::MESSAGES, prefix.clone());
+            let mut previous = EMPTY_ENTRY;
+            let mut e = Vec::new();
+            for m in messages {
+                let m = MessageEntry {
+                    loc: relocate(LocUse {
+                        queue: &queue.name,
+                        id: m.id,
+                        attempts: false,
+                        loc: m.loc,
+                    }),
+                    attempts: m.attempts.map(|loc| {
+                        relocate(LocUse {
+                            queue: &queue.name,
+                            id: m.id,
+                            attempts: true,
+                            loc,
+                        })
+                    }),
+                    ..m
+                };
+                if out.is_fresh() {
+                    previous = EMPTY_ENTRY;
+                }
+                e.clear();
+                encode_message(&mut e, &m, &previous);
+                out.entry(&e);
+                previous = m;
+                counts.messages += 1;
+            }
+            out.finish();
+            out.start(kind::DEDUP, prefix);
+            for d in dedup {
+                e.clear();
+                put_u64(&mut e, d.hash);
+                put_i64(&mut e, d.first_at);
+                put_u64(&mut e, d.id.0);
+                out.entry(&e);
+                counts.dedup += 1;
+            }
+            out.finish();
+        });
+
+        let mut end = Vec::new();
+        put_u64(&mut end, out.chunks.len() as u64);
+        put_u64(&mut end, counts.queues);
+        put_u64(&mut end, counts.messages);
+        put_u64(&mut end, counts.dedup);
+        out.chunks.push((kind::END, end));
+        out.chunks
+    }
+
+    /// Calls `f` for every base queue (by name) with its messages (base
+    /// queue and failure queue merged, ids ascending) and dedup keys (by
+    /// window start).
+    fn for_each_queue(
+        &self,
+        mut f: impl FnMut(QueueEntry, &mut dyn Iterator<Item = MessageEntry>, Vec<DedupEntry>),
+    ) {
+        for name in self.queue_names() {
+            let q = self.queue(&name).expect("listed above");
+            if q.is_failure_queue() {
+                continue;
+            }
+            let fq = self
+                .queue(&failed_queue_name(&name))
+                .expect("bug: a queue without its failure queue");
+            let entry = QueueEntry {
+                name: name.clone(),
+                settings: q.settings.clone(),
+                managed_by_config: q.managed_by_config,
+                paused: q.paused,
+            };
+            let mut dedup: Vec<DedupEntry> = q
+                .dedup_entries()
+                .map(|(hash, first_at, id)| DedupEntry { first_at, hash, id })
+                .collect();
+            dedup.sort_unstable();
+            let mut messages = merge_by_id(q.message_entries(false), fq.message_entries(true));
+            f(entry, &mut messages, dedup);
+        }
+    }
+}
+
+const EMPTY_ENTRY: MessageEntry = MessageEntry {
+    id: MessageId(0),
+    in_failure_queue: false,
+    enqueued_at: 0,
+    visible_at: 0,
+    retention_from: 0,
+    retry_count: 0,
+    loc: RecordLoc {
+        file: 0,
+        offset: 0,
+        len: 0,
+    },
+    attempts: None,
+    failure: None,
+};
+
+/// Two id-ordered streams merged by id.
+fn merge_by_id<'a>(
+    a: impl Iterator<Item = MessageEntry> + 'a,
+    b: impl Iterator<Item = MessageEntry> + 'a,
+) -> impl Iterator<Item = MessageEntry> + 'a {
+    let mut a = a.peekable();
+    let mut b = b.peekable();
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if x.id <= y.id => a.next(),
+        (Some(_), Some(_)) => b.next(),
+        (Some(_), None) => a.next(),
+        (None, _) => b.next(),
+    })
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    queues: u64,
+    messages: u64,
+    dedup: u64,
+}
+
+/// Builds chunks of one kind, each opening with the same prefix and a
+/// count of its entries, closed once past [`CHUNK_BYTES_MAX`].
+#[derive(Default)]
+struct ChunkWriter {
+    chunks: Vec<(u8, Vec<u8>)>,
+    kind: u8,
+    prefix: Vec<u8>,
+    body: Vec<u8>,
+    entries: u32,
+}
+
+impl ChunkWriter {
+    fn start(&mut self, kind: u8, prefix: Vec<u8>) {
+        self.kind = kind;
+        self.prefix = prefix;
+        self.open();
+    }
+
+    fn open(&mut self) {
+        self.body = self.prefix.clone();
+        self.body.extend_from_slice(&[0; 4]);
+        self.entries = 0;
+    }
+
+    /// No entry in the open chunk yet (delta encodings restart here).
+    fn is_fresh(&self) -> bool {
+        self.entries == 0
+    }
+
+    fn entry(&mut self, bytes: &[u8]) {
+        self.body.extend_from_slice(bytes);
+        self.entries += 1;
+        if self.body.len() >= CHUNK_BYTES_MAX {
+            self.close();
+            self.open();
+        }
+    }
+
+    fn close(&mut self) {
+        let at = self.prefix.len();
+        self.body[at..at + 4].copy_from_slice(&self.entries.to_le_bytes());
+        self.chunks
+            .push((self.kind, std::mem::take(&mut self.body)));
+    }
+
+    /// Closes the open chunk unless it is empty.
+    fn finish(&mut self) {
+        if self.entries > 0 {
+            self.close();
+        }
+        self.body.clear();
+    }
+}
+
+/// One message, its numbers relative to the entry before it in the chunk
+/// (ids ascend; times are close together), so that a typical message
+/// takes about fifteen bytes.
+fn encode_message(out: &mut Vec<u8>, m: &MessageEntry, previous: &MessageEntry) {
+    put_uvarint(out, m.id.0 - previous.id.0);
+    let mut flags = 0u8;
+    if m.in_failure_queue {
+        flags |= 1;
+    }
+    if m.attempts.is_some() {
+        flags |= 2;
+    }
+    if m.failure.is_some() {
+        flags |= 4;
+    }
+    out.push(flags);
+    put_ivarint(out, m.enqueued_at.wrapping_sub(previous.enqueued_at));
+    put_ivarint(out, m.visible_at.wrapping_sub(m.enqueued_at));
+    put_ivarint(out, m.retention_from.wrapping_sub(m.visible_at));
+    put_uvarint(out, u64::from(m.retry_count));
+    put_loc(out, m.loc);
+    if let Some(a) = m.attempts {
+        put_loc(out, a);
+    }
+    if let Some(f) = m.failure {
+        out.push(f.reason.code());
+        out.extend_from_slice(&f.last_status.unwrap_or(0).to_le_bytes());
+        put_ivarint(out, f.failed_at.wrapping_sub(m.enqueued_at));
+    }
+}
+
+fn put_loc(out: &mut Vec<u8>, loc: RecordLoc) {
+    put_uvarint(out, u64::from(loc.file));
+    put_uvarint(out, u64::from(loc.offset));
+    put_uvarint(out, u64::from(loc.len));
+}
+
+fn get_loc(r: &mut Reader<'_>) -> Result<RecordLoc, DecodeError> {
+    let mut u32_field = |what: &str| {
+        let v = r.uvarint()?;
+        u32::try_from(v).map_err(|_| DecodeError(format!("{what} {v} out of range")))
+    };
+    Ok(RecordLoc {
+        file: u32_field("file id")?,
+        offset: u32_field("offset")?,
+        len: u32_field("length")?,
+    })
+}
+
+fn decode_message(
+    r: &mut Reader<'_>,
+    previous: &MessageEntry,
+) -> Result<MessageEntry, DecodeError> {
+    let delta = r.uvarint()?;
+    let id = previous
+        .id
+        .0
+        .checked_add(delta)
+        .filter(|&id| delta > 0 && id >> 63 == 0)
+        .ok_or_else(|| DecodeError(format!("message id delta {delta} out of range")))?;
+    let flags = r.u8()?;
+    let enqueued_at = previous.enqueued_at.wrapping_add(r.ivarint()?);
+    let visible_at = enqueued_at.wrapping_add(r.ivarint()?);
+    let retention_from = visible_at.wrapping_add(r.ivarint()?);
+    let retry_count =
+        u32::try_from(r.uvarint()?).map_err(|_| DecodeError("retry count out of range".into()))?;
+    let loc = get_loc(r)?;
+    let attempts = if flags & 2 != 0 {
+        Some(get_loc(r)?)
+    } else {
+        None
+    };
+    let failure = if flags & 4 != 0 {
+        let code = r.u8()?;
+        let reason = FailReason::from_code(code)
+            .ok_or_else(|| DecodeError(format!("unknown fail reason {code}")))?;
+        let status = r.u16()?;
+        Some(FailInfo {
+            reason,
+            last_status: (status != 0).then_some(status),
+            failed_at: enqueued_at.wrapping_add(r.ivarint()?),
+        })
+    } else {
+        None
+    };
+    Ok(MessageEntry {
+        id: MessageId(id),
+        in_failure_queue: flags & 1 != 0,
+        enqueued_at,
+        visible_at,
+        retention_from,
+        retry_count,
+        loc,
+        attempts,
+        failure,
+    })
+}
+
+/// Rebuilds a [`Spool`] from checkpoint chunks handed over one at a time,
+/// in order.
+#[derive(Default)]
+pub struct CheckpointLoader {
+    spool: Option<Spool>,
+    meta: Option<CheckpointMeta>,
+    chunks: u64,
+    counts: Counts,
+    ended: bool,
+    /// Repair: keep going past chunks that do not decode (and entries that
+    /// do not fit), noting why.
+    lenient: Option<Vec<String>>,
+}
+
+impl CheckpointLoader {
+    pub fn new() -> CheckpointLoader {
+        CheckpointLoader::default()
+    }
+
+    /// A loader for what is left of a damaged checkpoint: chunks may be
+    /// missing, and whatever does not decode is skipped (see
+    /// [`CheckpointLoader::finish_lenient`]).
+    pub fn lenient() -> CheckpointLoader {
+        CheckpointLoader {
+            lenient: Some(Vec::new()),
+            ..CheckpointLoader::default()
+        }
+    }
+
+    /// What a lenient loader made of a damaged checkpoint: the spool (empty
+    /// if its first chunk was lost), its meta if known, and what it
+    /// skipped.
+    pub fn finish_lenient(mut self) -> (Spool, Option<CheckpointMeta>, Vec<String>) {
+        let skipped = self.lenient.take().unwrap_or_default();
+        let mut spool = self.spool.unwrap_or_default();
+        spool.finish_restore();
+        (spool, self.meta, skipped)
+    }
+
+    pub fn chunk(&mut self, kind: u8, body: &[u8]) -> Result<(), DecodeError> {
+        let decoded = self.decode_chunk(kind, body);
+        match (&decoded, self.lenient.as_mut()) {
+            (Err(e), Some(skipped)) => {
+                skipped.push(format!("chunk {} (kind {kind}): {e}", self.chunks));
+                self.chunks += 1;
+                Ok(())
+            }
+            _ => decoded,
+        }
+    }
+
+    fn decode_chunk(&mut self, kind: u8, body: &[u8]) -> Result<(), DecodeError> {
+        if self.ended {
+            return Err(DecodeError("chunk after the end of the checkpoint".into()));
+        }
+        let mut r = Reader::new(body);
+        match (kind, self.spool.as_mut()) {
+            (kind::BEGIN, None) => {
+                let format = r.u32()?;
+                if format != CHECKPOINT_FORMAT {
+                    return Err(DecodeError(format!("unknown checkpoint format {format}")));
+                }
+                let seq = r.u64()?;
+                let epoch = r.u64()?;
+                let next_message_id = r.u64()?;
+                let last_at = r.i64()?;
+                let next_segment_id = r.u64()?;
+                let next_pack_id = r.u64()?;
+                let salt = r.u64()?;
+                let mut token_key = [0u8; 32];
+                token_key.copy_from_slice(r.take(32)?);
+                if epoch == u64::MAX || next_message_id >> 63 != 0 {
+                    return Err(DecodeError("epoch or message id out of range".into()));
+                }
+                self.spool = Some(Spool::restored(seq, epoch, next_message_id, last_at));
+                self.meta = Some(CheckpointMeta {
+                    seq,
+                    next_segment_id,
+                    next_pack_id,
+                    salt,
+                    token_key,
+                });
+            }
+            (kind::BEGIN, Some(_)) => return Err(DecodeError("a second BEGIN chunk".into())),
+            (_, None) => return Err(DecodeError("checkpoint does not start with BEGIN".into())),
+            (kind::QUEUES, Some(spool)) => {
+                let n = r.u32()?;
+                for _ in 0..n {
+                    let name = r.str16()?;
+                    if !valid_queue_name(name) || spool.queue(name).is_some() {
+                        return Err(DecodeError(format!("bad or repeated queue name {name:?}")));
+                    }
+                    let managed_by_config = r.u8()? != 0;
+                    let paused = r.u8()? != 0;
+                    let settings: QueueSettings = serde_json::from_slice(r.bytes32()?)
+                        .map_err(|e| DecodeError(format!("queue settings: {e}")))?;
+                    spool.restore_queue(QueueEntry {
+                        name: name.to_owned(),
+                        settings,
+                        managed_by_config,
+                        paused,
+                    });
+                    self.counts.queues += 1;
+                }
+            }
+            (kind::MESSAGES, Some(spool)) => {
+                let queue = r.str16()?.to_owned();
+                let n = r.u32()?;
+                let mut previous = EMPTY_ENTRY;
+                for _ in 0..n {
+                    let m = decode_message(&mut r, &previous)?;
+                    match spool.restore_message(&queue, m) {
+                        Ok(()) => self.counts.messages += 1,
+                        Err(e) => {
+                            let e = format!("message {} of {queue}: {e}", m.id.0);
+                            match self.lenient.as_mut() {
+                                Some(skipped) => skipped.push(e),
+                                None => return Err(DecodeError(e)),
+                            }
+                        }
+                    }
+                    previous = m;
+                }
+            }
+            (kind::DEDUP, Some(spool)) => {
+                let queue = r.str16()?.to_owned();
+                let n = r.u32()?;
+                for _ in 0..n {
+                    let hash = r.u64()?;
+                    let first_at = r.i64()?;
+                    let id = r.id()?;
+                    spool
+                        .restore_dedup(&queue, DedupEntry { first_at, hash, id })
+                        .map_err(|e| DecodeError(format!("dedup key of {queue}: {e}")))?;
+                    self.counts.dedup += 1;
+                }
+            }
+            (kind::END, Some(_)) => {
+                let chunks = r.u64()?;
+                let counts = Counts {
+                    queues: r.u64()?,
+                    messages: r.u64()?,
+                    dedup: r.u64()?,
+                };
+                if chunks != self.chunks || counts != self.counts {
+                    return Err(DecodeError(format!(
+                        "END says {chunks} chunks and {counts:?}, found {} and {:?}",
+                        self.chunks, self.counts
+                    )));
+                }
+                self.ended = true;
+            }
+            (other, Some(_)) => {
+                return Err(DecodeError(format!(
+                    "unknown checkpoint chunk kind {other}"
+                )));
+            }
+        }
+        if !r.is_empty() {
+            return Err(DecodeError(format!(
+                "{} bytes left over in a chunk of kind {kind}",
+                r.buf.len() - r.pos
+            )));
+        }
+        self.chunks += 1;
+        Ok(())
+    }
+
+    /// The spool and what the checkpoint said of the journal; an error if
+    /// the END chunk never came.
+    pub fn finish(self) -> Result<(Spool, CheckpointMeta), DecodeError> {
+        match (self.spool, self.meta, self.ended) {
+            (Some(mut spool), Some(meta), true) => {
+                spool.finish_restore();
+                Ok((spool, meta))
+            }
+            _ => Err(DecodeError("checkpoint ends without its END chunk".into())),
+        }
+    }
+}
+
+impl Spool {
+    fn restored(seq: u64, epoch: u64, next_message_id: u64, last_at: Millis) -> Spool {
+        let mut spool = Spool::new();
+        spool.restore_position(seq, epoch, next_message_id, last_at);
+        spool
+    }
+
+    fn restore_message(&mut self, queue: &str, m: MessageEntry) -> Result<(), &'static str> {
+        let name = if m.in_failure_queue {
+            failed_queue_name(queue)
+        } else {
+            queue.to_owned()
+        };
+        if m.failure.is_some() != m.in_failure_queue {
+            return Err("failure details on a message outside a failure queue, or none inside");
+        }
+        if self.find(queue, m.id).is_some() {
+            return Err("repeated id");
+        }
+        let message = Message {
+            enqueued_at: m.enqueued_at,
+            visible_at: m.visible_at,
+            retention_from: m.retention_from,
+            loc: m.loc,
+            retry_count: m.retry_count,
+            pending: false,
+        };
+        self.restore_into(&name, m.id, message, m.failure, m.attempts)
+    }
+}
