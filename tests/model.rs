@@ -1,14 +1,25 @@
-//! The model test: random sequences of sends, receives, acks, nacks, renews,
-//! cancels, redrives, clock jumps, failed writes, failed fsyncs and crashes,
-//! run against the real journal and state machine on fault-injecting
-//! storage, and against a plain in-memory model of what must be true.
+//! The model test: random sequences of every operation the engine offers —
+//! sends (delayed, with dedup keys), receives, acks, nacks, renews, cancels,
+//! purges and redrives (in failure queues too), queue creates, re-creates
+//! with the same or changed settings, deletes, pauses and resumes, clock
+//! jumps, expiry, failed writes, full disks, compaction (forced or not, beside
+//! an applier that holds durable records back, and cut off by a power loss
+//! at any of its steps), clean restarts and crashes (unsynced bytes dropped,
+//! cut short, or torn into pages with holes) — run against the real journal
+//! and state machine on fault-injecting storage, and against a plain
+//! in-memory model of what must be true.
 //!
-//! After every step the spool must hold exactly the model's messages (queue,
-//! id, retry count). After a crash (every unsynced byte dropped, or the last
-//! write torn) and replay it must still hold every acknowledged, unsettled
-//! message with its retry count; no acked message may come back; dedup keys
-//! still answer with the first id. A send whose fsync failed is "in doubt":
-//! it may or may not be there after the crash, and if it is, it is adopted.
+//! After every step the engine's whole state without leases (queues with
+//! settings and pause state, every message with its queue, times, retry
+//! count and failure details, the dedup keys in their window, the epoch and
+//! the next message id) must equal the model's. After a crash and replay it
+//! must still: every acknowledged, unsettled message is there as it was, no
+//! settled one came back, no id is ever answered twice. A send whose fsync
+//! failed is "in doubt": it may or may not be there after the crash, and if
+//! it is, it is adopted.
+//!
+//! Cases per run: `MODEL_CASES` (default 128, what CI runs; the figure of a
+//! longer local run is in `docs/reliability.md`).
 
 mod common;
 
@@ -20,46 +31,116 @@ use common::*;
 use proptest::prelude::*;
 use spoold::engine::{Engine, EngineError, SendRequest};
 use spoold::journal::sim::{SimStorage, Tear};
-use spoold::spool::{MessageId, QueueSettings};
+use spoold::spool::checkpoint::{MessageEntry, QueueState};
+use spoold::spool::queue::OnExpire;
+use spoold::spool::state::FailInfo;
+use spoold::spool::{FailReason, MessageId, QueueSettings, SpoolState};
 use spoold::time::ManualClock;
 
-const QUEUES: [&str; 2] = ["a", "b"];
-const DEDUP_WINDOW_MS: i64 = 60_000;
+const QUEUES: [&str; 3] = ["a", "b", "c"];
+const DAY_MS: u64 = 86_400_000;
 
-fn settings(queue: &str) -> QueueSettings {
+/// Each queue's settings when (re-)created.
+fn base_settings(queue: &str) -> QueueSettings {
     match queue {
         "a" => QueueSettings {
             lease_timeout_ms: 10_000,
             max_retries: 2,
-            dedup_window_ms: DEDUP_WINDOW_MS as u64,
+            dedup_window_ms: 60_000,
             ..QueueSettings::default()
         },
-        _ => QueueSettings {
+        "b" => QueueSettings {
             lease_timeout_ms: 5_000,
             max_retries: 1,
             ..QueueSettings::default()
         },
+        _ => QueueSettings {
+            lease_timeout_ms: 5_000,
+            max_retries: 0,
+            retention_ms: 20_000,
+            on_expire: OnExpire::Fail,
+            dedup_window_ms: 30_000,
+            ..QueueSettings::default()
+        },
     }
 }
 
-fn max_retries(queue: &str) -> Option<u32> {
-    match queue {
-        "a" => Some(2),
-        "b" => Some(1),
-        _ => None, // failure queues
+/// A settings change a `PUT` makes (or none: deploy tooling re-PUTs the
+/// same settings on every rollout).
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    Same,
+    LeaseTimeout,
+    MaxRetries,
+    DedupWindow,
+    Retention,
+    OnExpire,
+}
+
+fn changed(mut s: QueueSettings, change: Change) -> QueueSettings {
+    match change {
+        Change::Same => {}
+        Change::LeaseTimeout => {
+            s.lease_timeout_ms = if s.lease_timeout_ms == 5_000 {
+                12_000
+            } else {
+                5_000
+            }
+        }
+        Change::MaxRetries => s.max_retries = (s.max_retries + 1) % 3,
+        Change::DedupWindow => s.dedup_window_ms = if s.dedup_window_ms == 0 { 60_000 } else { 0 },
+        Change::Retention => {
+            s.retention_ms = if s.retention_ms == 20_000 {
+                7 * DAY_MS
+            } else {
+                20_000
+            }
+        }
+        Change::OnExpire => {
+            s.on_expire = match s.on_expire {
+                OnExpire::Fail => OnExpire::Discard,
+                OnExpire::Discard => OnExpire::Fail,
+            }
+        }
+    }
+    s
+}
+
+/// How a crash treats what was written after the last fsync.
+#[derive(Debug, Clone, Copy)]
+enum TearShape {
+    Drop,
+    Prefix(u64),
+    Pages { page_bytes: u64, mask: u64 },
+}
+
+impl TearShape {
+    fn tear(self) -> Tear {
+        match self {
+            TearShape::Drop => Tear::DropUnsynced,
+            TearShape::Prefix(n) => Tear::KeepPrefix(n),
+            TearShape::Pages { page_bytes, mask } => Tear::Pages { page_bytes, mask },
+        }
     }
 }
 
-fn lease_ms(queue: &str) -> i64 {
-    let base = queue.trim_end_matches(".failed");
-    settings(base).lease_timeout_ms as i64
+fn tear_shape() -> impl Strategy<Value = TearShape> {
+    prop_oneof![
+        Just(TearShape::Drop),
+        (0..400u64).prop_map(TearShape::Prefix),
+        (
+            prop_oneof![Just(16u64), Just(64), Just(512)],
+            proptest::num::u64::ANY
+        )
+            .prop_map(|(page_bytes, mask)| TearShape::Pages { page_bytes, mask }),
+    ]
 }
 
 #[derive(Debug, Clone)]
 enum Op {
     Send {
         queue: usize,
-        delayed: bool,
+        delay_ms: u64,
         key: Option<u8>,
     },
     Receive {
@@ -74,7 +155,25 @@ enum Op {
     },
     Renew(usize),
     Cancel(usize),
-    Redrive(usize),
+    Purge {
+        queue: usize,
+        failed: bool,
+    },
+    /// `pick`: redrive the failure queue's oldest (None) or the messages
+    /// at these places among all messages.
+    Redrive {
+        queue: usize,
+        pick: Option<Vec<usize>>,
+    },
+    Upsert {
+        queue: usize,
+        change: Change,
+    },
+    Delete(usize),
+    Pause {
+        queue: usize,
+        paused: bool,
+    },
     Advance(i64),
     Due,
     FailWrite,
@@ -82,44 +181,94 @@ enum Op {
     FullDisk {
         room: u64,
     },
-    /// Compact: only what is worth it, or every sealed segment.
+    /// Compact: only what is worth it, or every file with garbage.
     Compact {
         force: bool,
     },
-    Crash {
-        in_doubt: bool,
-        tear: Option<u64>,
+    /// Compact while `sends` more records are durable but held back from
+    /// the state machine.
+    CompactBesideApplier {
+        sends: usize,
     },
+    /// Cut the power after `cut` changes to the disk while compacting, then
+    /// crash.
+    CompactCut {
+        cut: u64,
+        tear: TearShape,
+    },
+    /// Crash: first `in_doubt` sends whose fsync fails (several may share a
+    /// batch), then power loss.
+    Crash {
+        in_doubt: usize,
+        tear: TearShape,
+    },
+    /// A clean stop and start.
+    Restart,
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        3 => Just(Change::Same),
+        1 => Just(Change::LeaseTimeout),
+        1 => Just(Change::MaxRetries),
+        1 => Just(Change::DedupWindow),
+        1 => Just(Change::Retention),
+        1 => Just(Change::OnExpire),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    let queue = 0..QUEUES.len();
     prop_oneof![
-        6 => (0..2usize, proptest::bool::weighted(0.2), proptest::option::weighted(0.3, 0..3u8))
-            .prop_map(|(queue, delayed, key)| Op::Send { queue, delayed, key }),
-        4 => (0..2usize, proptest::bool::weighted(0.2), 1..4usize)
+        8 => (queue.clone(), prop_oneof![3 => Just(0u64), 1 => Just(1_000), 1 => Just(40_000)],
+              proptest::option::weighted(0.3, 0..3u8))
+            .prop_map(|(queue, delay_ms, key)| Op::Send { queue, delay_ms, key }),
+        5 => (queue.clone(), proptest::bool::weighted(0.25), 1..4usize)
             .prop_map(|(queue, failed, max)| Op::Receive { queue, failed, max }),
         3 => (0..8usize).prop_map(Op::Ack),
         3 => (0..8usize, prop_oneof![Just(0u64), Just(2_000u64)])
             .prop_map(|(lease, delay_ms)| Op::Nack { lease, delay_ms }),
         1 => (0..8usize).prop_map(Op::Renew),
         1 => (0..16usize).prop_map(Op::Cancel),
-        1 => (0..2usize).prop_map(Op::Redrive),
+        1 => (queue.clone(), proptest::bool::weighted(0.6))
+            .prop_map(|(queue, failed)| Op::Purge { queue, failed }),
+        2 => (queue.clone(), proptest::option::weighted(0.4, proptest::collection::vec(0..16usize, 1..4)))
+            .prop_map(|(queue, pick)| Op::Redrive { queue, pick }),
+        3 => (queue.clone(), change()).prop_map(|(queue, change)| Op::Upsert { queue, change }),
+        1 => queue.clone().prop_map(Op::Delete),
+        2 => (queue.clone(), proptest::bool::ANY)
+            .prop_map(|(queue, paused)| Op::Pause { queue, paused }),
         3 => prop_oneof![Just(1i64), Just(3_000), Just(7_000), Just(30_000)].prop_map(Op::Advance),
         2 => Just(Op::Due),
         1 => Just(Op::FailWrite),
         1 => (0..300u64).prop_map(|room| Op::FullDisk { room }),
         2 => proptest::bool::ANY.prop_map(|force| Op::Compact { force }),
-        1 => (proptest::bool::ANY, proptest::option::of(0..400u64))
-            .prop_map(|(in_doubt, tear)| Op::Crash { in_doubt, tear }),
+        1 => (1..6usize).prop_map(|sends| Op::CompactBesideApplier { sends }),
+        1 => (0..24u64, tear_shape()).prop_map(|(cut, tear)| Op::CompactCut { cut, tear }),
+        1 => (0..4usize, tear_shape()).prop_map(|(in_doubt, tear)| Op::Crash { in_doubt, tear }),
+        1 => Just(Op::Restart),
     ]
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct ModelMessage {
+    /// The base queue.
     queue: String,
+    failed: Option<(FailReason, i64)>,
     retry_count: u32,
+    enqueued_at: i64,
     visible_at: i64,
+    retention_from: i64,
     body: String,
+}
+
+impl ModelMessage {
+    fn queue_name(&self) -> String {
+        match self.failed {
+            Some(_) => format!("{}.failed", self.queue),
+            None => self.queue.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -130,57 +279,373 @@ struct ModelLease {
     expires_at: i64,
 }
 
+#[derive(Debug, Clone)]
+struct ModelQueue {
+    settings: QueueSettings,
+    paused: bool,
+}
+
 #[derive(Default)]
 struct Model {
+    queues: BTreeMap<String, ModelQueue>,
     messages: BTreeMap<MessageId, ModelMessage>,
     /// Held by the engine until settled, expired by `Due`, or a restart.
     leases: Vec<ModelLease>,
-    acked: BTreeSet<MessageId>,
+    /// Settled for good: must never come back.
+    gone: BTreeSet<MessageId>,
     /// (queue, key) → (first send time, id).
     keys: BTreeMap<(String, u8), (i64, MessageId)>,
     /// Bodies of sends whose fsync failed.
     in_doubt: BTreeSet<String>,
     next_body: u64,
+    /// The highest id ever answered: every new one must be above it.
+    max_id: u64,
+    epoch: u64,
 }
 
 impl Model {
+    fn settings(&self, base: &str) -> Option<&QueueSettings> {
+        self.queues.get(base).map(|q| &q.settings)
+    }
+
     fn lease_of(&self, id: MessageId) -> Option<&ModelLease> {
         self.leases.iter().find(|l| l.id == id)
     }
 
-    /// Where a nack or an expired lease sends a message.
-    /// A nack (or expired lease) at `now`: visible again at `visible_at`,
-    /// or in the failure queue at once when retries are exhausted.
+    fn lease_ms(&self, queue: &str) -> i64 {
+        let base = queue.trim_end_matches(".failed");
+        self.settings(base).unwrap().lease_timeout_ms as i64
+    }
+
+    fn new_body(&mut self) -> String {
+        self.next_body += 1;
+        format!("m{}", self.next_body)
+    }
+
+    fn answered(&mut self, id: MessageId, label: &str) {
+        assert!(id.0 > self.max_id, "{label}: id {} answered again", id.0);
+        self.max_id = id.0;
+    }
+
+    /// A nack or an expired lease at `now`: visible again at `visible_at`
+    /// with one more retry, or to the failure queue at once when that would
+    /// pass `max_retries` (failure queues have no limit).
     fn retry(&mut self, id: MessageId, visible_at: i64, now: i64) {
+        let max = self
+            .settings(&self.messages[&id].queue)
+            .unwrap()
+            .max_retries;
         let m = self.messages.get_mut(&id).unwrap();
-        let exhausted = max_retries(&m.queue).is_some_and(|max| m.retry_count + 1 > max);
-        if exhausted {
-            m.queue = format!("{}.failed", m.queue);
+        if m.failed.is_none() && m.retry_count + 1 > max {
+            m.failed = Some((FailReason::RetriesExhausted, now));
             m.visible_at = now;
+            m.retention_from = now;
         } else {
             m.retry_count += 1;
             m.visible_at = visible_at;
         }
     }
+
+    fn remove(&mut self, id: MessageId) {
+        self.messages.remove(&id);
+        self.leases.retain(|l| l.id != id);
+        self.gone.insert(id);
+    }
+
+    /// Messages of `queue` (a full name) that a receive could lease at
+    /// `now`, longest-waiting first.
+    fn line(&self, queue: &str, now: i64) -> Vec<MessageId> {
+        let base = queue.trim_end_matches(".failed");
+        let Some(q) = self.queues.get(base) else {
+            return Vec::new();
+        };
+        // A pause stops the queue, not its failure queue.
+        if q.paused && base == queue {
+            return Vec::new();
+        }
+        let retention = q.settings.retention_ms as i64;
+        let mut line: Vec<(i64, MessageId)> = self
+            .messages
+            .iter()
+            .filter(|(id, m)| {
+                m.queue_name() == queue
+                    && m.visible_at <= now
+                    && m.retention_from + retention > now
+                    && self.lease_of(**id).is_none()
+            })
+            .map(|(id, m)| (m.visible_at, *id))
+            .collect();
+        line.sort();
+        line.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The state the engine must show.
+    fn expected(&self, engine: &Engine, now: i64) -> SpoolState {
+        let mut queues = BTreeMap::new();
+        for (name, q) in &self.queues {
+            let messages = self
+                .messages
+                .iter()
+                .filter(|(_, m)| &m.queue == name)
+                .map(|(&id, m)| MessageEntry {
+                    id,
+                    in_failure_queue: m.failed.is_some(),
+                    enqueued_at: m.enqueued_at,
+                    visible_at: m.visible_at,
+                    retention_from: m.retention_from,
+                    retry_count: m.retry_count,
+                    loc: ZERO_LOC,
+                    attempts: None,
+                    failure: m.failed.map(|(reason, failed_at)| FailInfo {
+                        reason,
+                        last_status: None,
+                        failed_at,
+                    }),
+                })
+                .collect();
+            let window = q.settings.dedup_window_ms as i64;
+            let mut dedup: Vec<_> = self
+                .keys
+                .iter()
+                .filter(|((queue, _), (first, _))| queue == name && first + window > now)
+                .map(
+                    |((queue, key), &(first_at, id))| spoold::spool::checkpoint::DedupEntry {
+                        first_at,
+                        hash: engine.tokens().dedup_hash(queue, &format!("key-{key}")),
+                        id,
+                    },
+                )
+                .collect();
+            dedup.sort();
+            queues.insert(
+                name.clone(),
+                QueueState {
+                    queue: spoold::spool::checkpoint::QueueEntry {
+                        name: name.clone(),
+                        settings: q.settings.clone(),
+                        managed_by_config: false,
+                        paused: q.paused,
+                    },
+                    messages,
+                    dedup,
+                },
+            );
+        }
+        SpoolState {
+            epoch: self.epoch,
+            next_message_id: 0,
+            queues,
+        }
+    }
 }
 
-fn check_state(engine: &Engine, model: &Model, step: &str) {
-    let actual: Vec<(String, MessageId, u32)> = engine
-        .all_messages()
-        .into_iter()
-        .map(|(q, id, m)| (q, id, m.retry_count))
-        .collect();
-    let expected: Vec<(String, MessageId, u32)> = model
-        .messages
-        .iter()
-        .map(|(id, m)| (m.queue.clone(), *id, m.retry_count))
-        .collect();
-    assert_eq!(actual, expected, "after {step}");
-    for id in &model.acked {
-        assert!(
-            !actual.iter().any(|(_, a, _)| a == id),
-            "acked {id:?} came back after {step}"
+const ZERO_LOC: spoold::journal::RecordLoc = spoold::journal::RecordLoc {
+    file: 0,
+    offset: 0,
+    len: 0,
+};
+
+/// The engine's state as the model sees it: no locations, dedup keys only
+/// inside their window, the next id checked apart.
+fn actual(engine: &Engine, now: i64, model: &Model, label: &str) -> SpoolState {
+    let mut state = engine.state().without_locations();
+    assert!(
+        state.next_message_id > model.max_id,
+        "{label}: next id {} would reuse an answered id (up to {})",
+        state.next_message_id,
+        model.max_id
+    );
+    state.next_message_id = 0;
+    for q in state.queues.values_mut() {
+        let window = q.queue.settings.dedup_window_ms as i64;
+        q.dedup.retain(|d| d.first_at + window > now);
+        for m in &mut q.messages {
+            // Attempts come only from push delivery, which the model does
+            // not drive.
+            assert!(m.attempts.is_none(), "{label}");
+        }
+    }
+    state
+}
+
+fn check_state(engine: &Engine, model: &Model, now: i64, label: &str) {
+    let actual = actual(engine, now, model, label);
+    let expected = model.expected(engine, now);
+    if actual != expected {
+        panic!(
+            "{label}: state differs\n{}",
+            diff(&format!("{expected:#?}"), &format!("{actual:#?}"))
         );
+    }
+    for id in &model.gone {
+        assert!(
+            !engine.all_messages().iter().any(|m| m.1 == *id),
+            "{label}: settled {id:?} came back"
+        );
+    }
+}
+
+/// The lines where two debug dumps differ (expected, then actual).
+fn diff(expected: &str, actual: &str) -> String {
+    let e: Vec<&str> = expected.lines().collect();
+    let a: Vec<&str> = actual.lines().collect();
+    let mut out = String::new();
+    for i in 0..e.len().max(a.len()) {
+        let (x, y) = (e.get(i).copied(), a.get(i).copied());
+        if x != y {
+            out.push_str(&format!(
+                "line {i}: expected {:?}\n        actual   {:?}\n",
+                x.unwrap_or(""),
+                y.unwrap_or("")
+            ));
+            if out.len() > 4000 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+struct World {
+    sim: SimStorage,
+    clock: ManualClock,
+    options: spoold::engine::EngineOptions,
+    engine: Engine,
+    model: Model,
+}
+
+impl World {
+    fn now(&self) -> i64 {
+        use spoold::time::Clock;
+        self.clock.now_ms()
+    }
+
+    /// Power loss. The old engine's threads are stopped first (nothing is
+    /// pending: every operation was awaited), as a dead process's would be,
+    /// so that none of them touches the disk after it.
+    async fn crash(&mut self, tear: Tear, label: &str) {
+        self.engine.close();
+        self.sim.crash(tear);
+        self.reopen(label).await;
+    }
+
+    async fn reopen(&mut self, label: &str) {
+        self.engine = Engine::open(self.options.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{label}: replay failed: {e}"))
+            .0;
+        self.model.epoch += 1;
+        self.model.leases.clear();
+        self.adopt_in_doubt(label);
+    }
+
+    /// A send whose fsync failed may have reached the disk after all; if
+    /// replay found it, the model takes it in (once).
+    fn adopt_in_doubt(&mut self, label: &str) {
+        let state = self.engine.state();
+        for q in state.queues.values() {
+            for m in &q.messages {
+                if self.model.messages.contains_key(&m.id) {
+                    continue;
+                }
+                let queue = if m.in_failure_queue {
+                    format!("{}.failed", q.queue.name)
+                } else {
+                    q.queue.name.clone()
+                };
+                let payload = self.engine.payload(&queue, m.id).unwrap();
+                let text = String::from_utf8(payload.body.to_vec()).unwrap();
+                assert!(
+                    self.model.in_doubt.remove(&text),
+                    "{label}: unexpected message {text} in {queue}"
+                );
+                assert!(!self.model.gone.contains(&m.id), "{label}");
+                assert!(m.failure.is_none() && m.retry_count == 0, "{label}");
+                self.model.max_id = self.model.max_id.max(m.id.0);
+                self.model.messages.insert(
+                    m.id,
+                    ModelMessage {
+                        queue: q.queue.name.clone(),
+                        failed: None,
+                        retry_count: 0,
+                        enqueued_at: m.enqueued_at,
+                        visible_at: m.visible_at,
+                        retention_from: m.retention_from,
+                        body: text,
+                    },
+                );
+            }
+        }
+        // What replay did not find is gone for good.
+        self.model.in_doubt.clear();
+    }
+
+    /// A send to `queue`, with the model's bookkeeping.
+    async fn send(&mut self, queue: &str, delay_ms: u64, key: Option<u8>, label: &str) {
+        let now = self.now();
+        let text = self.model.new_body();
+        let request = SendRequest {
+            delay_ms,
+            dedup_key: key.map(|k| format!("key-{k}")),
+            ..body(&text)
+        };
+        let out = self.engine.send(queue, request).await;
+        let Some(settings) = self.model.settings(queue).cloned() else {
+            assert!(
+                matches!(out, Err(EngineError::QueueNotFound { .. })),
+                "{label}: {out:?}"
+            );
+            return;
+        };
+        let window = settings.dedup_window_ms as i64;
+        if key.is_some() && window == 0 {
+            assert!(
+                matches!(out, Err(EngineError::BadRequest(_))),
+                "{label}: a key without a window: {out:?}"
+            );
+            return;
+        }
+        let out = out.unwrap_or_else(|e| panic!("{label}: {e}"));
+        let live_key = key.and_then(|k| {
+            self.model
+                .keys
+                .get(&(queue.to_string(), k))
+                .filter(|(first, _)| first + window > now)
+                .map(|&(_, id)| id)
+        });
+        match live_key {
+            Some(first) => {
+                assert!(out.deduplicated, "{label}: key inside its window");
+                assert_eq!(out.id, first, "{label}");
+            }
+            None => {
+                assert!(!out.deduplicated, "{label}");
+                self.model.answered(out.id, label);
+                if let Some(k) = key {
+                    self.model
+                        .keys
+                        .insert((queue.to_string(), k), (now, out.id));
+                }
+                let visible_at = now + delay_ms as i64;
+                self.model.messages.insert(
+                    out.id,
+                    ModelMessage {
+                        queue: queue.to_string(),
+                        failed: None,
+                        retry_count: 0,
+                        enqueued_at: now,
+                        visible_at,
+                        retention_from: visible_at,
+                        body: text,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The first queue that exists, for faults that need a send.
+    fn some_queue(&self) -> Option<String> {
+        self.model.queues.keys().next().cloned()
     }
 }
 
@@ -191,201 +656,302 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
     if small_preallocated_segments {
         options.segment_bytes = 512;
         options.preallocate = true;
+    } else {
+        options.segment_bytes = 4096;
     }
-    let reopen = || Engine::open(options.clone());
-    let mut engine = reopen().await.unwrap().0;
+    let engine = Engine::open(options.clone()).await.unwrap().0;
+    let mut w = World {
+        sim,
+        clock,
+        options,
+        engine,
+        model: Model {
+            epoch: 1,
+            ..Model::default()
+        },
+    };
     for q in QUEUES {
-        make_queue(&engine, q, settings(q)).await;
+        make_queue(&w.engine, q, base_settings(q)).await;
+        w.model.queues.insert(
+            q.to_string(),
+            ModelQueue {
+                settings: base_settings(q),
+                paused: false,
+            },
+        );
     }
-    let mut model = Model::default();
 
     for (step, op) in ops.into_iter().enumerate() {
-        let now = clock_now(&clock);
+        let now = w.now();
         let label = format!("step {step}: {op:?}");
         match op {
             Op::Send {
                 queue,
-                delayed,
+                delay_ms,
                 key,
-            } => {
-                let queue = QUEUES[queue];
-                // Keys only on the queue with a dedup window.
-                let key = key.filter(|_| queue == "a");
-                model.next_body += 1;
-                let text = format!("m{}", model.next_body);
-                let request = SendRequest {
-                    delay_ms: if delayed { 1_000 } else { 0 },
-                    dedup_key: key.map(|k| format!("key-{k}")),
-                    ..body(&text)
-                };
-                let out = engine.send(queue, request).await.unwrap();
-                let live_key = key.and_then(|k| {
-                    model
-                        .keys
-                        .get(&(queue.to_string(), k))
-                        .filter(|(first, _)| first + DEDUP_WINDOW_MS > now)
-                        .map(|&(_, id)| id)
-                });
-                match live_key {
-                    Some(first) => {
-                        assert!(out.deduplicated, "{label}: key inside its window");
-                        assert_eq!(out.id, first, "{label}");
-                    }
-                    None => {
-                        assert!(!out.deduplicated, "{label}");
-                        if let Some(k) = key {
-                            model.keys.insert((queue.to_string(), k), (now, out.id));
-                        }
-                        model.messages.insert(
-                            out.id,
-                            ModelMessage {
-                                queue: queue.to_string(),
-                                retry_count: 0,
-                                visible_at: now + if delayed { 1_000 } else { 0 },
-                                body: text,
-                            },
-                        );
-                    }
-                }
-            }
+            } => w.send(QUEUES[queue], delay_ms, key, &label).await,
             Op::Receive { queue, failed, max } => {
                 let queue = if failed {
                     format!("{}.failed", QUEUES[queue])
                 } else {
                     QUEUES[queue].to_string()
                 };
-                let got = engine.receive(&queue, max, Duration::ZERO).await.unwrap();
-                // Longest-waiting first among the visible, unleased ones.
-                let mut line: Vec<(i64, MessageId)> = model
-                    .messages
-                    .iter()
-                    .filter(|(id, m)| {
-                        m.queue == queue && m.visible_at <= now && model.lease_of(**id).is_none()
-                    })
-                    .map(|(id, m)| (m.visible_at, *id))
-                    .collect();
-                line.sort();
-                let expected: Vec<MessageId> = line.iter().take(max).map(|&(_, id)| id).collect();
+                let base = queue.trim_end_matches(".failed").to_string();
+                let got = w.engine.receive(&queue, max, Duration::ZERO).await;
+                if !w.model.queues.contains_key(&base) {
+                    assert!(
+                        matches!(got, Err(EngineError::QueueNotFound { .. })),
+                        "{label}"
+                    );
+                    continue;
+                }
+                let got = got.unwrap();
+                let expected: Vec<MessageId> =
+                    w.model.line(&queue, now).into_iter().take(max).collect();
                 let ids: Vec<MessageId> = got.iter().map(|d| d.id).collect();
                 assert_eq!(ids, expected, "{label}");
                 for d in got {
-                    let m = &model.messages[&d.id];
+                    let m = &w.model.messages[&d.id];
                     assert_eq!(d.retry_count, m.retry_count, "{label}");
                     assert_eq!(d.payload.body, m.body.as_bytes(), "{label}");
-                    model.leases.push(ModelLease {
+                    let expires_at = now + w.model.lease_ms(&queue);
+                    w.model.leases.push(ModelLease {
                         queue: queue.clone(),
                         id: d.id,
                         token: d.token,
-                        expires_at: now + lease_ms(&queue),
+                        expires_at,
                     });
                 }
             }
-            Op::Ack(i) | Op::Nack { lease: i, .. } | Op::Renew(i) if i >= model.leases.len() => {}
+            Op::Ack(i) | Op::Nack { lease: i, .. } | Op::Renew(i) if i >= w.model.leases.len() => {}
             Op::Ack(i) => {
-                let lease = model.leases[i].clone();
+                let lease = w.model.leases[i].clone();
                 let valid = now < lease.expires_at;
-                let result = engine.ack(&lease.queue, &lease.token).await;
+                let result = w.engine.ack(&lease.queue, &lease.token).await;
                 assert_eq!(result.is_ok(), valid, "{label}: {result:?}");
                 if valid {
-                    model.leases.remove(i);
-                    model.messages.remove(&lease.id);
-                    model.acked.insert(lease.id);
+                    w.model.remove(lease.id);
                 } else {
                     assert!(matches!(result, Err(EngineError::StaleLease)), "{label}");
                 }
             }
             Op::Nack { lease: i, delay_ms } => {
-                let lease = model.leases[i].clone();
+                let lease = w.model.leases[i].clone();
                 let valid = now < lease.expires_at;
-                let result = engine.nack(&lease.queue, &lease.token, delay_ms).await;
+                let result = w.engine.nack(&lease.queue, &lease.token, delay_ms).await;
                 assert_eq!(result.is_ok(), valid, "{label}: {result:?}");
                 if valid {
-                    model.leases.remove(i);
-                    model.retry(lease.id, now + delay_ms as i64, now);
+                    w.model.leases.remove(i);
+                    w.model.retry(lease.id, now + delay_ms as i64, now);
                 }
             }
             Op::Renew(i) => {
-                let lease = &mut model.leases[i];
+                let lease_ms = w.model.lease_ms(&w.model.leases[i].queue);
+                let lease = &mut w.model.leases[i];
                 let valid = now < lease.expires_at;
-                let result = engine.renew(&lease.queue, &lease.token);
+                let result = w.engine.renew(&lease.queue, &lease.token);
                 assert_eq!(result.is_ok(), valid, "{label}: {result:?}");
                 if let Ok(expires_at) = result {
-                    lease.expires_at = now + lease_ms(&lease.queue);
+                    lease.expires_at = now + lease_ms;
                     assert_eq!(expires_at, lease.expires_at, "{label}");
                 }
             }
             Op::Cancel(i) => {
-                let Some((&id, m)) = model.messages.iter().nth(i) else {
+                let Some((&id, m)) = w.model.messages.iter().nth(i) else {
                     continue;
                 };
-                let queue = m.queue.clone();
-                engine.cancel(&queue, id).await.unwrap();
-                model.messages.remove(&id);
-                model.acked.insert(id);
-                model.leases.retain(|l| l.id != id);
+                let queue = m.queue_name();
+                w.engine.cancel(&queue, id).await.unwrap();
+                w.model.remove(id);
             }
-            Op::Redrive(q) => {
-                let queue = QUEUES[q];
-                let failed = format!("{queue}.failed");
-                let movable: Vec<MessageId> = model
+            Op::Purge { queue, failed } => {
+                let base = QUEUES[queue];
+                let name = if failed {
+                    format!("{base}.failed")
+                } else {
+                    base.to_string()
+                };
+                let purged = w.engine.purge(&name).await;
+                if !w.model.queues.contains_key(base) {
+                    assert!(
+                        matches!(purged, Err(EngineError::QueueNotFound { .. })),
+                        "{label}"
+                    );
+                    continue;
+                }
+                let ids: Vec<MessageId> = w
+                    .model
                     .messages
                     .iter()
-                    .filter(|(id, m)| m.queue == failed && model.lease_of(**id).is_none())
+                    .filter(|(_, m)| m.queue_name() == name)
                     .map(|(id, _)| *id)
-                    .take(10)
                     .collect();
-                assert_eq!(
-                    engine.redrive(queue, 10, None, true).await.unwrap(),
-                    movable.len() as u64
-                );
-                assert_eq!(
-                    engine.redrive(queue, 10, None, false).await.unwrap(),
-                    movable.len() as u64
-                );
-                for id in movable {
-                    let m = model.messages.get_mut(&id).unwrap();
-                    m.queue = queue.to_string();
+                assert_eq!(purged.unwrap(), ids.len() as u64, "{label}");
+                for id in ids {
+                    w.model.remove(id);
+                }
+            }
+            Op::Redrive { queue, pick } => {
+                let base = QUEUES[queue];
+                let failed = format!("{base}.failed");
+                let ids: Option<Vec<MessageId>> = pick.map(|places| {
+                    places
+                        .iter()
+                        .filter_map(|&i| w.model.messages.keys().nth(i).copied())
+                        .collect()
+                });
+                let dry = w.engine.redrive(base, 10, ids.as_deref(), true).await;
+                if !w.model.queues.contains_key(base) {
+                    assert!(
+                        matches!(dry, Err(EngineError::QueueNotFound { .. })),
+                        "{label}"
+                    );
+                    continue;
+                }
+                // The engine redrives each named id once.
+                let ids_once: Option<Vec<MessageId>> = ids.as_ref().map(|ids| {
+                    ids.iter()
+                        .copied()
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect()
+                });
+                let movable = |id: &MessageId| {
+                    w.model
+                        .messages
+                        .get(id)
+                        .is_some_and(|m| m.queue_name() == failed)
+                        && w.model.lease_of(*id).is_none()
+                };
+                let expected: Vec<MessageId> = match &ids_once {
+                    Some(ids) => ids.iter().copied().filter(movable).take(10).collect(),
+                    None => w
+                        .model
+                        .messages
+                        .keys()
+                        .copied()
+                        .filter(movable)
+                        .take(10)
+                        .collect(),
+                };
+                assert_eq!(dry.unwrap(), expected.len() as u64, "{label}: dry run");
+                let moved = w.engine.redrive(base, 10, ids.as_deref(), false).await;
+                assert_eq!(moved.unwrap(), expected.len() as u64, "{label}");
+                for id in expected {
+                    let m = w.model.messages.get_mut(&id).unwrap();
+                    m.failed = None;
                     m.retry_count = 0;
                     m.visible_at = now;
+                    m.retention_from = now;
                 }
             }
-            Op::Advance(ms) => clock.advance_ms(ms),
-            Op::Due => {
-                let expired: Vec<ModelLease> = model
-                    .leases
-                    .iter()
-                    .filter(|l| l.expires_at <= now)
+            Op::Upsert { queue, change } => {
+                let name = QUEUES[queue];
+                let current = w
+                    .model
+                    .settings(name)
                     .cloned()
-                    .collect();
-                let written = engine.run_due().await;
-                assert_eq!(written, expired.len(), "{label}");
-                model.leases.retain(|l| l.expires_at > now);
-                for l in expired {
-                    model.retry(l.id, now, now);
+                    .unwrap_or_else(|| base_settings(name));
+                let settings = changed(current.clone(), change);
+                // Keys that left the old window are forgotten by the change.
+                let old_window = current.dedup_window_ms as i64;
+                w.model
+                    .keys
+                    .retain(|(q, _), (first, _)| q != name || *first + old_window > now);
+                let created = w
+                    .engine
+                    .upsert_queue(name, settings.clone(), false)
+                    .await
+                    .unwrap();
+                assert_eq!(created, !w.model.queues.contains_key(name), "{label}");
+                let q = w
+                    .model
+                    .queues
+                    .entry(name.to_string())
+                    .or_insert(ModelQueue {
+                        settings: settings.clone(),
+                        paused: false,
+                    });
+                q.settings = settings;
+            }
+            Op::Delete(queue) => {
+                let name = QUEUES[queue];
+                let deleted = w.engine.delete_queue(name).await;
+                if w.model.queues.remove(name).is_none() {
+                    assert!(
+                        matches!(deleted, Err(EngineError::QueueNotFound { .. })),
+                        "{label}"
+                    );
+                    continue;
                 }
+                deleted.unwrap();
+                let ids: Vec<MessageId> = w
+                    .model
+                    .messages
+                    .iter()
+                    .filter(|(_, m)| m.queue == name)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in ids {
+                    w.model.remove(id);
+                }
+                w.model.keys.retain(|(q, _), _| q != name);
+            }
+            Op::Pause { queue, paused } => {
+                let name = QUEUES[queue];
+                let result = w.engine.set_paused(name, paused).await;
+                match w.model.queues.get_mut(name) {
+                    Some(q) => {
+                        result.unwrap();
+                        q.paused = paused;
+                    }
+                    None => assert!(
+                        matches!(result, Err(EngineError::QueueNotFound { .. })),
+                        "{label}"
+                    ),
+                }
+            }
+            Op::Advance(ms) => w.clock.advance_ms(ms),
+            Op::Due => {
+                let expected = due(&mut w.model, now);
+                let written = w.engine.run_due().await;
+                assert_eq!(written, expected, "{label}");
             }
             Op::FailWrite => {
-                sim.fail_write(0, io::ErrorKind::StorageFull);
-                let err = engine.send("b", body("never stored")).await.unwrap_err();
+                let Some(queue) = w.some_queue() else {
+                    continue;
+                };
+                w.sim.fail_write(0, io::ErrorKind::StorageFull);
+                let err = w
+                    .engine
+                    .send(&queue, body("never stored"))
+                    .await
+                    .unwrap_err();
                 assert!(
                     matches!(err, EngineError::Unavailable { .. }),
                     "{label}: {err:?}"
                 );
             }
             Op::FullDisk { room } => {
-                model.next_body += 1;
-                let text = format!("m{}", model.next_body);
-                sim.set_capacity(Some(sim.total_bytes() + room));
-                let sent = engine.send("b", body(&text)).await;
-                sim.set_capacity(None);
+                let Some(queue) = w.some_queue() else {
+                    continue;
+                };
+                let text = w.model.new_body();
+                w.sim.set_capacity(Some(w.sim.total_bytes() + room));
+                let sent = w.engine.send(&queue, body(&text)).await;
+                w.sim.set_capacity(None);
                 match sent {
                     Ok(out) => {
-                        model.messages.insert(
+                        w.model.answered(out.id, &label);
+                        w.model.messages.insert(
                             out.id,
                             ModelMessage {
-                                queue: "b".into(),
+                                queue,
+                                failed: None,
                                 retry_count: 0,
+                                enqueued_at: now,
                                 visible_at: now,
+                                retention_from: now,
                                 body: text,
                             },
                         );
@@ -396,77 +962,175 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 }
             }
             Op::Compact { force } => {
-                engine
+                w.engine
                     .compact_all(force)
                     .await
                     .unwrap_or_else(|e| panic!("{label}: {e}"));
             }
-            Op::Crash { in_doubt, tear } => {
-                if in_doubt {
-                    model.next_body += 1;
-                    let text = format!("m{}", model.next_body);
-                    sim.fail_sync(0);
-                    match engine.send("b", body(&text)).await.unwrap_err() {
-                        // The record's own fsync failed: it may be there.
-                        EngineError::Unconfirmed { .. } => {
-                            model.in_doubt.insert(text);
-                        }
-                        // The fsync of a new segment's header failed: the
-                        // segment was removed and nothing was written.
-                        EngineError::Unavailable { .. } => {}
-                        other => panic!("{label}: {other:?}"),
+            Op::CompactBesideApplier { sends } => {
+                let Some(queue) = w.some_queue() else {
+                    continue;
+                };
+                let records = w.engine.journal_stats().records;
+                w.engine.hold_apply(true);
+                let mut tasks = Vec::new();
+                let mut bodies = Vec::new();
+                for _ in 0..sends {
+                    let text = w.model.new_body();
+                    let engine = w.engine.clone();
+                    let q = queue.clone();
+                    let t = text.clone();
+                    bodies.push(text);
+                    tasks.push(tokio::spawn(async move { engine.send(&q, body(&t)).await }));
+                    // One batch each, so that segments rotate while the
+                    // applier is held.
+                    while w.engine.journal_stats().records < records + tasks.len() as u64 {
+                        tokio::task::yield_now().await;
+                        std::thread::sleep(Duration::from_micros(200));
                     }
                 }
-                drop(engine);
-                sim.crash(match tear {
-                    Some(n) => Tear::KeepPrefix(n),
-                    None => Tear::DropUnsynced,
-                });
-                engine = open(&sim, &clock)
-                    .await
-                    .unwrap_or_else(|e| panic!("{label}: replay failed: {e}"));
-                model.leases.clear();
-                adopt_in_doubt(&engine, &mut model, &label).await;
+                let compacted = w.engine.compact_all(true).await;
+                w.engine.hold_apply(false);
+                compacted.unwrap_or_else(|e| panic!("{label}: {e}"));
+                for (task, text) in tasks.into_iter().zip(bodies) {
+                    let out = task
+                        .await
+                        .unwrap()
+                        .unwrap_or_else(|e| panic!("{label}: {e}"));
+                    w.model.answered(out.id, &label);
+                    w.model.messages.insert(
+                        out.id,
+                        ModelMessage {
+                            queue: queue.clone(),
+                            failed: None,
+                            retry_count: 0,
+                            enqueued_at: now,
+                            visible_at: now,
+                            retention_from: now,
+                            body: text,
+                        },
+                    );
+                }
+            }
+            Op::CompactCut { cut, tear } => {
+                w.sim.cut_power_after(cut);
+                let _ = w.engine.compact_all(true).await;
+                if w.sim.power_is_cut() || w.engine.is_poisoned() {
+                    w.crash(tear.tear(), &label).await;
+                } else {
+                    w.sim.heal();
+                }
+            }
+            Op::Crash { in_doubt, tear } => {
+                if in_doubt > 0
+                    && let Some(queue) = w.some_queue()
+                {
+                    // Slow fsyncs, so that several sends share the batch
+                    // whose fsync fails.
+                    w.sim.set_sync_delay(Some(Duration::from_millis(2)));
+                    w.sim.fail_sync(1);
+                    let mut tasks = Vec::new();
+                    for _ in 0..in_doubt + 1 {
+                        let text = w.model.new_body();
+                        let engine = w.engine.clone();
+                        let q = queue.clone();
+                        let t = text.clone();
+                        tasks.push((
+                            text,
+                            tokio::spawn(async move { engine.send(&q, body(&t)).await }),
+                        ));
+                    }
+                    for (text, task) in tasks {
+                        match task.await.unwrap() {
+                            Ok(out) => {
+                                w.model.answered(out.id, &label);
+                                w.model.messages.insert(
+                                    out.id,
+                                    ModelMessage {
+                                        queue: queue.clone(),
+                                        failed: None,
+                                        retry_count: 0,
+                                        enqueued_at: now,
+                                        visible_at: now,
+                                        retention_from: now,
+                                        body: text,
+                                    },
+                                );
+                            }
+                            // The record's fsync failed, or it came after
+                            // the failure: it may be there.
+                            Err(
+                                EngineError::Unconfirmed { .. } | EngineError::Unavailable { .. },
+                            ) => {
+                                w.model.in_doubt.insert(text);
+                            }
+                            Err(other) => panic!("{label}: {other:?}"),
+                        }
+                    }
+                }
+                w.crash(tear.tear(), &label).await;
+            }
+            Op::Restart => {
+                w.engine.close();
+                w.reopen(&label).await;
             }
         }
-        check_state(&engine, &model, &label);
+        check_state(&w.engine, &w.model, w.now(), &label);
     }
 }
 
-/// A send whose fsync failed may have reached the disk after all; if replay
-/// found it, the model takes it in (once).
-async fn adopt_in_doubt(engine: &Engine, model: &mut Model, label: &str) {
-    for (queue, id, m) in engine.all_messages() {
-        if model.messages.contains_key(&id) {
-            continue;
+/// What `Engine::run_due` does at `now`, in the model; returns how many
+/// records it writes. Leases that ended are retried (or failed); then
+/// unleased messages past retention are discarded or failed. A message
+/// whose lease ended in this pass is not also expired in it.
+fn due(model: &mut Model, now: i64) -> usize {
+    let expired: Vec<ModelLease> = model
+        .leases
+        .iter()
+        .filter(|l| l.expires_at <= now)
+        .cloned()
+        .collect();
+    let mut written = expired.len();
+    let expired_ids: BTreeSet<MessageId> = expired.iter().map(|l| l.id).collect();
+    let mut past = Vec::new();
+    for (id, m) in &model.messages {
+        let settings = model.settings(&m.queue).unwrap();
+        if m.retention_from + settings.retention_ms as i64 <= now
+            && model.lease_of(*id).is_none()
+            && !expired_ids.contains(id)
+        {
+            let fail = m.failed.is_none() && settings.on_expire == OnExpire::Fail;
+            past.push((*id, fail));
         }
-        let payload = engine.payload(&queue, id).unwrap();
-        let text = String::from_utf8(payload.body.to_vec()).unwrap();
-        assert!(
-            model.in_doubt.remove(&text),
-            "{label}: unexpected message {text} in {queue}"
-        );
-        assert!(!model.acked.contains(&id), "{label}");
-        model.messages.insert(
-            id,
-            ModelMessage {
-                queue,
-                retry_count: m.retry_count,
-                visible_at: m.visible_at,
-                body: text,
-            },
-        );
     }
+    model.leases.retain(|l| l.expires_at > now);
+    for l in expired {
+        model.retry(l.id, now, now);
+    }
+    written += past.len();
+    for (id, fail) in past {
+        if fail {
+            let m = model.messages.get_mut(&id).unwrap();
+            m.failed = Some((FailReason::Expired, now));
+            m.visible_at = now;
+            m.retention_from = now;
+        } else {
+            model.remove(id);
+        }
+    }
+    written
 }
 
-fn clock_now(clock: &ManualClock) -> i64 {
-    use spoold::time::Clock;
-    clock.now_ms()
+fn cases() -> u32 {
+    std::env::var("MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 128,
+        cases: cases(),
         failure_persistence: Some(Box::new(
             proptest::test_runner::FileFailurePersistence::Direct("proptest-regressions/model.txt"),
         )),

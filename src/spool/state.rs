@@ -385,7 +385,7 @@ impl Spool {
                 settings,
                 managed_by_config,
             } => {
-                self.upsert_queue(name, settings, *managed_by_config);
+                self.upsert_queue(name, settings, *managed_by_config, at);
                 Applied::Done
             }
             Command::QueueDelete { name } => self.delete_queue(name),
@@ -567,7 +567,11 @@ impl Spool {
 
     /// Creates a queue from a checkpoint.
     pub(crate) fn restore_queue(&mut self, entry: super::checkpoint::QueueEntry) {
-        self.upsert_queue(&entry.name, &entry.settings, entry.managed_by_config);
+        assert!(
+            self.queue(&entry.name).is_none(),
+            "bug: queue restored twice"
+        );
+        self.upsert_queue(&entry.name, &entry.settings, entry.managed_by_config, 0);
         self.queue_mut(&entry.name).expect("just created").paused = entry.paused;
     }
 
@@ -718,9 +722,20 @@ impl Spool {
         self.next_message_id
     }
 
-    fn upsert_queue(&mut self, name: &str, settings: &QueueSettings, managed_by_config: bool) {
+    /// Creates a queue, or replaces its settings at `at`. Dedup keys that
+    /// left the old window by then are forgotten first, so that a wider
+    /// window never brings back a key that the timer may or may not have
+    /// forgotten already (replay and the live process agree).
+    fn upsert_queue(
+        &mut self,
+        name: &str,
+        settings: &QueueSettings,
+        managed_by_config: bool,
+        at: Millis,
+    ) {
         if let Some(&qid) = self.names.get(name) {
             let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+            q.prune_dedup(at);
             q.settings = settings.clone();
             q.managed_by_config = managed_by_config;
             if let Some(fid) = q.failed {
@@ -1106,7 +1121,15 @@ impl Spool {
                 .is_some_and(|m| !m.pending && !fq.leases.contains_key(id))
         };
         let picked: Vec<MessageId> = match ids {
-            Some(ids) => ids.iter().copied().filter(movable).take(max).collect(),
+            // Each id once, however often it was named.
+            Some(ids) => ids
+                .iter()
+                .copied()
+                .collect::<BTreeSet<MessageId>>()
+                .into_iter()
+                .filter(movable)
+                .take(max)
+                .collect(),
             None => fq
                 .messages
                 .keys()
