@@ -127,7 +127,21 @@ pub fn verify_with(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport
                 .bad
                 .push(format!("{name}: undecodable checkpoint: {e}")),
             (Ok(_), None) => match loader.finish() {
-                Ok((spool, _)) => report.checkpoint_messages = Some(spool.message_count()),
+                Ok((spool, _)) => {
+                    report.checkpoint_messages = Some(spool.message_count());
+                    for file in spool.referenced_files().map(FileId::from_loc) {
+                        let there = match file {
+                            FileId::Segment(id) => listing.segments.contains(&id),
+                            FileId::Pack(id) => listing.packs.contains(&id),
+                        };
+                        if !there {
+                            report.bad.push(format!(
+                                "{}: missing, and the checkpoint points at records in it",
+                                dir.join(file.file_name()).display()
+                            ));
+                        }
+                    }
+                }
                 Err(e) => report.bad.push(format!("{name}: {e}")),
             },
         }

@@ -96,17 +96,20 @@ pub fn upgrade(
     spool.raise_next_message_id(summary.id_floor);
     spool.raise_applied_seq(summary.last_seq);
     let next_segment_id = summary.segment_ids.last().map_or(1, |id| id + 1);
-    let read = |loc: RecordLoc| -> std::io::Result<Vec<u8>> {
-        let raw = read_at(storage, dir, loc)?;
-        v1::reframe(&raw, salt).ok_or_else(|| {
-            std::io::Error::other(format!(
-                "format-1 record at {} offset {} is damaged",
-                FileId::from_loc(loc.file).file_name(),
-                loc.offset
-            ))
-        })
+    let reframe = Reframe {
+        len_added: v1::FRAME_HEADER_GROWTH,
+        read: &|loc: RecordLoc| -> std::io::Result<Vec<u8>> {
+            let raw = read_at(storage, dir, loc)?;
+            v1::reframe(&raw, salt).ok_or_else(|| {
+                std::io::Error::other(format!(
+                    "format-1 record at {} offset {} is damaged",
+                    FileId::from_loc(loc.file).file_name(),
+                    loc.offset
+                ))
+            })
+        },
     };
-    write_out(storage, dir, identity, &spool, next_segment_id, 1, &read)?;
+    write_out(storage, dir, identity, &spool, next_segment_id, 1, &reframe)?;
     Ok(RebuildReport {
         records: summary.records,
         messages: spool.message_count(),
@@ -243,7 +246,10 @@ pub fn repair(
         .last()
         .map_or(1, |id| id + 1)
         .max(meta.as_ref().map_or(1, |m| m.next_pack_id));
-    let read = |loc: RecordLoc| read_at(storage, dir, loc);
+    let copy = Reframe {
+        len_added: 0,
+        read: &|loc: RecordLoc| read_at(storage, dir, loc),
+    };
     write_out(
         storage,
         dir,
@@ -251,7 +257,7 @@ pub fn repair(
         &spool,
         next_segment_id,
         next_pack_id,
-        &read,
+        &copy,
     )?;
     report.messages = spool.message_count();
     Ok(report)
@@ -308,8 +314,16 @@ fn quarantine_whole(
     quarantine_span(storage, dir, name, 0, len)
 }
 
+/// How [`write_out`] gets each payload record in this format: read (and
+/// re-framed), and how much longer than its old location says it is.
+struct Reframe<'a> {
+    len_added: u32,
+    read: &'a dyn Fn(RecordLoc) -> std::io::Result<Vec<u8>>,
+}
+
 /// Writes `spool` out as one pack (every payload record it points at, read
-/// through `read`) and a checkpoint, then deletes every other journal file.
+/// through `reframe`) and a checkpoint, then deletes every other journal
+/// file.
 fn write_out(
     storage: &Arc<dyn Storage>,
     dir: &Path,
@@ -317,7 +331,7 @@ fn write_out(
     spool: &Spool,
     next_segment_id: u64,
     pack_id: u64,
-    read: &dyn Fn(RecordLoc) -> std::io::Result<Vec<u8>>,
+    reframe: &Reframe<'_>,
 ) -> Result<(), JournalError> {
     let salt = identity.salt;
     let seq = spool.applied_seq();
@@ -330,9 +344,9 @@ fn write_out(
             let to = RecordLoc {
                 file: pack,
                 offset: u32::try_from(offset).expect("bug: a pack beyond 4 GiB"),
-                len: u.loc.len,
+                len: u.loc.len + reframe.len_added,
             };
-            offset += u64::from(u.loc.len);
+            offset += u64::from(to.len);
             moves.push((u.loc, to));
             to
         })
@@ -355,7 +369,12 @@ fn write_out(
                 pack_id,
                 checkpoint_seq: seq,
             },
-            moves.iter().map(|(from, _)| read(*from)),
+            moves.iter().map(|(from, to)| {
+                let frame = (reframe.read)(*from)?;
+                // Anything else would misplace every record after it.
+                assert_eq!(frame.len(), to.len as usize, "bug: a record changed length");
+                Ok(frame)
+            }),
         )
         .map_err(AtomicWriteError::into_inner)?;
         keep.push(pack_file_name(pack_id));

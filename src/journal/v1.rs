@@ -24,6 +24,9 @@ use super::storage::Storage;
 
 const HEADER_BYTES: usize = 64;
 const FRAME_HEADER_BYTES: usize = 20;
+/// A re-framed record is this much longer in format 2.
+pub const FRAME_HEADER_GROWTH: u32 =
+    (super::format::FRAME_HEADER_BYTES - FRAME_HEADER_BYTES) as u32;
 const VERSION: u32 = 1;
 
 /// One format-1 record.
