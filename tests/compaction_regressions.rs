@@ -230,15 +230,7 @@ async fn ids_are_never_handed_out_twice() {
     for _ in 0..2000 {
         seen.insert(send(&c, &s.base, "q", vec![b'x'; 1024], None).await);
     }
-    loop {
-        let got = receive(&c, &s.base, "q", 100).await;
-        if got.is_empty() {
-            break;
-        }
-        for m in &got {
-            settle(&c, &s.base, "q", m, "ack").await;
-        }
-    }
+    churn(&c, &s.base, "q", 0).await;
     put_queue(&c, &s.base, "q", json!({"leaseTimeoutSeconds": 45})).await;
     stop(s);
     let s = start(dir.path(), SPOOL_KEYS).await;
@@ -356,15 +348,7 @@ async fn a_full_spool_at_the_minimum_size_sends_again_once_settled() {
         sent += 1;
         assert!(sent < 10_000, "never full");
     }
-    loop {
-        let got = receive(&c, &s.base, "q", 100).await;
-        if got.is_empty() {
-            break;
-        }
-        for m in &got {
-            settle(&c, &s.base, "q", m, "ack").await;
-        }
-    }
+    churn(&c, &s.base, "q", 0).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let r = c

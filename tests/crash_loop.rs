@@ -61,6 +61,28 @@ struct History {
 
 type Shared = Arc<Mutex<History>>;
 
+/// Sends `request` carrying `tag` (noted as attempted). `None` when spoold
+/// is gone; `Some(true)` when it answered `ok` (the id it gave noted).
+async fn tagged(
+    history: &Shared,
+    request: reqwest::RequestBuilder,
+    tag: &str,
+    ok: StatusCode,
+) -> Option<bool> {
+    history.lock().unwrap().attempted.insert(tag.to_string());
+    let r = request.body(tag.to_string()).send().await.ok()?;
+    if r.status() != ok {
+        return Some(false);
+    }
+    let Ok(answer) = r.json::<Value>().await else {
+        return Some(false);
+    };
+    let id = answer["id"].as_str().unwrap().to_string();
+    let mut h = history.lock().unwrap();
+    h.ids.entry(id).or_default().insert(tag.to_string());
+    Some(true)
+}
+
 fn queues(sink_url: &str) -> String {
     format!(
         "[queues.jobs]\nlease_timeout = \"60s\"\nmax_retries = 1000\n\n\
@@ -72,22 +94,13 @@ fn queues(sink_url: &str) -> String {
 async fn sender(client: Client, base: String, history: Shared, round: usize, w: usize) {
     for n in 0.. {
         let tag = format!("send r{round} w{w} n{n}");
-        history.lock().unwrap().attempted.insert(tag.clone());
-        let Ok(r) = client
-            .post(format!("{base}/v1/queues/jobs/messages"))
-            .body(tag.clone())
-            .send()
-            .await
-        else {
-            return;
-        };
-        if r.status() == StatusCode::CREATED
-            && let Ok(v) = r.json::<Value>().await
-        {
-            let mut h = history.lock().unwrap();
-            let id = v["id"].as_str().unwrap().to_string();
-            h.ids.entry(id).or_default().insert(tag.clone());
-            h.acknowledged.insert(tag);
+        let request = client.post(format!("{base}/v1/queues/jobs/messages"));
+        match tagged(&history, request, &tag, StatusCode::CREATED).await {
+            None => return,
+            Some(true) => {
+                history.lock().unwrap().acknowledged.insert(tag);
+            }
+            Some(false) => {}
         }
     }
 }
@@ -123,23 +136,15 @@ async fn admin(client: Client, base: String, history: Shared, round: usize) {
             history.lock().unwrap().pauses.last_mut().unwrap().1 = true;
         }
         let tag = format!("delayed r{round} n{n}");
-        history.lock().unwrap().attempted.insert(tag.clone());
-        let Ok(r) = client
+        let request = client
             .post(format!("{base}/v1/queues/admin/messages"))
-            .header("Spooler-Delay", "3600")
-            .body(tag.clone())
-            .send()
-            .await
-        else {
-            return;
-        };
-        if r.status() == StatusCode::CREATED
-            && let Ok(v) = r.json::<Value>().await
-        {
-            let mut h = history.lock().unwrap();
-            let id = v["id"].as_str().unwrap().to_string();
-            h.ids.entry(id).or_default().insert(tag.clone());
-            h.delayed.insert(tag);
+            .header("Spooler-Delay", "3600");
+        match tagged(&history, request, &tag, StatusCode::CREATED).await {
+            None => return,
+            Some(true) => {
+                history.lock().unwrap().delayed.insert(tag);
+            }
+            Some(false) => {}
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -159,23 +164,15 @@ fn possible<T: Copy + PartialEq>(changes: &[(T, bool)], initial: T) -> Vec<T> {
 async fn forwarder(client: Client, base: String, history: Shared, round: usize, w: usize) {
     for n in 0.. {
         let tag = format!("forward r{round} w{w} n{n}");
-        history.lock().unwrap().attempted.insert(tag.clone());
-        let Ok(r) = client
+        let request = client
             .post(format!("{base}/v1/forward/hooks/events?n={n}"))
-            .header("content-type", "text/plain")
-            .body(tag.clone())
-            .send()
-            .await
-        else {
-            return;
-        };
-        if r.status() == StatusCode::ACCEPTED
-            && let Ok(v) = r.json::<Value>().await
-        {
-            let mut h = history.lock().unwrap();
-            let id = v["id"].as_str().unwrap().to_string();
-            h.ids.entry(id).or_default().insert(tag.clone());
-            h.acknowledged.insert(tag);
+            .header("content-type", "text/plain");
+        match tagged(&history, request, &tag, StatusCode::ACCEPTED).await {
+            None => return,
+            Some(true) => {
+                history.lock().unwrap().acknowledged.insert(tag);
+            }
+            Some(false) => {}
         }
         // Forwards are a smaller share of the traffic than sends.
         tokio::time::sleep(Duration::from_millis(2)).await;

@@ -346,6 +346,29 @@ impl Model {
         }
     }
 
+    /// A message just sent (at `now`, visible at `visible_at`).
+    fn sent(
+        &mut self,
+        id: MessageId,
+        queue: impl Into<String>,
+        now: i64,
+        visible_at: i64,
+        body: String,
+    ) {
+        self.messages.insert(
+            id,
+            ModelMessage {
+                queue: queue.into(),
+                failed: None,
+                retry_count: 0,
+                enqueued_at: now,
+                visible_at,
+                retention_from: visible_at,
+                body,
+            },
+        );
+    }
+
     fn remove(&mut self, id: MessageId) {
         self.messages.remove(&id);
         self.leases.retain(|l| l.id != id);
@@ -627,18 +650,8 @@ impl World {
                         .insert((queue.to_string(), k), (now, out.id));
                 }
                 let visible_at = now + delay_ms as i64;
-                self.model.messages.insert(
-                    out.id,
-                    ModelMessage {
-                        queue: queue.to_string(),
-                        failed: None,
-                        retry_count: 0,
-                        enqueued_at: now,
-                        visible_at,
-                        retention_from: visible_at,
-                        body: text,
-                    },
-                );
+                self.model
+                    .sent(out.id, queue.to_string(), now, visible_at, text);
             }
         }
     }
@@ -943,18 +956,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 match sent {
                     Ok(out) => {
                         w.model.answered(out.id, &label);
-                        w.model.messages.insert(
-                            out.id,
-                            ModelMessage {
-                                queue,
-                                failed: None,
-                                retry_count: 0,
-                                enqueued_at: now,
-                                visible_at: now,
-                                retention_from: now,
-                                body: text,
-                            },
-                        );
+                        w.model.sent(out.id, queue, now, now, text);
                     }
                     // Rolled back: not stored.
                     Err(EngineError::Unavailable { .. }) => {}
@@ -998,18 +1000,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         .unwrap()
                         .unwrap_or_else(|e| panic!("{label}: {e}"));
                     w.model.answered(out.id, &label);
-                    w.model.messages.insert(
-                        out.id,
-                        ModelMessage {
-                            queue: queue.clone(),
-                            failed: None,
-                            retry_count: 0,
-                            enqueued_at: now,
-                            visible_at: now,
-                            retention_from: now,
-                            body: text,
-                        },
-                    );
+                    w.model.sent(out.id, queue.clone(), now, now, text);
                 }
             }
             Op::CompactCut { cut, tear } => {
@@ -1044,18 +1035,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         match task.await.unwrap() {
                             Ok(out) => {
                                 w.model.answered(out.id, &label);
-                                w.model.messages.insert(
-                                    out.id,
-                                    ModelMessage {
-                                        queue: queue.clone(),
-                                        failed: None,
-                                        retry_count: 0,
-                                        enqueued_at: now,
-                                        visible_at: now,
-                                        retention_from: now,
-                                        body: text,
-                                    },
-                                );
+                                w.model.sent(out.id, queue.clone(), now, now, text);
                             }
                             // The record's fsync failed, or it came after
                             // the failure: it may be there.

@@ -257,66 +257,70 @@ impl RebuildOutcome {
     }
 }
 
-/// Repairs a stopped spool on the real file system (taking its lock): every
-/// damaged span to a quarantine file, every good record kept.
-pub fn repair(dir: &Path) -> Result<RebuildOutcome, JournalError> {
+/// Runs `work` on a stopped spool on the real file system, holding its lock;
+/// `None` from `work` (or a directory without a spool) is "nothing to do".
+fn offline(
+    dir: &Path,
+    what: &'static str,
+    progress: &'static str,
+    work: impl FnOnce(
+        &Arc<dyn Storage>,
+        &crate::journal::SpoolIdentity,
+    ) -> Result<Option<RebuildReport>, JournalError>,
+) -> Result<RebuildOutcome, JournalError> {
     existing_dir(dir)?;
     let _lock = crate::journal::lock::DirLock::acquire(dir)?;
     let storage: Arc<dyn Storage> = Arc::new(OsStorage);
-    let Some(identity) = load_identity(&storage, dir, false)? else {
-        return Ok(RebuildOutcome {
-            report: None,
-            what: "repair",
-        });
+    let report = match load_identity(&storage, dir, false)? {
+        None => None,
+        Some(identity) => {
+            let bar = spinner(progress);
+            let report = work(&storage, &identity);
+            bar.finish_and_clear();
+            report?
+        }
     };
-    let clean = verify_with(storage.clone(), dir)?;
-    if clean.old_format {
-        return Err(JournalError::Corrupt {
-            dir: dir.to_path_buf(),
-            file: dir.to_path_buf(),
-            offset: 0,
-            reason: "format 1: run `spoold journal upgrade` first".into(),
-        });
-    }
-    if clean.is_clean() {
-        return Ok(RebuildOutcome {
-            report: None,
-            what: "repair",
-        });
-    }
-    let bar = spinner("repairing (scanning, quarantining, rebuilding)");
-    let report = rebuild::repair(&storage, dir, &identity);
-    bar.finish_and_clear();
-    Ok(RebuildOutcome {
-        report: Some(report?),
-        what: "repair",
-    })
+    Ok(RebuildOutcome { report, what })
+}
+
+/// Repairs a stopped spool (taking its lock): every damaged span to a
+/// quarantine file, every good record kept.
+pub fn repair(dir: &Path) -> Result<RebuildOutcome, JournalError> {
+    offline(
+        dir,
+        "repair",
+        "repairing (scanning, quarantining, rebuilding)",
+        |storage, identity| {
+            let found = verify_with(storage.clone(), dir)?;
+            if found.old_format {
+                return Err(JournalError::Corrupt {
+                    dir: dir.to_path_buf(),
+                    file: dir.to_path_buf(),
+                    offset: 0,
+                    reason: "format 1: run `spoold journal upgrade` first".into(),
+                });
+            }
+            if found.is_clean() {
+                return Ok(None);
+            }
+            rebuild::repair(storage, dir, identity).map(Some)
+        },
+    )
 }
 
 /// Upgrades a stopped format-1 spool to format 2 (start-up does the same).
 pub fn upgrade(dir: &Path) -> Result<RebuildOutcome, JournalError> {
-    existing_dir(dir)?;
-    let _lock = crate::journal::lock::DirLock::acquire(dir)?;
-    let storage: Arc<dyn Storage> = Arc::new(OsStorage);
-    let Some(identity) = load_identity(&storage, dir, false)? else {
-        return Ok(RebuildOutcome {
-            report: None,
-            what: "upgrade",
-        });
-    };
-    if !rebuild::needs_upgrade(&storage, dir, identity.salt)? {
-        return Ok(RebuildOutcome {
-            report: None,
-            what: "upgrade",
-        });
-    }
-    let bar = spinner("upgrading (replaying format 1, writing a checkpoint)");
-    let report = rebuild::upgrade(&storage, dir, &identity);
-    bar.finish_and_clear();
-    Ok(RebuildOutcome {
-        report: Some(report?),
-        what: "upgrade",
-    })
+    offline(
+        dir,
+        "upgrade",
+        "upgrading (replaying format 1, writing a checkpoint)",
+        |storage, identity| {
+            if !rebuild::needs_upgrade(storage, dir, identity.salt)? {
+                return Ok(None);
+            }
+            rebuild::upgrade(storage, dir, identity).map(Some)
+        },
+    )
 }
 
 /// Compacts every file of a stopped spool that holds garbage; returns the

@@ -55,16 +55,8 @@ pub fn needs_upgrade(
     if !listing.checkpoints.is_empty() {
         return Ok(false);
     }
-    let mut header = [0u8; FILE_HEADER_BYTES];
     for &id in &listing.segments {
-        let path = dir.join(segment_file_name(id));
-        let file = storage
-            .open(&path)
-            .map_err(|e| JournalError::io(&path, e))?;
-        let got = file
-            .read_at(&mut header, 0)
-            .map_err(|e| JournalError::io(&path, e))?;
-        if v1::is_old_header(&header[..got]) {
+        if v1::is_old_header(&scan::read_header(storage.as_ref(), dir, id)?.0) {
             return Ok(true);
         }
     }

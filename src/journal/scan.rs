@@ -219,6 +219,26 @@ pub fn list_files(storage: &dyn Storage, dir: &Path) -> Result<Listing, JournalE
     Ok(listing)
 }
 
+/// The first bytes of segment `id` (its header, or what there is of it) and
+/// the file's length.
+pub fn read_header(
+    storage: &dyn Storage,
+    dir: &Path,
+    id: u64,
+) -> Result<(Vec<u8>, u64), JournalError> {
+    let path = dir.join(segment_file_name(id));
+    let file = storage
+        .open(&path)
+        .map_err(|e| JournalError::io(&path, e))?;
+    let len = file.size_bytes().map_err(|e| JournalError::io(&path, e))?;
+    let mut header = vec![0u8; FILE_HEADER_BYTES];
+    let got = file
+        .read_at(&mut header, 0)
+        .map_err(|e| JournalError::io(&path, e))?;
+    header.truncate(got);
+    Ok((header, len))
+}
+
 /// Files that the checkpoint at `checkpoint_seq` made obsolete: older
 /// checkpoints, packs it does not point into, log segments whose records
 /// it covers and does not point into, and format-1 segments an upgrade
@@ -246,16 +266,9 @@ pub fn obsolete_files(
     };
     out.extend(stale.iter().map(|&seq| checkpoint_file_name(seq)));
     let mut headers = Vec::new();
-    let mut buf = [0u8; FILE_HEADER_BYTES];
     for &id in &listing.segments {
-        let path = dir.join(segment_file_name(id));
-        let file = storage
-            .open(&path)
-            .map_err(|e| JournalError::io(&path, e))?;
-        let got = file
-            .read_at(&mut buf, 0)
-            .map_err(|e| JournalError::io(&path, e))?;
-        match SegmentHeader::decode(&buf[..got], salt, id) {
+        let (buf, _) = read_header(storage.as_ref(), dir, id)?;
+        match SegmentHeader::decode(&buf, salt, id) {
             Ok(h) => headers.push(h),
             Err(HeaderProblem::OldVersion(_)) => out.push(segment_file_name(id)),
             // Damage is the scan's to report.
@@ -384,18 +397,11 @@ fn check_files(
 
     // Segment headers, to know where the live log starts.
     let mut headers: Vec<(u64, SegmentHeader)> = Vec::new();
-    let mut header = [0u8; FILE_HEADER_BYTES];
     let last_id = listing.segments.last().copied();
     for &id in &listing.segments {
         let path = dir.join(segment_file_name(id));
-        let file = storage
-            .open(&path)
-            .map_err(|e| JournalError::io(&path, e))?;
-        let len = file.size_bytes().map_err(|e| JournalError::io(&path, e))?;
-        let got = file
-            .read_at(&mut header, 0)
-            .map_err(|e| JournalError::io(&path, e))?;
-        match SegmentHeader::decode(&header[..got], salt, id) {
+        let (header, len) = read_header(storage.as_ref(), dir, id)?;
+        match SegmentHeader::decode(&header, salt, id) {
             Ok(h) => headers.push((id, h)),
             Err(HeaderProblem::OldVersion(_)) => summary.old_format_segments.push(id),
             Err(_) if Some(id) == last_id && len <= FILE_HEADER_BYTES as u64 => {
@@ -537,12 +543,7 @@ fn check_files(
         while let Some(piece) = pieces.next() {
             match piece {
                 Piece::Frame(f) if f.header.seq == next_seq => {
-                    if f.header.seq > summary.last_seq && live {
-                        summary.last_seq = f.header.seq;
-                    }
-                    summary.records += 1;
-                    summary.record_bytes += f.frame_len() as u64;
-                    frames.push(checked(&f, live && f.header.seq > checkpoint_seq));
+                    frames.push(log_record(&mut summary, &f, live, checkpoint_seq));
                     next_seq += 1;
                     end = f.end();
                     previous = Some(f.header);
@@ -614,12 +615,7 @@ fn check_files(
                         for p in rest {
                             match p {
                                 Piece::Frame(f) => {
-                                    summary.records += 1;
-                                    summary.record_bytes += f.frame_len() as u64;
-                                    if live && f.header.seq > summary.last_seq {
-                                        summary.last_seq = f.header.seq;
-                                    }
-                                    frames.push(checked(&f, live && f.header.seq > checkpoint_seq));
+                                    frames.push(log_record(&mut summary, &f, live, checkpoint_seq));
                                     next_seq = f.header.seq + 1;
                                     end = f.end();
                                 }
@@ -655,6 +651,22 @@ fn check_files(
         }
     }
     Ok(summary)
+}
+
+/// Counts a valid record of a log segment; it applies when it is in the
+/// live log after the checkpoint.
+fn log_record(
+    summary: &mut ScanSummary,
+    f: &super::frames::Frame<'_>,
+    live: bool,
+    checkpoint_seq: u64,
+) -> CheckedFrame {
+    summary.records += 1;
+    summary.record_bytes += f.frame_len() as u64;
+    if live {
+        summary.last_seq = summary.last_seq.max(f.header.seq);
+    }
+    checked(f, live && f.header.seq > checkpoint_seq)
 }
 
 fn checked(f: &super::frames::Frame<'_>, applies: bool) -> CheckedFrame {

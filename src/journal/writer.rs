@@ -351,32 +351,9 @@ impl<E: Send + 'static> Journal<E> {
         &self,
         kind: u8,
         entry: E,
-        encode: impl FnOnce(&E, &mut Vec<u8>),
+        encode: impl FnMut(&E, &mut Vec<u8>),
     ) -> Result<(), JournalError> {
-        if self.shared.poisoned.load(Ordering::Acquire) {
-            return Err(JournalError::Poisoned);
-        }
-        let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
-        if pending.closed {
-            return Err(JournalError::Closed);
-        }
-        let Pending {
-            buf,
-            frames,
-            entries,
-            ..
-        } = &mut *pending;
-        let start = buf.len();
-        buf.resize(start + FRAME_HEADER_BYTES, 0);
-        entries.push(entry);
-        encode(entries.last().expect("just pushed"), buf);
-        frames.push((start, kind));
-        let wake = std::mem::take(&mut pending.writer_waiting);
-        drop(pending);
-        if wake {
-            self.shared.wake.notify_one();
-        }
-        Ok(())
+        self.append_many(std::iter::once((kind, entry)), encode)
     }
 
     /// Appends several records so that they reach the disk in one write
