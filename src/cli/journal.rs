@@ -111,39 +111,34 @@ pub fn verify_with(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport
     if let Some(&seq) = listing.checkpoints.last() {
         checkpoint_seq = seq;
         let name = checkpoint_file_name(seq);
-        let mut loader = CheckpointLoader::new();
-        let mut decode_error = None;
-        let read = scan::read_checkpoint(&storage, dir, identity.salt, seq, |kind, body| {
-            if decode_error.is_none()
-                && let Err(e) = loader.chunk(kind, body)
-            {
-                decode_error = Some(e);
-            }
-            Ok(())
-        })?;
-        match (read, decode_error) {
-            (Err(problem), _) => report.bad.push(format!("{name}: {}", problem.reason())),
-            (Ok(_), Some(e)) => report
+        let read = scan::read_checkpoint(&storage, dir, identity.salt, seq)?;
+        let decoded = read.map(|bytes| {
+            let mut loader = CheckpointLoader::new();
+            bytes
+                .chunks()
+                .try_for_each(|(kind, body)| loader.chunk(kind, body))
+                .and_then(|()| loader.finish())
+        });
+        match decoded {
+            Err(problem) => report.bad.push(format!("{name}: {}", problem.reason())),
+            Ok(Err(e)) => report
                 .bad
                 .push(format!("{name}: undecodable checkpoint: {e}")),
-            (Ok(_), None) => match loader.finish() {
-                Ok((spool, _)) => {
-                    report.checkpoint_messages = Some(spool.message_count());
-                    for file in spool.referenced_files().map(FileId::from_loc) {
-                        let there = match file {
-                            FileId::Segment(id) => listing.segments.contains(&id),
-                            FileId::Pack(id) => listing.packs.contains(&id),
-                        };
-                        if !there {
-                            report.bad.push(format!(
-                                "{}: missing, and the checkpoint points at records in it",
-                                dir.join(file.file_name()).display()
-                            ));
-                        }
+            Ok(Ok((spool, _))) => {
+                report.checkpoint_messages = Some(spool.message_count());
+                for file in spool.referenced_files().map(FileId::from_loc) {
+                    let there = match file {
+                        FileId::Segment(id) => listing.segments.contains(&id),
+                        FileId::Pack(id) => listing.packs.contains(&id),
+                    };
+                    if !there {
+                        report.bad.push(format!(
+                            "{}: missing, and the checkpoint points at records in it",
+                            dir.join(file.file_name()).display()
+                        ));
                     }
                 }
-                Err(e) => report.bad.push(format!("{name}: {e}")),
-            },
+            }
         }
     }
     // Bytes before each file, for the progress bar.

@@ -244,6 +244,7 @@ impl Engine {
             next_pack_id: pack_id + 1,
             salt: self.inner.identity.salt,
             token_key: self.inner.identity.token_key,
+            files: Vec::new(),
         };
         let chunks = core.spool.encode_checkpoint(&meta, &mut relocate);
         if !moves.is_empty() {

@@ -20,7 +20,7 @@ use super::sink::{Core, FileMeta, Reply, Shared, Sink};
 use super::token::Tokens;
 use super::{ARRIVALS_BUFFERED_MAX, Engine, EngineOptions, Inner, ReplayReport, rebuild};
 use crate::journal::atomic::{remove_files, sync_parent};
-use crate::journal::format::{FileId, SpoolIdentity};
+use crate::journal::format::{FileId, SpoolIdentity, checkpoint_file_name};
 use crate::journal::lock::DirLock;
 use crate::journal::prealloc::sweep_temp_files;
 use crate::journal::reader::SegmentReader;
@@ -216,64 +216,90 @@ pub(super) fn load(
 ) -> Result<Loaded, JournalError> {
     let salt = identity.salt;
     let listing = list_files(storage.as_ref(), dir)?;
-    let (mut spool, meta, checkpoint) = match listing.checkpoints.last() {
-        Some(&seq) => {
-            let (spool, meta, info) = load_checkpoint(storage, dir, identity, seq)?;
-            (spool, meta, Some(info))
-        }
-        None => (
-            Spool::new(),
-            CheckpointMeta {
-                seq: 0,
-                next_segment_id: 1,
-                next_pack_id: 1,
-                salt,
-                token_key: identity.token_key,
-            },
-            None,
-        ),
+    let bytes = match listing.checkpoints.last() {
+        Some(&seq) => Some(read_checkpoint(storage, dir, identity, seq)?),
+        None => None,
+    };
+    let meta = match &bytes {
+        Some((_, meta)) => meta.clone(),
+        None => CheckpointMeta {
+            seq: 0,
+            next_segment_id: 1,
+            next_pack_id: 1,
+            salt,
+            token_key: identity.token_key,
+            files: Vec::new(),
+        },
     };
     let checkpoint_seq = meta.seq;
 
     // What a compaction (or upgrade, or repair) that finished its
     // checkpoint but not its deletions left behind: gone before the scan,
-    // so that nothing obsolete is read, let alone judged.
-    let referenced: BTreeSet<u32> = spool.referenced_files().collect();
+    // so that nothing obsolete is read, let alone judged. The checkpoint's
+    // first chunk says what it points into.
     let obsolete = scan::obsolete_files(storage, dir, salt, &listing, checkpoint_seq, &|f| {
-        referenced.contains(&f.to_loc())
+        meta.files.binary_search(&f.to_loc()).is_ok()
     })?;
     if !obsolete.is_empty() {
         tracing::info!(files = ?obsolete, "removing files an earlier compaction replaced");
         remove_files(storage, dir, &obsolete)?;
     }
 
+    // The checkpoint is decoded on a thread of its own while the scan
+    // reads and checks the files it points into (their records are not
+    // applied); the first record to apply waits for it.
     let mut applied = 0u64;
     // After damage the scan goes on (to report every problem), but nothing
     // past a missing record may be applied: the scan's problem is the
     // answer then.
     let mut gap_at = None;
-    let summary = scan_dir(storage, dir, salt, checkpoint_seq, |rec| {
-        if !rec.applies || gap_at.is_some() {
-            return Ok(());
-        }
-        if rec.seq != spool.applied_seq() + 1 {
-            gap_at = Some((rec.file, rec.offset, spool.applied_seq() + 1, rec.seq));
-            return Ok(());
-        }
-        let record = Record::decode(rec.kind, rec.body).map_err(|e| JournalError::BadRecord {
-            file: dir.join(rec.file.file_name()),
-            offset: rec.offset,
-            reason: e.to_string(),
-        })?;
-        let loc = RecordLoc {
-            file: rec.file.to_loc(),
-            offset: u32::try_from(rec.offset).expect("bug: offset beyond a segment"),
-            len: rec.frame_len as u32,
+    let (summary, spool) = std::thread::scope(|scope| {
+        let decoding = bytes.as_ref().map(|(bytes, _)| {
+            std::thread::Builder::new()
+                .name("checkpoint-load".into())
+                .spawn_scoped(scope, || decode_checkpoint(dir, identity, bytes))
+                .map_err(|e| JournalError::io(dir, e))
+        });
+        let mut decoding = decoding.transpose()?;
+        let mut spool = None;
+        let mut ready = |spool: &mut Option<Spool>| -> Result<(), JournalError> {
+            if spool.is_none() {
+                *spool = Some(match decoding.take() {
+                    Some(thread) => thread.join().expect("checkpoint-load thread panicked")?,
+                    None => Spool::new(),
+                });
+            }
+            Ok(())
         };
-        spool.apply(&record, rec.seq, loc);
-        applied += 1;
-        Ok(())
+        let summary = scan_dir(storage, dir, salt, checkpoint_seq, |rec| {
+            if !rec.applies || gap_at.is_some() {
+                return Ok(());
+            }
+            ready(&mut spool)?;
+            let spool = spool.as_mut().expect("made ready");
+            if rec.seq != spool.applied_seq() + 1 {
+                gap_at = Some((rec.file, rec.offset, spool.applied_seq() + 1, rec.seq));
+                return Ok(());
+            }
+            let record =
+                Record::decode(rec.kind, rec.body).map_err(|e| JournalError::BadRecord {
+                    file: dir.join(rec.file.file_name()),
+                    offset: rec.offset,
+                    reason: e.to_string(),
+                })?;
+            let loc = RecordLoc {
+                file: rec.file.to_loc(),
+                offset: u32::try_from(rec.offset).expect("bug: offset beyond a segment"),
+                len: rec.frame_len as u32,
+            };
+            spool.apply(&record, rec.seq, loc);
+            applied += 1;
+            Ok(())
+        });
+        ready(&mut spool)?;
+        Ok::<_, JournalError>((summary?, spool.expect("made ready")))
     })?;
+    let checkpoint = bytes.map(|(bytes, _)| bytes.info);
     if let Some(problem) = summary.problems.first() {
         return Err(problem.clone().into_error(dir));
     }
@@ -337,6 +363,62 @@ pub(super) fn load(
     })
 }
 
+/// Reads the checkpoint at `seq`, checks every chunk's frame, and decodes
+/// its first chunk (what the journal looked like).
+fn read_checkpoint(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    identity: &SpoolIdentity,
+    seq: u64,
+) -> Result<(scan::CheckpointBytes, CheckpointMeta), JournalError> {
+    let bytes = scan::read_checkpoint(storage, dir, identity.salt, seq)?
+        .map_err(|problem| problem.into_error(dir))?;
+    let bad = |reason: String| JournalError::BadRecord {
+        file: dir.join(checkpoint_file_name(seq)),
+        offset: 0,
+        reason,
+    };
+    let (kind, body) = bytes
+        .chunks()
+        .next()
+        .ok_or_else(|| bad("checkpoint without chunks".into()))?;
+    if kind != crate::spool::checkpoint::kind::BEGIN {
+        return Err(bad("checkpoint does not start with BEGIN".into()));
+    }
+    let meta =
+        crate::spool::checkpoint::read_begin(body).map_err(|e| bad(format!("checkpoint: {e}")))?;
+    if meta.seq != seq || meta.salt != identity.salt || meta.token_key != identity.token_key {
+        return Err(bad(
+            "checkpoint does not match its name or the spool's identity".into(),
+        ));
+    }
+    Ok((bytes, meta))
+}
+
+/// Decodes a checked checkpoint into the state it holds.
+fn decode_checkpoint(
+    dir: &Path,
+    identity: &SpoolIdentity,
+    bytes: &scan::CheckpointBytes,
+) -> Result<Spool, JournalError> {
+    let seq = bytes.info.seq;
+    let mut loader = CheckpointLoader::new();
+    let decoded = bytes
+        .chunks()
+        .try_for_each(|(kind, body)| loader.chunk(kind, body))
+        .and_then(|()| loader.finish());
+    let bad = |reason: String| JournalError::BadRecord {
+        file: dir.join(checkpoint_file_name(seq)),
+        offset: 0,
+        reason: format!("checkpoint: {reason}"),
+    };
+    let (spool, meta) = decoded.map_err(|e| bad(e.to_string()))?;
+    if meta.salt != identity.salt || meta.token_key != identity.token_key {
+        return Err(bad("it belongs to another spool".into()));
+    }
+    Ok(spool)
+}
+
 /// Reads and decodes the checkpoint at `seq`.
 pub(super) fn load_checkpoint(
     storage: &Arc<dyn Storage>,
@@ -344,26 +426,7 @@ pub(super) fn load_checkpoint(
     identity: &SpoolIdentity,
     seq: u64,
 ) -> Result<(Spool, CheckpointMeta, CheckpointInfo), JournalError> {
-    let path = dir.join(crate::journal::format::checkpoint_file_name(seq));
-    let bad = |reason: String| JournalError::BadRecord {
-        file: path.clone(),
-        offset: 0,
-        reason,
-    };
-    let mut loader = CheckpointLoader::new();
-    let info = scan::read_checkpoint(storage, dir, identity.salt, seq, |kind, body| {
-        loader
-            .chunk(kind, body)
-            .map_err(|e| bad(format!("checkpoint: {e}")))
-    })?
-    .map_err(|problem| problem.into_error(dir))?;
-    let (spool, meta) = loader
-        .finish()
-        .map_err(|e| bad(format!("checkpoint: {e}")))?;
-    if meta.seq != seq || meta.salt != identity.salt || meta.token_key != identity.token_key {
-        return Err(bad(
-            "checkpoint does not match its name or the spool's identity".into(),
-        ));
-    }
-    Ok((spool, meta, info))
+    let (bytes, meta) = read_checkpoint(storage, dir, identity, seq)?;
+    let spool = decode_checkpoint(dir, identity, &bytes)?;
+    Ok((spool, meta, bytes.info))
 }

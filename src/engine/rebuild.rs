@@ -349,6 +349,7 @@ fn write_out(
         next_pack_id: pack_id + 1,
         salt,
         token_key: identity.token_key,
+        files: Vec::new(),
     };
     let chunks = spool.encode_checkpoint(&meta, &mut relocate);
     let mut keep = vec![checkpoint_file_name(seq)];

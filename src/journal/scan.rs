@@ -679,16 +679,31 @@ fn checked(f: &super::frames::Frame<'_>, applies: bool) -> CheckedFrame {
     }
 }
 
-/// Reads the checkpoint at `seq` and hands its chunks to `visit`, in order,
-/// once the whole file is checked (a damaged checkpoint hands over
-/// nothing). `Ok(Err(problem))` is damage; `Err` an I/O or visitor error.
+/// A checkpoint read whole and checked: its chunks, in order.
+pub struct CheckpointBytes {
+    pub info: CheckpointInfo,
+    buf: Vec<u8>,
+    /// (kind, body start, body end) of each chunk.
+    chunks: Vec<(u8, usize, usize)>,
+}
+
+impl CheckpointBytes {
+    /// Every chunk: its kind and body.
+    pub fn chunks(&self) -> impl Iterator<Item = (u8, &[u8])> + '_ {
+        self.chunks
+            .iter()
+            .map(|&(kind, start, end)| (kind, &self.buf[start..end]))
+    }
+}
+
+/// Reads the checkpoint at `seq` and checks every chunk's frame.
+/// `Ok(Err(problem))` is damage; `Err` an I/O error.
 pub fn read_checkpoint(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,
     seq: u64,
-    mut visit: impl FnMut(u8, &[u8]) -> Result<(), JournalError>,
-) -> Result<Result<CheckpointInfo, Problem>, JournalError> {
+) -> Result<Result<CheckpointBytes, Problem>, JournalError> {
     let path = dir.join(checkpoint_file_name(seq));
     let mut buf = Vec::new();
     storage
@@ -699,16 +714,18 @@ pub fn read_checkpoint(
         Ok(checked) => checked,
         Err(reason) => return Ok(Err(Problem::BadCheckpoint { path, reason })),
     };
-    for f in &frames {
-        visit(
-            f.kind,
-            &buf[f.offset + super::format::FRAME_HEADER_BYTES..f.end],
-        )?;
-    }
-    Ok(Ok(CheckpointInfo {
-        seq,
-        term: header.term,
-        file_bytes: buf.len() as u64,
+    let chunks = frames
+        .iter()
+        .map(|f| (f.kind, f.offset + super::format::FRAME_HEADER_BYTES, f.end))
+        .collect();
+    Ok(Ok(CheckpointBytes {
+        info: CheckpointInfo {
+            seq,
+            term: header.term,
+            file_bytes: buf.len() as u64,
+        },
+        buf,
+        chunks,
     }))
 }
 

@@ -60,6 +60,9 @@ pub struct CheckpointMeta {
     pub next_pack_id: u64,
     pub salt: u64,
     pub token_key: [u8; 32],
+    /// Every file (record-location id) the checkpoint points into: what
+    /// start-up must keep, known from the first chunk alone.
+    pub files: Vec<u32>,
 }
 
 impl std::fmt::Debug for CheckpointMeta {
@@ -69,6 +72,7 @@ impl std::fmt::Debug for CheckpointMeta {
             .field("seq", &self.seq)
             .field("next_segment_id", &self.next_segment_id)
             .field("next_pack_id", &self.next_pack_id)
+            .field("files", &self.files)
             .finish_non_exhaustive()
     }
 }
@@ -185,17 +189,13 @@ impl Spool {
     ) -> Vec<(u8, Vec<u8>)> {
         let mut out = ChunkWriter::default();
         let mut counts = Counts::default();
-        let mut begin = Vec::new();
-        put_u32(&mut begin, CHECKPOINT_FORMAT);
-        put_u64(&mut begin, meta.seq);
-        put_u64(&mut begin, self.epoch());
-        put_u64(&mut begin, self.next_message_id());
-        put_i64(&mut begin, self.last_at());
-        put_u64(&mut begin, meta.next_segment_id);
-        put_u64(&mut begin, meta.next_pack_id);
-        put_u64(&mut begin, meta.salt);
-        begin.extend_from_slice(&meta.token_key);
-        out.chunks.push((kind::BEGIN, begin));
+        // Every file the relocated locations name, for the BEGIN chunk.
+        let mut files = std::collections::BTreeSet::new();
+        let mut relocate = |u: LocUse<'_>| {
+            let loc = relocate(u);
+            files.insert(loc.file);
+            loc
+        };
 
         let mut queues = Vec::new();
         self.for_each_queue(|queue, _, _| queues.push(queue));
@@ -257,6 +257,22 @@ impl Spool {
             }
             out.finish();
         });
+
+        let mut begin = Vec::new();
+        put_u32(&mut begin, CHECKPOINT_FORMAT);
+        put_u64(&mut begin, meta.seq);
+        put_u64(&mut begin, self.epoch());
+        put_u64(&mut begin, self.next_message_id());
+        put_i64(&mut begin, self.last_at());
+        put_u64(&mut begin, meta.next_segment_id);
+        put_u64(&mut begin, meta.next_pack_id);
+        put_u64(&mut begin, meta.salt);
+        begin.extend_from_slice(&meta.token_key);
+        put_u32(&mut begin, files.len() as u32);
+        for f in &files {
+            put_u32(&mut begin, *f);
+        }
+        out.chunks.insert(0, (kind::BEGIN, begin));
 
         let mut end = Vec::new();
         put_u64(&mut end, out.chunks.len() as u64);
@@ -489,6 +505,67 @@ fn decode_message(
     })
 }
 
+/// What a BEGIN chunk says.
+struct Begin {
+    meta: CheckpointMeta,
+    epoch: u64,
+    next_message_id: u64,
+    last_at: Millis,
+}
+
+fn decode_begin(r: &mut Reader<'_>) -> Result<Begin, DecodeError> {
+    let format = r.u32()?;
+    if format != CHECKPOINT_FORMAT {
+        return Err(DecodeError(format!("unknown checkpoint format {format}")));
+    }
+    let seq = r.u64()?;
+    let epoch = r.u64()?;
+    let next_message_id = r.u64()?;
+    let last_at = r.i64()?;
+    let next_segment_id = r.u64()?;
+    let next_pack_id = r.u64()?;
+    let salt = r.u64()?;
+    let mut token_key = [0u8; 32];
+    token_key.copy_from_slice(r.take(32)?);
+    if epoch == u64::MAX || next_message_id >> 63 != 0 {
+        return Err(DecodeError("epoch or message id out of range".into()));
+    }
+    let n = r.u32()? as usize;
+    let mut files = Vec::with_capacity(n.min(r.buf.len() / 4));
+    for _ in 0..n {
+        files.push(r.u32()?);
+    }
+    if !files.is_sorted_by(|a, b| a < b) {
+        return Err(DecodeError(
+            "the BEGIN chunk's files are not in order".into(),
+        ));
+    }
+    Ok(Begin {
+        meta: CheckpointMeta {
+            seq,
+            next_segment_id,
+            next_pack_id,
+            salt,
+            token_key,
+            files,
+        },
+        epoch,
+        next_message_id,
+        last_at,
+    })
+}
+
+/// What a checkpoint's first (BEGIN) chunk says of the journal: enough to
+/// know which files to keep before the rest is decoded.
+pub fn read_begin(body: &[u8]) -> Result<CheckpointMeta, DecodeError> {
+    let mut r = Reader::new(body);
+    let begin = decode_begin(&mut r)?;
+    if !r.is_empty() {
+        return Err(DecodeError("bytes left over in the BEGIN chunk".into()));
+    }
+    Ok(begin.meta)
+}
+
 /// Rebuilds a [`Spool`] from checkpoint chunks handed over one at a time,
 /// in order.
 #[derive(Default)]
@@ -501,6 +578,9 @@ pub struct CheckpointLoader {
     /// Repair: keep going past chunks that do not decode (and entries that
     /// do not fit), noting why.
     lenient: Option<Vec<String>>,
+    /// The queue of the last message restored and its id: a queue's ids
+    /// ascend across its chunks, so no id can repeat.
+    last: Option<(String, MessageId)>,
 }
 
 impl CheckpointLoader {
@@ -547,30 +627,14 @@ impl CheckpointLoader {
         let mut r = Reader::new(body);
         match (kind, self.spool.as_mut()) {
             (kind::BEGIN, None) => {
-                let format = r.u32()?;
-                if format != CHECKPOINT_FORMAT {
-                    return Err(DecodeError(format!("unknown checkpoint format {format}")));
-                }
-                let seq = r.u64()?;
-                let epoch = r.u64()?;
-                let next_message_id = r.u64()?;
-                let last_at = r.i64()?;
-                let next_segment_id = r.u64()?;
-                let next_pack_id = r.u64()?;
-                let salt = r.u64()?;
-                let mut token_key = [0u8; 32];
-                token_key.copy_from_slice(r.take(32)?);
-                if epoch == u64::MAX || next_message_id >> 63 != 0 {
-                    return Err(DecodeError("epoch or message id out of range".into()));
-                }
-                self.spool = Some(Spool::restored(seq, epoch, next_message_id, last_at));
-                self.meta = Some(CheckpointMeta {
-                    seq,
-                    next_segment_id,
-                    next_pack_id,
-                    salt,
-                    token_key,
-                });
+                let begin = decode_begin(&mut r)?;
+                self.spool = Some(Spool::restored(
+                    begin.meta.seq,
+                    begin.epoch,
+                    begin.next_message_id,
+                    begin.last_at,
+                ));
+                self.meta = Some(begin.meta);
             }
             (kind::BEGIN, Some(_)) => return Err(DecodeError("a second BEGIN chunk".into())),
             (_, None) => return Err(DecodeError("checkpoint does not start with BEGIN".into())),
@@ -600,7 +664,16 @@ impl CheckpointLoader {
                 let mut previous = EMPTY_ENTRY;
                 for _ in 0..n {
                     let m = decode_message(&mut r, &previous)?;
-                    match spool.restore_message(&queue, m) {
+                    let ascending = match &self.last {
+                        Some((q, id)) if *q == queue => m.id > *id,
+                        _ => true,
+                    };
+                    let restored = if ascending {
+                        spool.restore_message(&queue, m)
+                    } else {
+                        Err("ids out of order")
+                    };
+                    match restored {
                         Ok(()) => self.counts.messages += 1,
                         Err(e) => {
                             let e = format!("message {} of {queue}: {e}", m.id.0);
@@ -611,6 +684,10 @@ impl CheckpointLoader {
                         }
                     }
                     previous = m;
+                    match &mut self.last {
+                        Some((q, id)) if *q == queue => *id = m.id,
+                        last => *last = Some((queue.clone(), m.id)),
+                    }
                 }
             }
             (kind::DEDUP, Some(spool)) => {
@@ -663,6 +740,12 @@ impl CheckpointLoader {
         match (self.spool, self.meta, self.ended) {
             (Some(mut spool), Some(meta), true) => {
                 spool.finish_restore();
+                if !spool.referenced_files().eq(meta.files.iter().copied()) {
+                    return Err(DecodeError(
+                        "the files the messages point into are not those the BEGIN chunk lists"
+                            .into(),
+                    ));
+                }
                 Ok((spool, meta))
             }
             _ => Err(DecodeError("checkpoint ends without its END chunk".into())),
@@ -686,9 +769,6 @@ impl Spool {
         if m.failure.is_some() != m.in_failure_queue {
             return Err("failure details on a message outside a failure queue, or none inside");
         }
-        if self.find(queue, m.id).is_some() {
-            return Err("repeated id");
-        }
         let message = Message {
             enqueued_at: m.enqueued_at,
             visible_at: m.visible_at,
@@ -698,5 +778,205 @@ impl Spool {
             pending: false,
         };
         self.restore_into(&name, m.id, message, m.failure, m.attempts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+    use crate::spool::command::{Command, EnqueueMeta, Record};
+
+    const LOC: RecordLoc = RecordLoc {
+        file: 3,
+        offset: 64,
+        len: 100,
+    };
+
+    fn apply(spool: &mut Spool, at: Millis, command: Command<'static>) {
+        let seq = spool.applied_seq() + 1;
+        let loc = RecordLoc {
+            offset: 64 + seq as u32 * 100,
+            ..LOC
+        };
+        spool.apply(&Record { at, command }, seq, loc);
+    }
+
+    /// A spool with a bit of everything: two queues (one paused, one with
+    /// a dedup window), delayed, retried, failed and redriven messages.
+    fn busy_spool() -> Spool {
+        let mut spool = Spool::new();
+        for (name, window) in [("a", 60_000), ("b", 0)] {
+            apply(
+                &mut spool,
+                1,
+                Command::QueueUpsert {
+                    name: Cow::Owned(name.into()),
+                    settings: Box::new(QueueSettings {
+                        dedup_window_ms: window,
+                        max_retries: 0,
+                        ..QueueSettings::default()
+                    }),
+                    managed_by_config: name == "b",
+                },
+            );
+        }
+        apply(
+            &mut spool,
+            2,
+            Command::QueuePause {
+                name: "b".into(),
+                paused: true,
+            },
+        );
+        for i in 0..2000u64 {
+            let id = spool.allocate_id();
+            apply(
+                &mut spool,
+                10 + i as i64,
+                Command::Enqueue(EnqueueMeta {
+                    id,
+                    queue: Cow::Owned(if i % 3 == 0 { "b" } else { "a" }.into()),
+                    visible_at: 10 + i as i64 + (i as i64 % 7) * 1000,
+                    dedup_hash: (i % 5 == 0 && i % 3 != 0).then_some(i * 31),
+                }),
+            );
+        }
+        for id in [2, 5, 8] {
+            apply(
+                &mut spool,
+                5000,
+                Command::Fail {
+                    queue: "a".into(),
+                    id: MessageId(id),
+                    reason: FailReason::PermanentStatus,
+                    last_status: Some(410),
+                    retry_count: 1,
+                },
+            );
+        }
+        apply(
+            &mut spool,
+            6000,
+            Command::Redrive {
+                queue: "a".into(),
+                ids: vec![MessageId(5)],
+            },
+        );
+        apply(
+            &mut spool,
+            6001,
+            Command::Retry {
+                queue: "a".into(),
+                id: MessageId(3),
+                visible_at: 9000,
+                retry_count: 4,
+            },
+        );
+        spool
+    }
+
+    fn meta() -> CheckpointMeta {
+        CheckpointMeta {
+            seq: 0,
+            next_segment_id: 9,
+            next_pack_id: 4,
+            salt: 77,
+            token_key: [5; 32],
+            files: Vec::new(),
+        }
+    }
+
+    fn load(chunks: &[(u8, Vec<u8>)]) -> Result<(Spool, CheckpointMeta), DecodeError> {
+        let mut loader = CheckpointLoader::new();
+        for (kind, body) in chunks {
+            loader.chunk(*kind, body)?;
+        }
+        loader.finish()
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips_the_whole_state() {
+        let spool = busy_spool();
+        let meta = CheckpointMeta {
+            seq: spool.applied_seq(),
+            ..meta()
+        };
+        let chunks = spool.encode_checkpoint(&meta, &mut |u| u.loc);
+        let (back, back_meta) = load(&chunks).unwrap();
+        assert_eq!(back.state(), spool.state());
+        assert_eq!(back.applied_seq(), spool.applied_seq());
+        assert_eq!(back.last_at(), spool.last_at());
+        assert_eq!(back_meta.files, vec![LOC.file]);
+        assert_eq!((back_meta.next_segment_id, back_meta.next_pack_id), (9, 4));
+        assert_eq!(back.live_bytes(LOC.file), spool.live_bytes(LOC.file));
+    }
+
+    #[test]
+    fn locations_are_relocated_and_the_files_listed() {
+        let spool = busy_spool();
+        let chunks = spool.encode_checkpoint(&meta(), &mut |u| RecordLoc {
+            file: if u.id.0 % 2 == 0 { 7 } else { u.loc.file },
+            ..u.loc
+        });
+        let (back, meta) = load(&chunks).unwrap();
+        assert_eq!(meta.files, vec![3, 7]);
+        assert_eq!(
+            back.state().without_locations(),
+            spool.state().without_locations()
+        );
+    }
+
+    #[test]
+    fn a_large_state_spans_many_chunks() {
+        let mut spool = busy_spool();
+        for i in 0..120_000 {
+            let id = spool.allocate_id();
+            apply(
+                &mut spool,
+                9000 + i,
+                Command::Enqueue(EnqueueMeta {
+                    id,
+                    queue: "a".into(),
+                    visible_at: 9000 + i,
+                    dedup_hash: None,
+                }),
+            );
+        }
+        let chunks = spool.encode_checkpoint(&meta(), &mut |u| u.loc);
+        assert!(chunks.len() > 3, "{} chunks", chunks.len());
+        assert!(chunks.iter().all(|(_, b)| b.len() <= CHUNK_BYTES_MAX + 64));
+        let (back, _) = load(&chunks).unwrap();
+        assert_eq!(back.state(), spool.state());
+    }
+
+    #[test]
+    fn a_damaged_or_incomplete_checkpoint_is_refused() {
+        let spool = busy_spool();
+        let chunks = spool.encode_checkpoint(&meta(), &mut |u| u.loc);
+        assert!(load(&chunks[..chunks.len() - 1]).is_err(), "no END");
+        assert!(load(&chunks[1..]).is_err(), "no BEGIN");
+        let mut missing = chunks.clone();
+        missing.remove(2);
+        assert!(load(&missing).is_err(), "a chunk missing");
+        let mut twice = chunks.clone();
+        twice.insert(2, chunks[2].clone());
+        assert!(load(&twice).is_err(), "a chunk twice");
+        for cut in [1, 7, 30] {
+            let mut short = chunks.clone();
+            let body = &mut short[2].1;
+            body.truncate(body.len().saturating_sub(cut));
+            assert!(load(&short).is_err(), "a chunk cut by {cut}");
+        }
+        // What repair makes of it: the chunks that decode.
+        let mut lenient = CheckpointLoader::lenient();
+        for (kind, body) in &missing {
+            lenient.chunk(*kind, body).unwrap();
+        }
+        let (partial, meta, skipped) = lenient.finish_lenient();
+        assert!(meta.is_some());
+        assert!(partial.message_count() < spool.message_count());
+        assert!(skipped.is_empty() || skipped.iter().all(|s| s.contains("chunk")));
     }
 }
