@@ -21,60 +21,32 @@ TRIALS=${TRIALS:-3}
 REPLAY_MESSAGES=${REPLAY_MESSAGES:-1000000}
 PORT=${PORT:-18797}
 
-command -v wrk >/dev/null || {
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends wrk >/dev/null
-}
+. bench/lib.sh
+install_missing wrk=wrk curl=curl
 echo "== building (release)" >&2
 cargo build --release --quiet --bin spoold --example load
 new_bin=$root/target/release/spoold
 load_bin=$root/target/release/examples/load
 
 work=$(mktemp -d "$root/target/formats.XXXXXX")
-pid=""
-cleanup() {
-  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'kill_all; rm -rf "$work"' EXIT
 
-# start BIN DIR FSYNC: spoold on DIR/spool; waits until ready.
+# start BIN DIR FSYNC: spoold on DIR/spool (a config written if missing).
 start() {
-  local bin=$1 dir=$2 fsync=$3
-  mkdir -p "$dir"
-  cat >"$dir/spoold.toml" <<TOML
-[server]
-listen = "127.0.0.1:$PORT"
-[spool]
-dir = "$dir/spool"
-fsync = $fsync
-max_bytes = "64GiB"
-[queues.bench]
-TOML
-  "$bin" run --config "$dir/spoold.toml" 2>"$dir/log" &
-  pid=$!
-  for _ in $(seq 1 2400); do
-    curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && return 0
-    kill -0 "$pid" 2>/dev/null || { cat "$dir/log" >&2; return 1; }
-    sleep 0.05
-  done
-  echo "never ready" >&2; return 1
+  [ -f "$2/spoold.toml" ] || write_config "$2" "$3"
+  run_spoold "$1" "$2"
 }
-stop() { kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$pid/status"; }
-field() { sed -n "s/.*[ ^]$1=\([^ ]*\).*/\1/p" <<<" $2" | sed 's/\x1b\[[0-9;]*m//g'; }
+stop() { stop_spoold; }
 
-# replay BIN DIR: start on an existing spool; prints "replay_ms rss_kib".
+# replay BIN DIR: start on an existing spool; prints "replay_ms rss_kib records".
 replay() {
-  "$1" run --config "$2/spoold.toml" 2>"$2/log2" &
-  pid=$!
-  for _ in $(seq 1 2400); do curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+  : >"$2/log"
+  run_spoold "$1" "$2"
   sleep 1
   local rss line
-  rss=$(rss_kib)
-  line=$(grep "spool open" "$2/log2" | sed 's/\x1b\[[0-9;]*m//g')
-  stop
+  rss=$(rss_kib "$spoold_pid")
+  line=$(grep "spool open" "$2/log")
+  stop_spoold
   echo "$(field replay_ms "$line") $rss $(field records "$line")"
 }
 
@@ -96,7 +68,7 @@ for which in old new; do
   bin=$OLD_BIN; [ "$which" = new ] && bin=$new_bin
   dir=$work/replay-$which
   start "$bin" "$dir" false
-  empty=$(rss_kib)
+  empty=$(rss_kib "$spoold_pid")
   "$load_bin" --url "http://127.0.0.1:$PORT" --queue bench --messages "$REPLAY_MESSAGES" fill --clients 64 >/dev/null
   stop
   sed -i 's/^fsync = false/fsync = true/' "$dir/spoold.toml"
@@ -130,7 +102,7 @@ curl -fs -X PUT "http://127.0.0.1:$PORT/v1/queues/other" >/dev/null
 stop
 "$new_bin" journal compact --dir "$dir/spool" >/dev/null
 start "$new_bin" "$dir" false
-empty=$(rss_kib)
+empty=$(rss_kib "$spoold_pid")
 "$load_bin" --url "http://127.0.0.1:$PORT" --queue bench --messages "$REPLAY_MESSAGES" fill --clients 64 >/dev/null
 stop
 sed -i 's/^fsync = false/fsync = true/' "$dir/spoold.toml"

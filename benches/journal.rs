@@ -76,7 +76,11 @@ async fn sends(fsync: bool, writers: usize, seconds: u64) -> (f64, f64, f64) {
     options.fsync = fsync;
     let (engine, _) = Engine::open(options).await.unwrap();
     engine
-        .upsert_queue("bench", QueueSettings::default(), false)
+        .upsert_queue(
+            "bench",
+            QueueSettings::default(),
+            spoold::engine::Origin::Api,
+        )
         .await
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -128,7 +132,11 @@ async fn replay_and_memory(messages: u64) -> (f64, f64, f64, u64) {
     {
         let (engine, _) = Engine::open(options.clone()).await.unwrap();
         engine
-            .upsert_queue("bench", QueueSettings::default(), false)
+            .upsert_queue(
+                "bench",
+                QueueSettings::default(),
+                spoold::engine::Origin::Api,
+            )
             .await
             .unwrap();
         let writers = 64;

@@ -65,7 +65,7 @@ enum Mode {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args = Args::parse();
-    spoold::delivery::client::install_crypto_provider();
+    spoold::testing::install_crypto_provider();
     // Only for waiting until spoold is ready.
     let client = Client::new();
     match &args.command {

@@ -10,9 +10,7 @@
 //!   record decoder and the state machine see arbitrary bodies; whatever is
 //!   left over becomes a torn tail.
 
-use spoold::journal::format::{
-    FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FrameHeader, SegmentHeader,
-};
+use spoold::testing::{FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FrameHeader, SegmentHeader};
 
 /// The salt of the spool identity the input is replayed under.
 pub const SALT: u64 = 0x5eed_5eed_5eed_5eed;

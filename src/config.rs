@@ -1,6 +1,6 @@
 //! Configuration: the only home of defaults and limits.
 //!
-//! The file is TOML (spec §7). Durations are strings like `"30s"`, `"250ms"`,
+//! The file is TOML (docs/contract.md §7). Durations are strings like `"30s"`, `"250ms"`,
 //! `"10m"`, `"7d"`; sizes are strings like `"64MiB"` or plain byte counts.
 //! Unknown keys and bad values are errors that name the key and the line.
 //! With no file, spoold runs on [`Config::default`].
@@ -10,13 +10,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::spool::queue::{Backoff, OnExpire, QueueSettings, valid_queue_name};
+use crate::engine::rules::{self, Origin, Policy, QueueRuleError};
+use crate::spool::queue::{Backoff, Field, Naming, OnExpire, QueueSettings};
 
 /// Smallest segment size accepted: below it rotation would dominate.
-pub const SEGMENT_BYTES_MIN: u64 = 64 << 10;
+pub(crate) const SEGMENT_BYTES_MIN: u64 = 64 << 10;
 /// Largest segment size accepted: record offsets are 32-bit, and a segment
 /// is read whole at replay.
-pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
+pub(crate) const SEGMENT_BYTES_MAX: u64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -38,6 +39,9 @@ pub struct Config {
     pub spool: SpoolConfig,
     pub log: LogConfig,
     pub queues: BTreeMap<String, QueueConfig>,
+    /// Where `server.listen` was in the file, for messages.
+    #[serde(skip)]
+    pub listen_line: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -124,8 +128,8 @@ impl Default for LogConfig {
     }
 }
 
-/// A `[queues.NAME]` table. Field names are the spec's TOML names; omitted
-/// fields take the spec's defaults.
+/// A `[queues.NAME]` table. Field names are the TOML names of docs/contract.md §2; omitted
+/// fields take its defaults.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueConfig {
@@ -222,14 +226,19 @@ impl Config {
             if q.signing_secret.is_some() {
                 q.signing_secret = Some("<redacted>".into());
             }
+            // Static headers often carry credentials (Authorization).
+            for value in q.headers.iter_mut().flat_map(|h| h.values_mut()) {
+                *value = "<redacted>".into();
+            }
         }
         c
     }
 
     /// Parses and validates config text; the error names key and line.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let config: Config = toml::from_str(text).map_err(|e| describe_toml_error(text, &e))?;
+        let mut config: Config = toml::from_str(text).map_err(|e| describe_toml_error(text, &e))?;
         config.validate(text)?;
+        config.listen_line = line_in_table(text, "[server]", "listen");
         Ok(config)
     }
 
@@ -252,16 +261,122 @@ impl Config {
                 self.spool.max_bytes
             ));
         }
-        for name in self.queues.keys() {
-            if !valid_queue_name(name) {
+        if let Some(i) = self
+            .server
+            .api_keys
+            .iter()
+            .position(|k| k.trim().is_empty())
+        {
+            return Err(format!(
+                "{}server.api_keys: key {} is empty: an empty key would let anyone in",
+                at("api_keys"),
+                i + 1
+            ));
+        }
+        for header in &self.server.redact_headers {
+            if header.is_empty() || header.bytes().any(|b| b.is_ascii_whitespace() || b == b':') {
                 return Err(format!(
-                    "{}queues.{name}: invalid queue name: use 1 to 128 of [A-Za-z0-9_-]",
-                    at(&format!("[queues.{name}]"))
+                    "{}server.redact_headers: {header:?} is not a header name",
+                    at("redact_headers")
                 ));
+            }
+        }
+        let policy = self.policy();
+        for (name, queue) in &self.queues {
+            let table = format!("[queues.{name}]");
+            if let Err(e) = rules::check(name, &queue.settings(), Origin::Config, &policy) {
+                let key = match &e {
+                    QueueRuleError::Settings(s) => Some(s.field),
+                    QueueRuleError::File { field, .. } => Some(*field),
+                    QueueRuleError::DestinationNotAllowed { .. } => Some(Field::Destination),
+                    QueueRuleError::Name { .. } | QueueRuleError::FileOverApi { .. } => None,
+                };
+                let line = key
+                    .and_then(|f| line_in_table(text, &table, f.toml_name()))
+                    .or_else(|| line_of(text, &table));
+                let at = line.map_or(String::new(), |l| format!("line {l}: "));
+                let detail = match &e {
+                    QueueRuleError::Settings(s) => s.describe(Naming::Toml),
+                    other => other.to_string(),
+                };
+                return Err(format!("{at}queues.{name}.{detail}"));
             }
         }
         Ok(())
     }
+
+    /// What the server allows any queue, from `[server]`.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            allowed_destinations: self.server.allowed_destinations.clone(),
+        }
+    }
+
+    /// The API keys in force: the config's and those of `SPOOLD_API_KEYS`
+    /// (comma-separated); an empty key is refused.
+    pub fn api_keys(&self, env_api_keys: Option<&str>) -> Result<Vec<String>, String> {
+        let mut keys = self.server.api_keys.clone();
+        let from_env: Vec<String> = env_api_keys
+            .filter(|env| !env.trim().is_empty())
+            .map(|env| env.split(',').map(|k| k.trim().to_string()).collect())
+            .unwrap_or_default();
+        if from_env.iter().any(String::is_empty) {
+            return Err(
+                "SPOOLD_API_KEYS holds an empty key (two commas, or a trailing one): \
+                 an empty key would let anyone in"
+                    .into(),
+            );
+        }
+        keys.extend(from_env);
+        Ok(keys)
+    }
+
+    /// Refuses to serve beyond loopback without a key (unless
+    /// `allow_unauthenticated`): `run` and `check-config` both ask this.
+    pub fn check_exposure(&self, env_api_keys: Option<&str>) -> Result<(), String> {
+        let keys = self.api_keys(env_api_keys)?;
+        if keys.is_empty()
+            && !self.server.allow_unauthenticated
+            && !is_loopback(&self.server.listen)
+        {
+            let at = self
+                .listen_line
+                .map_or(String::new(), |l| format!("line {l}: "));
+            return Err(format!(
+                "{at}server.listen = {:?}: refusing to listen beyond loopback without an API \
+                 key: set server.api_keys or SPOOLD_API_KEYS, listen on a loopback address, \
+                 or set server.allow_unauthenticated = true",
+                self.server.listen
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `listen` (an address or `host:port`) is loopback: an IP literal
+/// that is, or `localhost`. A name that might resolve elsewhere is not.
+pub(crate) fn is_loopback(listen: &str) -> bool {
+    if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
+        return addr.ip().is_loopback();
+    }
+    let host = listen.rsplit_once(':').map_or(listen, |(h, _)| h);
+    host.eq_ignore_ascii_case("localhost")
+}
+
+/// The line of `key` inside the table whose header is `table` (an inline
+/// `backoff = { … }` counts for `backoff.initial`).
+fn line_in_table(text: &str, table: &str, key: &str) -> Option<usize> {
+    let start = text.lines().position(|l| l.trim() == table)?;
+    let first = key.split('.').next().unwrap_or(key);
+    text.lines()
+        .enumerate()
+        .skip(start + 1)
+        .take_while(|(_, l)| !l.trim_start().starts_with('['))
+        .find(|(_, l)| {
+            let l = l.trim_start();
+            l.starts_with(first) && l[first.len()..].trim_start().starts_with(['=', '.'])
+        })
+        .map(|(i, _)| i + 1)
 }
 
 /// The 1-based line where `needle` first appears, for error messages.
@@ -281,7 +396,7 @@ fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
 
 /// Parses `"30s"`, `"250ms"`, `"10m"`, `"2h"`, `"7d"` or `"1.5s"` into
 /// milliseconds.
-pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -306,7 +421,7 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
 }
 
 /// Parses `"64MiB"`, `"1GiB"`, `"512KiB"`, `"10MB"` or `"1000"` into bytes.
-pub fn parse_size_bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size_bytes(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

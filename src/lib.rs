@@ -3,7 +3,7 @@
 //! The crate is a library with a thin binary (`src/main.rs`) so that tests
 //! drive exactly what a user runs. The layers, bottom up:
 //!
-//! - [`journal`]: bytes on disk. Record framing, segments, group commit,
+//! - `journal`: bytes on disk. Record framing, segments, group commit,
 //!   scanning and replay. Knows nothing of queues or leases.
 //! - [`spool`]: the state machine. Queues, messages, leases, retries and
 //!   failure queues. Pure: it takes `now` as an argument and does no I/O.
@@ -12,15 +12,23 @@
 //!   state machine and only then answers.
 //!
 //! `ARCHITECTURE.md` at the repository root has the map and the invariants.
+//!
+//! The public surface is small on purpose: what the binary runs
+//! ([`config`], [`serve`], [`cli`]), the engine's door ([`engine`], with
+//! the state-machine types its answers use in [`spool`], and [`time`]),
+//! and [`testing`], the internals that integration tests, benchmarks and
+//! fuzz targets reach for. Everything else is `pub(crate)`.
 #![deny(unsafe_code)]
+#![warn(unreachable_pub)]
 
-pub mod api;
+pub(crate) mod api;
 pub mod cli;
 pub mod config;
-pub mod delivery;
+pub(crate) mod delivery;
 pub mod engine;
-pub mod journal;
-pub mod metrics;
+pub(crate) mod journal;
+pub(crate) mod metrics;
 pub mod serve;
 pub mod spool;
+pub mod testing;
 pub mod time;

@@ -229,8 +229,14 @@ fn init_tracing(config: &Config) {
     }
 }
 
+/// The same checks `run` makes before it serves: the file, then the
+/// exposure (a key when listening beyond loopback, `SPOOLD_API_KEYS`
+/// included).
 fn check_config(path: PathBuf) -> anyhow::Result<ExitCode> {
     let config = load_config(Some(&path))?;
+    config
+        .check_exposure(std::env::var("SPOOLD_API_KEYS").ok().as_deref())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     println!("{:#?}", config.redacted());
     Ok(ExitCode::SUCCESS)
 }
@@ -282,10 +288,9 @@ fn compact(dir: PathBuf) -> anyhow::Result<ExitCode> {
 }
 
 fn run(config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    restart_with_allocator_tunables();
     let config = load_config(config_path.as_ref())?;
     init_tracing(&config);
-    tune_allocator();
+    log_allocator();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -293,79 +298,44 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     runtime.block_on(serve(config))
 }
 
-/// glibc's malloc trims a thread's heap as soon as its free top passes
-/// 128 KiB and grows it again on the next burst, one `mprotect` (under the
-/// process's memory-map lock) each time: under wrk at 64 connections the
-/// send path did that ~470 times a second, and none with this setting
-/// (`strace -c`). The pad is kept when trimming (and the main heap grows by
-/// it); it is address space, not memory: pages become resident only when
-/// touched.
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        const TOP_PAD_BYTES: libc::c_int = 16 << 20;
-        // SAFETY:
-        // - mallopt only sets a tuning parameter of the allocator;
-        // - it runs before the runtime starts any thread.
-        if unsafe { libc::mallopt(libc::M_TOP_PAD, TOP_PAD_BYTES) } != 1 {
-            tracing::debug!("mallopt(M_TOP_PAD) was refused");
-        }
-    }
-}
+/// The allocator is chosen when the binary is built (features `mimalloc`,
+/// `jemalloc`; glibc's otherwise); its settings come from how the binary is
+/// deployed (`GLIBC_TUNABLES` in `deploy/`). Both are logged at start-up,
+/// so a profile can be matched to them. `bench/allocators.sh` compares them.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The size of glibc's per-thread cache of freed small chunks (default 7
-/// of each size).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const TCACHE_TUNABLE: &str = "glibc.malloc.tcache_count=1000";
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// Starts this process again, once, with a larger per-thread cache of
-/// freed small chunks in glibc's malloc (its tcache: 7 chunks of each size
-/// by default). Push delivery allocates on one thread and frees on another
-/// (requests, headers, response buffers); past 7 a free goes to the
-/// arena's bins under its lock, and the next allocation of 1 KiB or more
-/// first merges every small free chunk (`malloc_consolidate`). With 1000,
-/// spoold spent 65–78 instead of 78–81 µs of CPU per pushed message
-/// (interleaved runs, `docs/performance.md`); memory per queued message
-/// did not move.
-///
-/// glibc reads the setting only from the `GLIBC_TUNABLES` environment
-/// variable, at start-up, hence the `exec` (same pid, same arguments; no
-/// thread exists yet). An operator's own `glibc.malloc.tcache_count` is
-/// kept, and if the `exec` fails spoold runs on with the defaults.
-fn restart_with_allocator_tunables() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::os::unix::process::CommandExt as _;
-        // Marks the restarted process: glibc may drop the variable (for a
-        // set-uid binary), and this must never loop.
-        const RESTARTED: &str = "SPOOLD_ALLOCATOR_TUNED";
-        let current = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
-        if current.contains("glibc.malloc.tcache_count") || std::env::var_os(RESTARTED).is_some() {
-            return;
-        }
-        let Ok(exe) = std::env::current_exe() else {
-            return;
-        };
-        let tunables = if current.is_empty() {
-            TCACHE_TUNABLE.to_string()
-        } else {
-            format!("{current}:{TCACHE_TUNABLE}")
-        };
-        let mut args = std::env::args_os();
-        let mut command = std::process::Command::new(exe);
-        if let Some(name) = args.next() {
-            command.arg0(name);
-        }
-        // `exec` returns only if it failed.
-        let error = command
-            .args(args)
-            .env("GLIBC_TUNABLES", tunables)
-            .env(RESTARTED, "1")
-            .exec();
-        eprintln!(
-            "spoold: could not restart with {TCACHE_TUNABLE} ({error}); running with glibc's defaults"
-        );
-    }
+const ALLOCATOR_NAME: &str = if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else if cfg!(feature = "jemalloc") {
+    "jemalloc"
+} else {
+    "system"
+};
+
+fn log_allocator() {
+    // Each allocator reads its settings from the environment, once, at
+    // start-up (tikv-jemallocator's jemalloc has prefixed symbols).
+    let prefix = match ALLOCATOR_NAME {
+        "mimalloc" => "MIMALLOC_",
+        "jemalloc" => "_RJEM_MALLOC_CONF",
+        _ => "GLIBC_TUNABLES",
+    };
+    let settings: Vec<String> = std::env::vars()
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    let settings = if settings.is_empty() {
+        format!("defaults (no {prefix}* set)")
+    } else {
+        settings.join(" ")
+    };
+    tracing::info!(allocator = ALLOCATOR_NAME, %settings, "allocator");
 }
 
 async fn serve(config: Config) -> anyhow::Result<ExitCode> {

@@ -1,4 +1,4 @@
-//! Every metric name, label and bucket in one place (spec §8).
+//! Every metric name, label and bucket in one place (docs/contract.md §8).
 //!
 //! Per-queue message counters and gauges are not counted on the hot path:
 //! the state machine already keeps them ([`crate::spool::state::Counters`],
@@ -20,27 +20,27 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::engine::Engine;
 
-pub const MESSAGES_SENT: &str = "spoold_messages_sent_total";
-pub const MESSAGES_ACKED: &str = "spoold_messages_acked_total";
-pub const MESSAGES_RETRIED: &str = "spoold_messages_retried_total";
-pub const MESSAGES_FAILED: &str = "spoold_messages_failed_total";
-pub const MESSAGES_EXPIRED: &str = "spoold_messages_expired_total";
-pub const MESSAGES_DEDUPLICATED: &str = "spoold_messages_deduplicated_total";
-pub const QUEUE_MESSAGES: &str = "spoold_queue_messages";
-pub const QUEUE_OLDEST_AGE: &str = "spoold_queue_oldest_message_age_seconds";
-pub const QUEUE_PAUSED: &str = "spoold_queue_paused";
-pub const DELIVERIES: &str = "spoold_deliveries_total";
-pub const DELIVERY_DURATION: &str = "spoold_delivery_duration_seconds";
-pub const FSYNC_DURATION: &str = "spoold_journal_fsync_duration_seconds";
-pub const JOURNAL_BYTES: &str = "spoold_journal_bytes";
-pub const JOURNAL_MAX_BYTES: &str = "spoold_journal_max_bytes";
-pub const HTTP_REQUESTS: &str = "spoold_http_requests_total";
+pub(crate) const MESSAGES_SENT: &str = "spoold_messages_sent_total";
+pub(crate) const MESSAGES_ACKED: &str = "spoold_messages_acked_total";
+pub(crate) const MESSAGES_RETRIED: &str = "spoold_messages_retried_total";
+pub(crate) const MESSAGES_FAILED: &str = "spoold_messages_failed_total";
+pub(crate) const MESSAGES_EXPIRED: &str = "spoold_messages_expired_total";
+pub(crate) const MESSAGES_DEDUPLICATED: &str = "spoold_messages_deduplicated_total";
+pub(crate) const QUEUE_MESSAGES: &str = "spoold_queue_messages";
+pub(crate) const QUEUE_OLDEST_AGE: &str = "spoold_queue_oldest_message_age_seconds";
+pub(crate) const QUEUE_PAUSED: &str = "spoold_queue_paused";
+pub(crate) const DELIVERIES: &str = "spoold_deliveries_total";
+pub(crate) const DELIVERY_DURATION: &str = "spoold_delivery_duration_seconds";
+pub(crate) const FSYNC_DURATION: &str = "spoold_journal_fsync_duration_seconds";
+pub(crate) const JOURNAL_BYTES: &str = "spoold_journal_bytes";
+pub(crate) const JOURNAL_MAX_BYTES: &str = "spoold_journal_max_bytes";
+pub(crate) const HTTP_REQUESTS: &str = "spoold_http_requests_total";
 
-pub const LABEL_QUEUE: &str = "queue";
-pub const LABEL_STATE: &str = "state";
-pub const LABEL_OUTCOME: &str = "outcome";
-pub const LABEL_ROUTE: &str = "route";
-pub const LABEL_STATUS: &str = "status";
+pub(crate) const LABEL_QUEUE: &str = "queue";
+pub(crate) const LABEL_STATE: &str = "state";
+pub(crate) const LABEL_OUTCOME: &str = "outcome";
+pub(crate) const LABEL_ROUTE: &str = "route";
+pub(crate) const LABEL_STATUS: &str = "status";
 
 /// fsync takes ~50 µs on a fast NVMe disk and up to ~100 ms on a slow
 /// network volume.
@@ -54,14 +54,14 @@ const DELIVERY_BUCKETS_SECONDS: &[f64] = &[
 
 /// How a delivery attempt ended, as the `outcome` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeliveryOutcome {
+pub(crate) enum DeliveryOutcome {
     Success,
     Retry,
     Failure,
 }
 
 impl DeliveryOutcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DeliveryOutcome::Success => "success",
             DeliveryOutcome::Retry => "retry",
@@ -73,7 +73,7 @@ impl DeliveryOutcome {
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the process-wide recorder (once) and returns its handle.
-pub fn install() -> &'static PrometheusHandle {
+pub(crate) fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let handle = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(FSYNC_DURATION.into()), FSYNC_BUCKETS_SECONDS)
@@ -169,13 +169,13 @@ fn describe() {
 }
 
 /// One fsync (one group commit).
-pub fn record_fsync(duration: Duration) {
+pub(crate) fn record_fsync(duration: Duration) {
     histogram!(FSYNC_DURATION).record(duration.as_secs_f64());
 }
 
 /// The delivery metrics of one push queue, looked up once (by its workers'
 /// shared state) rather than on every attempt.
-pub struct DeliveryMetrics {
+pub(crate) struct DeliveryMetrics {
     success: Counter,
     retry: Counter,
     failure: Counter,
@@ -183,7 +183,7 @@ pub struct DeliveryMetrics {
 }
 
 impl DeliveryMetrics {
-    pub fn new(queue: &str) -> DeliveryMetrics {
+    pub(crate) fn new(queue: &str) -> DeliveryMetrics {
         let outcome = |o: DeliveryOutcome| counter!(DELIVERIES, LABEL_QUEUE => queue.to_string(), LABEL_OUTCOME => o.as_str());
         DeliveryMetrics {
             success: outcome(DeliveryOutcome::Success),
@@ -194,7 +194,7 @@ impl DeliveryMetrics {
     }
 
     /// One delivery attempt.
-    pub fn record(&self, outcome: DeliveryOutcome, duration: Duration) {
+    pub(crate) fn record(&self, outcome: DeliveryOutcome, duration: Duration) {
         match outcome {
             DeliveryOutcome::Success => &self.success,
             DeliveryOutcome::Retry => &self.retry,
@@ -214,7 +214,7 @@ thread_local! {
 }
 
 /// One HTTP request, by the route template it matched.
-pub fn record_http(route: &str, status: u16) {
+pub(crate) fn record_http(route: &str, status: u16) {
     let new = || counter!(HTTP_REQUESTS, LABEL_ROUTE => route.to_string(), LABEL_STATUS => status.to_string());
     if HANDLE.get().is_none() {
         // No recorder yet: a handle taken now would stay a no-op.
@@ -231,7 +231,7 @@ pub fn record_http(route: &str, status: u16) {
 
 /// Copies the state machine's counters and gauges into the registry; a
 /// scrape calls it before rendering.
-pub fn refresh(engine: &Engine) {
+pub(crate) fn refresh(engine: &Engine) {
     gauge!(JOURNAL_BYTES).set(engine.journal_bytes() as f64);
     gauge!(JOURNAL_MAX_BYTES).set(engine.max_bytes() as f64);
     for name in engine.queue_names() {
@@ -262,7 +262,7 @@ pub fn refresh(engine: &Engine) {
 }
 
 /// The Prometheus text of everything.
-pub fn render(engine: Option<&Engine>) -> String {
+pub(crate) fn render(engine: Option<&Engine>) -> String {
     let handle = install();
     if let Some(engine) = engine {
         refresh(engine);

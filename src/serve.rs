@@ -13,10 +13,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::settings::{destination_host, host_allowed, validate};
 use crate::api::{ApiConfig, AppState, router, server};
 use crate::config::{Config, OnCorruption};
-use crate::engine::{Engine, EngineError, EngineOptions};
+use crate::engine::{Engine, EngineOptions, Origin, QueueError};
 use crate::journal::JournalError;
 use crate::spool::QueueSettings;
 
@@ -39,14 +38,15 @@ pub enum ServeError {
         error: std::io::Error,
     },
 
+    /// The config breaks a rule (`Config::check_exposure`).
+    #[error("{0}")]
+    Config(String),
+
     #[error("opening spool {dir}: {error}")]
     Open { dir: String, error: JournalError },
 
-    #[error("queue {queue} in the config file: {reason}")]
-    Queue { queue: String, reason: String },
-
     #[error("applying the config's queues: {0}")]
-    Engine(#[from] EngineError),
+    Queue(#[from] QueueError),
 }
 
 /// How a run ended.
@@ -131,14 +131,16 @@ pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Runni
         listen: listen.clone(),
         error,
     })?;
+    // The same rule `check-config` applies, then again on the address the
+    // name resolved to.
+    config
+        .check_exposure(env_api_keys.as_deref())
+        .map_err(ServeError::Config)?;
     if !addr.ip().is_loopback()
         && api_config.api_keys.is_empty()
         && !config.server.allow_unauthenticated
     {
         return Err(ServeError::Unauthenticated { listen });
-    }
-    for (name, queue) in &config.queues {
-        check_queue(&config, name, &queue.settings())?;
     }
     if !config.spool.fsync {
         tracing::warn!("spool.fsync = false: acknowledged messages can be lost on a crash");
@@ -148,27 +150,6 @@ pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Runni
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(run(config, listener, state, stop_rx));
     Ok(Running { addr, stop, task })
-}
-
-/// Refuses a config queue whose settings are out of range or whose
-/// destination `server.allowed_destinations` does not allow.
-fn check_queue(config: &Config, name: &str, settings: &QueueSettings) -> Result<(), ServeError> {
-    let err = |reason: String| ServeError::Queue {
-        queue: name.to_string(),
-        reason,
-    };
-    validate(settings).map_err(err)?;
-    if let (Some(dest), Some(allowed)) =
-        (&settings.destination, &config.server.allowed_destinations)
-    {
-        let host = destination_host(dest).map_err(err)?;
-        if !host_allowed(&host, allowed) {
-            return Err(err(format!(
-                "destination host {host} is not in server.allowed_destinations"
-            )));
-        }
-    }
-    Ok(())
 }
 
 async fn run(
@@ -194,6 +175,7 @@ async fn run(
     options.fsync = config.spool.fsync;
     options.max_bytes = config.spool.max_bytes;
     options.quarantine_corruption = config.spool.on_corruption == OnCorruption::Quarantine;
+    options.policy = config.policy();
     let (engine, report) = match Engine::open(options).await {
         Ok(opened) => opened,
         Err(error) => {
@@ -225,6 +207,12 @@ async fn run(
         engine.clone(),
         delivery_stop,
         config.server.drain_on_shutdown,
+        config
+            .server
+            .redact_headers
+            .iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
     ));
     state.set_engine(engine.clone());
     tracing::info!("ready");
@@ -265,18 +253,20 @@ async fn run(
 /// or updates every queue it defines; a queue it no longer defines is
 /// deleted if empty, and otherwise becomes API-managed (nothing is dropped
 /// silently).
-pub async fn reconcile_config_queues(
+pub(crate) async fn reconcile_config_queues(
     engine: &Engine,
     wanted: &BTreeMap<String, QueueSettings>,
-) -> Result<(), EngineError> {
+) -> Result<(), QueueError> {
     for (name, settings) in wanted {
         let current = engine.queue_settings(name).ok();
         if current.as_ref() != Some(&(settings.clone(), true)) {
-            engine.upsert_queue(name, settings.clone(), true).await?;
+            engine
+                .upsert_queue(name, settings.clone(), Origin::Config)
+                .await?;
         }
     }
     for name in engine.queue_names() {
-        let Ok((settings, true)) = engine.queue_settings(&name) else {
+        let Ok((_, true)) = engine.queue_settings(&name) else {
             continue;
         };
         if wanted.contains_key(&name) {
@@ -284,13 +274,13 @@ pub async fn reconcile_config_queues(
         }
         if engine.message_count(&name) == 0 {
             tracing::info!(queue = %name, "queue left the config file and was empty: deleted");
-            engine.delete_queue(&name).await?;
+            engine.delete_queue(&name, Origin::Config).await?;
         } else {
             tracing::warn!(
                 queue = %name,
                 "queue left the config file but still holds messages: it is now managed over the API"
             );
-            engine.upsert_queue(&name, settings, false).await?;
+            engine.hand_over_to_api(&name).await?;
         }
     }
     Ok(())

@@ -1,12 +1,12 @@
 //! The real binary: start-up on embedded defaults, the lock against a second
 //! process, a clean stop on SIGINT, and `journal verify` exit codes.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_spoold");
+use std::path::Path;
+use std::process::Command;
+
+use common::process::{BIN, Spoold, start_in};
 
 /// A config in `cwd` that listens on a free port, so tests can run at once.
 fn port_zero_config(cwd: &Path) -> std::path::PathBuf {
@@ -15,85 +15,16 @@ fn port_zero_config(cwd: &Path) -> std::path::PathBuf {
     path
 }
 
-/// Starts `spoold` in `cwd` (with `args`) and waits (bounded) for its
-/// "ready" log.
-fn start_with(cwd: &Path, args: &[&str]) -> Spoold {
-    let mut child = Spoold(
-        Command::new(BIN)
-            .args(args)
-            .current_dir(cwd)
-            .env("SPOOLD_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains(" ready") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("spoold logged `ready`");
-    child
-}
-
 /// Starts `spoold` in `cwd` on a free port.
-fn start(cwd: &Path) -> Spoold {
+async fn start(cwd: &Path) -> Spoold {
     port_zero_config(cwd);
-    start_with(cwd, &["run", "--config", "spoold.toml"])
+    start_in(cwd, &["run", "--config", "spoold.toml"]).await
 }
 
-/// A running spoold that a failing test cannot leave behind.
-struct Spoold(Child);
-
-impl std::ops::Deref for Spoold {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Spoold {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Spoold {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-fn wait_exit(child: &mut Child) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code().unwrap_or(-1);
-        }
-        assert!(Instant::now() < deadline, "spoold did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-#[test]
-fn runs_on_embedded_defaults_refuses_a_second_process_and_stops_on_sigint() {
+#[tokio::test]
+async fn runs_on_embedded_defaults_refuses_a_second_process_and_stops_on_sigint() {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = start(dir.path());
+    let mut first = start(dir.path()).await;
     assert!(
         dir.path().join("spool/spool.meta").exists(),
         "spool in ./spool"
@@ -107,8 +38,8 @@ fn runs_on_embedded_defaults_refuses_a_second_process_and_stops_on_sigint() {
         "{stderr}"
     );
 
-    signal(&first, "-INT");
-    assert_eq!(wait_exit(&mut first), 0);
+    first.signal("-INT");
+    assert_eq!(first.wait_exit(), 0);
 
     let verify = Command::new(BIN)
         .args(["journal", "verify", "--dir", "spool"])
@@ -120,16 +51,16 @@ fn runs_on_embedded_defaults_refuses_a_second_process_and_stops_on_sigint() {
     assert!(out.contains("clean"), "{out}");
 }
 
-#[test]
-fn verify_exits_1_and_names_the_offset_of_damage() {
+#[tokio::test]
+async fn verify_exits_1_and_names_the_offset_of_damage() {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = start(dir.path());
-    signal(&first, "-INT");
-    wait_exit(&mut first);
+    let mut first = start(dir.path()).await;
+    first.signal("-INT");
+    first.wait_exit();
     // A second start appends a second epoch record after the first one.
-    let mut again = start(dir.path());
-    signal(&again, "-INT");
-    wait_exit(&mut again);
+    let mut again = start(dir.path()).await;
+    again.signal("-INT");
+    again.wait_exit();
 
     let segment = dir.path().join("spool/0000000000000001.seg");
     let mut bytes = std::fs::read(&segment).unwrap();
@@ -191,9 +122,9 @@ fn verify_exits_1_and_names_the_offset_of_damage() {
         .unwrap();
     let out = String::from_utf8_lossy(&verify.stdout);
     assert_eq!(verify.status.code(), Some(0), "{out}");
-    let mut started = start(dir.path());
-    signal(&started, "-INT");
-    assert_eq!(wait_exit(&mut started), 0);
+    let mut started = start(dir.path()).await;
+    started.signal("-INT");
+    assert_eq!(started.wait_exit(), 0);
 }
 
 #[test]
@@ -226,9 +157,12 @@ fn every_shipped_config_passes_check_config() {
         "deploy/kubernetes/base/spoold.toml",
         "deploy/kubernetes/statefulset/spoold.toml",
     ] {
+        // The manifests give the pod its keys from a Secret, as
+        // SPOOLD_API_KEYS: check-config checks the exposure with them.
         let out = Command::new(BIN)
             .args(["check-config", "--config"])
             .arg(root.join(file))
+            .env("SPOOLD_API_KEYS", "a-key-from-the-secret")
             .output()
             .unwrap();
         assert!(

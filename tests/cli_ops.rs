@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::server::Server;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -11,8 +13,10 @@ use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_spoold");
 
-async fn server(dir: &std::path::Path, keys: &str) -> (spoold::serve::Running, String) {
-    common::serve_in_process(dir, keys).await
+async fn server(dir: &std::path::Path, keys: &str) -> (Server, String) {
+    let s = Server::start(dir, keys).await;
+    let base = s.base.clone();
+    (s, base)
 }
 
 /// Runs the binary with `args` (off the async runtime's threads).
@@ -179,8 +183,7 @@ async fn queues_send_tail_and_dead_letters_from_the_command_line() {
     .await;
     assert!(text(&yes).contains("purged 0"), "{}", text(&yes));
 
-    running.stop();
-    running.wait().await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,6 +233,5 @@ async fn errors_are_one_line_and_keys_go_before_or_after_the_subcommand() {
 
     let usage = run(args(&["dlq", "frobnicate"]), "").await;
     assert_eq!(usage.status.code(), Some(2), "usage errors exit 2");
-    running.stop();
-    running.wait().await.unwrap();
+    running.stop().await;
 }

@@ -10,22 +10,15 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::process::{Spoold, client, ids_in, queue_json, start_command, write_config};
+use common::process::{Spoold, bin, client, ids_in, queue_json, start_command, write_config};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 
 const SPOOL_KEYS: &str = "segment_bytes = \"64KiB\"";
-
-/// The binary under test: this build's, or `SPOOLD_TEST_BIN`.
-fn bin() -> PathBuf {
-    std::env::var_os("SPOOLD_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(common::process::BIN))
-}
 
 async fn start(dir: &Path, spool_keys: &str) -> Spoold {
     let config = write_config(dir, "", spool_keys, "");
@@ -34,10 +27,7 @@ async fn start(dir: &Path, spool_keys: &str) -> Spoold {
 
 /// Stops a spoold the way a supervisor does (SIGTERM) and waits for it.
 fn stop(mut spoold: Spoold) {
-    let pid = spoold.child.id().to_string();
-    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let status = spoold.child.wait().unwrap();
-    assert!(status.success(), "spoold exited with {status}");
+    assert_eq!(spoold.stop(), 0, "spoold's exit code");
 }
 
 async fn put_queue(c: &Client, base: &str, name: &str, settings: Value) {
@@ -251,8 +241,8 @@ async fn ids_are_never_handed_out_twice() {
 /// the batch.
 #[tokio::test]
 async fn a_torn_last_batch_with_a_hole_is_a_torn_tail() {
-    use spoold::journal::format::FILE_HEADER_BYTES;
-    use spoold::journal::frames::{Piece, walk};
+    use spoold::testing::FILE_HEADER_BYTES;
+    use spoold::testing::{Piece, walk};
 
     let dir = tempfile::tempdir().unwrap();
     let spool_keys = "segment_bytes = \"1MiB\"";
@@ -286,7 +276,7 @@ async fn a_torn_last_batch_with_a_hole_is_a_torn_tail() {
     // records but the last, as a lost page would.
     let spool = dir.path().join("spool");
     let meta = std::fs::read(spool.join("spool.meta")).unwrap();
-    let salt = spoold::journal::SpoolIdentity::decode(&meta).unwrap().salt;
+    let salt = spoold::testing::SpoolIdentity::decode(&meta).unwrap().salt;
     let seg = std::fs::read_dir(&spool)
         .unwrap()
         .filter_map(Result::ok)
@@ -702,7 +692,7 @@ async fn a_new_spool_directory_is_fsynced_into_its_parent() {
 async fn compaction_never_judges_records_that_are_durable_but_not_applied() {
     use common::{START_MS, body, make_queue, sim_options};
     use spoold::engine::Engine;
-    use spoold::journal::sim::{SimStorage, Tear};
+    use spoold::testing::{SimStorage, Tear};
     use spoold::time::ManualClock;
 
     let sim = SimStorage::new();
@@ -750,8 +740,8 @@ async fn compaction_never_judges_records_that_are_durable_but_not_applied() {
 async fn a_huge_purge_is_split_into_bounded_records() {
     use common::{START_MS, body, make_queue, sim_options};
     use spoold::engine::Engine;
-    use spoold::journal::sim::SimStorage;
-    use spoold::spool::command::IDS_PER_RECORD_MAX;
+    use spoold::testing::IDS_PER_RECORD_MAX;
+    use spoold::testing::SimStorage;
     use spoold::time::ManualClock;
 
     let sim = SimStorage::new();

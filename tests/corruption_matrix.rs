@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::process::{BIN, client, messages_in, queue_json, start_config, write_config};
 use reqwest::StatusCode;
-use spoold::journal::format::{FILE_HEADER_BYTES, FRAME_HEADER_BYTES, FrameHeader};
-use spoold::spool::command::kind;
+use spoold::testing::kind;
+use spoold::testing::{FILE_HEADER_BYTES, FRAME_HEADER_BYTES, FrameHeader};
 
 const SPOOL_KEYS: &str = "segment_bytes = \"64KiB\"";
 const QUARANTINE_KEYS: &str = "segment_bytes = \"64KiB\"\non_corruption = \"quarantine\"";

@@ -158,7 +158,7 @@ fn child(dir: &Path) -> ! {
     runtime.block_on(async {
         let (engine, _) = Engine::open(options(dir)).await.unwrap();
         engine
-            .upsert_queue("q", QueueSettings::default(), false)
+            .upsert_queue("q", QueueSettings::default(), spoold::engine::Origin::Api)
             .await
             .unwrap();
         for w in 0..WRITERS {

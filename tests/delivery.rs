@@ -4,88 +4,17 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::Method;
+use common::server::Server;
 use common::sink::{Seen, Sink};
-use reqwest::Client;
+use common::wait_until;
 use serde_json::{Value, json};
-use spoold::config::Config;
-use spoold::serve::{Running, start};
-
-struct Spoold {
-    running: Running,
-    base: String,
-    client: Client,
-}
-
-impl Spoold {
-    async fn start(dir: &std::path::Path) -> Spoold {
-        let mut config = Config::parse("[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
-        config.spool.dir = dir.to_path_buf();
-        config.spool.segment_bytes = 1 << 20;
-        let running = start(config, None).await.unwrap();
-        let base = format!("http://{}", running.addr);
-        let client = {
-            spoold::delivery::client::install_crypto_provider();
-            Client::new()
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            assert!(Instant::now() < deadline);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Spoold {
-            running,
-            base,
-            client,
-        }
-    }
-
-    async fn queue(&self, name: &str, settings: Value) {
-        let r = self
-            .client
-            .put(format!("{}/v1/queues/{name}", self.base))
-            .json(&settings)
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-    }
-
-    async fn get(&self, path: &str) -> Value {
-        self.client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    async fn stop(self) {
-        self.running.stop();
-        self.running.wait().await.unwrap();
-    }
-}
 
 /// Fast retries for tests: 50 ms, no growth, no jitter.
 fn fast_backoff() -> Value {
     json!({"initialSeconds": 0.05, "multiplier": 1, "maxSeconds": 60, "jitter": 0})
-}
-
-async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn h(seen: &Seen, name: &str) -> String {
@@ -99,7 +28,7 @@ fn h(seen: &Seen, name: &str) -> String {
 async fn forwarded_requests_arrive_as_sent_and_are_acked() {
     let (sink, sink_url) = Sink::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let s = Spoold::start(dir.path()).await;
+    let s = Server::start(dir.path(), "").await;
     s.queue(
         "hooks",
         json!({"destination": format!("{sink_url}/in"), "headers": {"X-Static": "queue", "X-Source": "spoold"}}),
@@ -165,11 +94,11 @@ async fn forwarded_requests_arrive_as_sent_and_are_acked() {
         sink_url.trim_start_matches("http://")
     );
     wait_until("both acked", async || {
-        s.get("/v1/queues/hooks").await["stats"]["visible"] == 0
-            && s.get("/v1/queues/hooks").await["stats"]["leased"] == 0
+        s.get_json("/v1/queues/hooks").await["stats"]["visible"] == 0
+            && s.get_json("/v1/queues/hooks").await["stats"]["leased"] == 0
     })
     .await;
-    let stats = s.get("/v1/queues/hooks").await["stats"].clone();
+    let stats = s.get_json("/v1/queues/hooks").await["stats"].clone();
     assert_eq!(stats["deliveriesTotal"], 3);
     assert_eq!(stats["deliveryFailuresTotal"], 0);
     s.stop().await;
@@ -180,7 +109,7 @@ async fn retries_keep_the_delivery_id_and_count_up() {
     let (sink, sink_url) = Sink::start().await;
     sink.script([(500, vec![]), (500, vec![])]);
     let dir = tempfile::tempdir().unwrap();
-    let s = Spoold::start(dir.path()).await;
+    let s = Server::start(dir.path(), "").await;
     s.queue(
         "hooks",
         json!({"destination": sink_url, "backoff": fast_backoff()}),
@@ -198,11 +127,11 @@ async fn retries_keep_the_delivery_id_and_count_up() {
     let counts: Vec<String> = seen.iter().map(|r| h(r, "spooler-retry-count")).collect();
     assert_eq!(counts, vec!["0", "1", "2"]);
     wait_until("acked", async || {
-        s.get("/v1/queues/hooks").await["stats"]["deliveriesTotal"] == 3
+        s.get_json("/v1/queues/hooks").await["stats"]["deliveriesTotal"] == 3
     })
     .await;
     assert_eq!(
-        s.get("/v1/queues/hooks").await["stats"]["deliveryFailuresTotal"],
+        s.get_json("/v1/queues/hooks").await["stats"]["deliveryFailuresTotal"],
         2
     );
     s.stop().await;
@@ -216,7 +145,7 @@ async fn retry_after_is_honoured_and_redirects_are_not_followed() {
         (301, vec![("location", "/elsewhere".to_string())]),
     ]);
     let dir = tempfile::tempdir().unwrap();
-    let s = Spoold::start(dir.path()).await;
+    let s = Server::start(dir.path(), "").await;
     s.queue(
         "hooks",
         json!({"destination": format!("{sink_url}/in"), "backoff": fast_backoff()}),
@@ -247,7 +176,7 @@ async fn a_permanent_status_goes_to_the_failure_queue_at_once_with_its_attempt()
     let (sink, sink_url) = Sink::start().await;
     sink.script([(404, vec![])]);
     let dir = tempfile::tempdir().unwrap();
-    let s = Spoold::start(dir.path()).await;
+    let s = Server::start(dir.path(), "").await;
     s.queue("hooks", json!({"destination": sink_url})).await;
     s.client
         .post(format!("{}/v1/queues/hooks/messages", s.base))
@@ -256,10 +185,10 @@ async fn a_permanent_status_goes_to_the_failure_queue_at_once_with_its_attempt()
         .await
         .unwrap();
     wait_until("failed", async || {
-        s.get("/v1/queues/hooks.failed").await["stats"]["visible"] == 1
+        s.get_json("/v1/queues/hooks.failed").await["stats"]["visible"] == 1
     })
     .await;
-    let failed = s.get("/v1/queues/hooks.failed/messages").await;
+    let failed = s.get_json("/v1/queues/hooks.failed/messages").await;
     let m = &failed["messages"][0];
     assert_eq!(m["reason"], "permanent_status");
     assert_eq!(m["lastStatus"], 404);
@@ -304,7 +233,7 @@ async fn signatures_verify_with_an_independent_implementation() {
     use base64::engine::general_purpose::STANDARD;
     let (sink, sink_url) = Sink::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let s = Spoold::start(dir.path()).await;
+    let s = Server::start(dir.path(), "").await;
     let key = b"a very secret key";
     let secret = format!("whsec_{} rotated-plain-secret", STANDARD.encode(key));
     s.queue(
@@ -312,7 +241,7 @@ async fn signatures_verify_with_an_independent_implementation() {
         json!({"destination": sink_url, "signingSecret": secret}),
     )
     .await;
-    let settings = s.get("/v1/queues/hooks").await;
+    let settings = s.get_json("/v1/queues/hooks").await;
     assert!(
         !settings.to_string().contains("rotated-plain-secret"),
         "write-only"
@@ -341,7 +270,7 @@ async fn the_breaker_opens_probes_and_closes() {
     let (sink, sink_url) = Sink::start().await;
     sink.script([(500, vec![]), (500, vec![]), (500, vec![])]);
     let dir = tempfile::tempdir().unwrap();
-    let s = Spoold::start(dir.path()).await;
+    let s = Server::start(dir.path(), "").await;
     s.queue(
         "hooks",
         json!({"destination": sink_url, "breakerFailures": 2, "concurrency": 1, "backoff": fast_backoff()}),
@@ -356,7 +285,7 @@ async fn the_breaker_opens_probes_and_closes() {
             .unwrap();
     }
     wait_until("breaker open", async || {
-        s.get("/v1/queues/hooks").await["stats"]["paused"] == true
+        s.get_json("/v1/queues/hooks").await["stats"]["paused"] == true
     })
     .await;
     let before_probe = sink.seen().len();
@@ -365,11 +294,11 @@ async fn the_breaker_opens_probes_and_closes() {
     // slow; the third scripted 500 is the first probe, then the sink is
     // healthy and the second probe closes the breaker.
     wait_until("breaker closed", async || {
-        s.get("/v1/queues/hooks").await["stats"]["paused"] == false
+        s.get_json("/v1/queues/hooks").await["stats"]["paused"] == false
     })
     .await;
     wait_until("all delivered", async || {
-        let st = s.get("/v1/queues/hooks").await["stats"].clone();
+        let st = s.get_json("/v1/queues/hooks").await["stats"].clone();
         st["visible"] == 0 && st["leased"] == 0 && st["delayed"] == 0
     })
     .await;
@@ -404,7 +333,7 @@ async fn https_sink() -> (
     use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    spoold::delivery::client::install_crypto_provider();
+    spoold::testing::install_crypto_provider();
     let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let pem = certified.cert.pem();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
@@ -453,7 +382,16 @@ async fn https_to_a_self_signed_sink_works_once_its_certificate_is_trusted() {
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("sink-ca.pem");
     std::fs::write(&ca_file, pem).unwrap();
-    let s = Spoold::start(&dir.path().join("spool")).await;
+    // TLS files are named in the config file only.
+    let s = Server::start(
+        &dir.path().join("spool"),
+        &format!(
+            "[queues.trusted]\ndestination = \"{url}\"\nca_file = \"{}\"\n\
+             backoff = {{ initial = \"50ms\", multiplier = 1, max = \"60s\", jitter = 0 }}\n",
+            ca_file.display()
+        ),
+    )
+    .await;
     // Not trusted: the handshake fails and the message is retried.
     s.queue(
         "untrusted",
@@ -467,11 +405,11 @@ async fn https_to_a_self_signed_sink_works_once_its_certificate_is_trusted() {
         .await
         .unwrap();
     wait_until("a failed TLS attempt", async || {
-        s.get("/v1/queues/untrusted").await["stats"]["deliveryFailuresTotal"] != 0
+        s.get_json("/v1/queues/untrusted").await["stats"]["deliveryFailuresTotal"] != 0
     })
     .await;
     assert_eq!(served.load(Ordering::SeqCst), 0);
-    let peek = s.get("/v1/queues/untrusted/messages").await;
+    let peek = s.get_json("/v1/queues/untrusted/messages").await;
     let error = peek["messages"][0]["lastError"]
         .as_str()
         .unwrap_or_default()
@@ -481,11 +419,6 @@ async fn https_to_a_self_signed_sink_works_once_its_certificate_is_trusted() {
         "{error}"
     );
 
-    s.queue(
-        "trusted",
-        json!({"destination": url, "caFile": ca_file.to_str().unwrap(), "backoff": fast_backoff()}),
-    )
-    .await;
     s.client
         .post(format!("{}/v1/queues/trusted/messages", s.base))
         .body("y")
@@ -497,7 +430,7 @@ async fn https_to_a_self_signed_sink_works_once_its_certificate_is_trusted() {
     })
     .await;
     wait_until("acked", async || {
-        s.get("/v1/queues/trusted").await["stats"]["deliveriesTotal"] == 1
+        s.get_json("/v1/queues/trusted").await["stats"]["deliveriesTotal"] == 1
     })
     .await;
     s.stop().await;
@@ -508,7 +441,7 @@ async fn only_the_last_ten_attempts_are_kept() {
     let (sink, sink_url) = Sink::start().await;
     sink.script((0..100).map(|_| (503, vec![])));
     let dir = tempfile::tempdir().unwrap();
-    let s = Spoold::start(dir.path()).await;
+    let s = Server::start(dir.path(), "").await;
     s.queue(
         "hooks",
         json!({"destination": sink_url, "maxRetries": 50, "breakerFailures": 100, "backoff": fast_backoff()}),
@@ -521,7 +454,7 @@ async fn only_the_last_ten_attempts_are_kept() {
         .await
         .unwrap();
     sink.wait_for(13).await;
-    let peek = s.get("/v1/queues/hooks/messages").await;
+    let peek = s.get_json("/v1/queues/hooks/messages").await;
     let m = &peek["messages"][0];
     let attempts = m["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 10, "{m}");
@@ -585,7 +518,7 @@ async fn a_chaotic_destination_still_gets_everything_at_least_once() {
     use std::sync::atomic::Ordering;
     let (url, served) = chaotic_sink().await;
     let dir = tempfile::tempdir().unwrap();
-    let s = Spoold::start(dir.path()).await;
+    let s = Server::start(dir.path(), "").await;
     s.queue(
         "hooks",
         json!({"destination": url, "timeoutSeconds": 0.5, "backoff": fast_backoff(), "breakerFailures": 1000, "maxRetries": 100}),
@@ -600,7 +533,7 @@ async fn a_chaotic_destination_still_gets_everything_at_least_once() {
             .unwrap();
     }
     wait_until("all delivered", async || {
-        let st = s.get("/v1/queues/hooks").await["stats"].clone();
+        let st = s.get_json("/v1/queues/hooks").await["stats"].clone();
         st["visible"] == 0 && st["leased"] == 0 && st["delayed"] == 0
     })
     .await;
@@ -608,13 +541,13 @@ async fn a_chaotic_destination_still_gets_everything_at_least_once() {
         served.load(Ordering::SeqCst) >= 12,
         "every message reached a healthy answer"
     );
-    let stats = s.get("/v1/queues/hooks").await["stats"].clone();
+    let stats = s.get_json("/v1/queues/hooks").await["stats"].clone();
     assert!(
         stats["deliveryFailuresTotal"].as_u64().unwrap() > 0,
         "the chaos was felt: {stats}"
     );
     assert_eq!(
-        s.get("/v1/queues/hooks.failed").await["stats"]["visible"],
+        s.get_json("/v1/queues/hooks.failed").await["stats"]["visible"],
         0
     );
     s.stop().await;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use spoold::engine::{EngineError, SendRequest};
-use spoold::journal::sim::{SimStorage, Tear};
+use spoold::engine::{MessageError, Origin, SendError, SendRequest, SettleError, WriteError};
 use spoold::spool::{Payload, QueueSettings, StoredRequest};
+use spoold::testing::{SimStorage, Tear};
 use spoold::time::ManualClock;
 
 #[tokio::test]
@@ -43,11 +43,11 @@ async fn send_receive_ack_reads_the_payload_back_from_disk() {
     engine.ack("q", &got[0].token).await.unwrap();
     assert!(matches!(
         engine.ack("q", &got[0].token).await,
-        Err(EngineError::StaleLease)
+        Err(SettleError::StaleLease)
     ));
     assert!(matches!(
         engine.ack("q", "garbage").await,
-        Err(EngineError::BadToken)
+        Err(SettleError::BadToken)
     ));
     let stats = engine.stats("q").unwrap();
     assert_eq!((stats.counters.sent, stats.counters.acked), (1, 1));
@@ -105,7 +105,10 @@ async fn a_failed_write_is_rolled_back_and_the_journal_goes_on() {
     make_queue(&engine, "q", QueueSettings::default()).await;
     sim.fail_write(0, io::ErrorKind::StorageFull);
     let err = engine.send("q", body("lost")).await.unwrap_err();
-    assert!(matches!(err, EngineError::Unavailable { .. }), "{err:?}");
+    assert!(
+        matches!(err, SendError::Write(WriteError::Unavailable { .. })),
+        "{err:?}"
+    );
     let kept = engine.send("q", body("kept")).await.unwrap();
     assert_eq!(engine.all_messages().len(), 1);
 
@@ -128,13 +131,19 @@ async fn a_failed_fsync_poisons_the_journal() {
     let mut poisoned = engine.poisoned();
     sim.fail_sync(0);
     let err = engine.send("q", body("in doubt")).await.unwrap_err();
-    assert!(matches!(err, EngineError::Unconfirmed { .. }), "{err:?}");
+    assert!(
+        matches!(err, SendError::Write(WriteError::Unconfirmed { .. })),
+        "{err:?}"
+    );
     tokio::time::timeout(Duration::from_secs(5), poisoned.wait_for(|p| *p))
         .await
         .expect("poison signal")
         .unwrap();
     let err = engine.send("q", body("after")).await.unwrap_err();
-    assert!(matches!(err, EngineError::Unavailable { .. }), "{err:?}");
+    assert!(
+        matches!(err, SendError::Write(WriteError::Unavailable { .. })),
+        "{err:?}"
+    );
     assert!(engine.is_poisoned());
     assert_eq!(
         engine.all_messages().len(),
@@ -168,7 +177,7 @@ async fn a_restart_starts_a_new_epoch_and_drops_leases_without_retry() {
     assert_eq!(engine.epoch(), epoch + 1);
     assert!(matches!(
         engine.ack("q", &leased[0].token).await,
-        Err(EngineError::StaleLease)
+        Err(SettleError::StaleLease)
     ));
     let again = engine.receive("q", 1, Duration::ZERO).await.unwrap();
     assert_eq!(again.len(), 1, "visible at once after the restart");
@@ -199,7 +208,7 @@ async fn lease_expiry_is_an_auto_nack() {
     clock.advance_ms(1_000);
     assert!(matches!(
         engine.renew("q", &l[0].token),
-        Err(EngineError::StaleLease)
+        Err(SettleError::StaleLease)
     ));
     assert_eq!(engine.run_due().await, 1);
     assert_eq!(engine.stats("q").unwrap().visible, 1);
@@ -293,7 +302,7 @@ async fn dedup_keys_hold_across_concurrent_sends_and_restarts() {
     assert!(!fresh.deduplicated, "the window ran out");
 
     let err = engine.send("q.failed", body("x")).await.unwrap_err();
-    assert!(matches!(err, EngineError::Conflict { .. }));
+    assert!(matches!(err, SendError::FailureQueue { .. }));
 }
 
 #[tokio::test]
@@ -308,7 +317,7 @@ async fn a_key_on_a_queue_without_a_window_is_refused() {
     };
     assert!(matches!(
         engine.send("q", request).await,
-        Err(EngineError::BadRequest(_))
+        Err(SendError::KeyWithoutWindow { .. })
     ));
     assert!(engine.all_messages().is_empty());
 }
@@ -330,7 +339,7 @@ async fn cancel_purge_redrive_and_queue_changes_survive_restarts() {
     engine.cancel("q", a).await.unwrap();
     assert!(matches!(
         engine.cancel("q", a).await,
-        Err(EngineError::MessageNotFound { .. })
+        Err(MessageError::MessageNotFound { .. })
     ));
     let l = engine.receive("q", 2, Duration::ZERO).await.unwrap();
     for d in &l {
@@ -340,7 +349,7 @@ async fn cancel_purge_redrive_and_queue_changes_survive_restarts() {
     assert_eq!(engine.redrive("q", 10, Some(&[c]), true).await.unwrap(), 1);
     assert_eq!(engine.redrive("q", 10, Some(&[c]), false).await.unwrap(), 1);
     engine.set_paused("q", true).await.unwrap();
-    engine.delete_queue("gone").await.unwrap();
+    engine.delete_queue("gone", Origin::Api).await.unwrap();
     drop(engine);
     sim.crash(Tear::DropUnsynced);
 
@@ -444,7 +453,7 @@ async fn a_full_spool_refuses_sends_but_takes_acks_and_compaction_frees_it() {
         }
         assert!(sent < 1000, "never filled up");
     };
-    assert!(matches!(full, EngineError::SpoolFull { .. }), "{full:?}");
+    assert!(matches!(full, SendError::SpoolFull { .. }), "{full:?}");
     assert!(engine.is_full());
     let stored = engine.all_messages().len();
     assert_eq!(stored, sent, "a refused send stores nothing");

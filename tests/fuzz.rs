@@ -12,12 +12,13 @@ use std::sync::Arc;
 use common::*;
 use proptest::prelude::*;
 use spoold::config::Config;
-use spoold::engine::token::Tokens;
-use spoold::journal::format::{SpoolIdentity, segment_file_name};
-use spoold::journal::scan::scan_dir;
-use spoold::journal::sim::{SimStorage, Tear};
-use spoold::journal::storage::Storage;
-use spoold::spool::{QueueSettings, Record};
+use spoold::spool::QueueSettings;
+use spoold::testing::Record;
+use spoold::testing::Storage;
+use spoold::testing::Tokens;
+use spoold::testing::scan_dir;
+use spoold::testing::{SimStorage, Tear};
+use spoold::testing::{SpoolIdentity, segment_file_name};
 use spoold::time::ManualClock;
 
 /// A small real journal to mutate: its segment bytes and identity file.
@@ -57,7 +58,7 @@ fn replay_bytes(segment: Vec<u8>, meta: Vec<u8>) {
     sim.set_file_bytes(&sim_dir().join("spool.meta"), meta);
     sim.set_file_bytes(&sim_dir().join(segment_file_name(1)), segment);
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
-    if let Some(identity) = spoold::journal::load_identity(&storage, &sim_dir(), false)
+    if let Some(identity) = spoold::testing::load_identity(&storage, &sim_dir(), false)
         .ok()
         .flatten()
     {
@@ -110,7 +111,7 @@ async fn an_epoch_with_no_successor_is_refused_naming_the_offset() {
     // A record body is its time (i64), then the command's fields.
     let mut body = START_MS.to_le_bytes().to_vec();
     body.extend_from_slice(&u64::MAX.to_le_bytes());
-    let mut input = vec![2u8, spoold::spool::command::kind::EPOCH, 16, 0];
+    let mut input = vec![2u8, spoold::testing::kind::EPOCH, 16, 0];
     input.extend_from_slice(&body);
     let sim = SimStorage::new();
     let meta = SpoolIdentity {
@@ -166,8 +167,8 @@ proptest! {
     #[test]
     fn record_bodies_never_panic_the_decoder(kind in any::<u8>(), body in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = Record::decode(kind, &body);
-        let _ = spoold::spool::command::decode_payload(&body);
-        let _ = spoold::spool::command::decode_attempts(&body);
+        let _ = spoold::testing::decode_payload(&body);
+        let _ = spoold::testing::decode_attempts(&body);
     }
 
     #[test]
@@ -185,8 +186,8 @@ proptest! {
     #[test]
     fn forward_paths_never_escape_or_panic(segments in proptest::collection::vec("(\\.|\\.\\.|%2[eE]|%2[eE]%2[eE]|\\.%2e|[a-z]{1,3}|%2F|)", 0..8)) {
         let raw = format!("/{}", segments.join("/"));
-        if let Ok(path) = spoold::api::forward::resolve_path(&raw) {
-            let destination = spoold::delivery::target::Destination::parse("https://h.example.com/base").unwrap();
+        if let Ok(path) = spoold::testing::resolve_path(&raw) {
+            let destination = spoold::testing::Destination::parse("https://h.example.com/base").unwrap();
             let target = destination.target(
                 Some(&spoold::spool::StoredRequest { method: "POST".into(), path, query: String::new(), headers: vec![] }),
             );

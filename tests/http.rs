@@ -3,101 +3,20 @@
 //! kind, auth on and off, long polls, lease expiry, failure queues, redrive,
 //! dedup and leases across restarts.
 
-use std::path::Path;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use reqwest::{Client, Method, Response, StatusCode};
+use common::server::Server;
+use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 use spoold::config::Config;
-use spoold::serve::{Running, start};
-
-struct Server {
-    running: Option<Running>,
-    base: String,
-    client: Client,
-    key: Option<String>,
-}
-
-impl Server {
-    async fn start(dir: &Path, extra_toml: &str) -> Server {
-        let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{extra_toml}\n",);
-        let mut config = Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        config.spool.dir = dir.to_path_buf();
-        if config.spool.segment_bytes == 64 << 20 {
-            config.spool.segment_bytes = 1 << 20;
-        }
-        let key = config.server.api_keys.first().cloned();
-        let running = start(config, None).await.expect("server starts");
-        let base = format!("http://{}", running.addr);
-        let server = Server {
-            running: Some(running),
-            base,
-            client: {
-                spoold::delivery::client::install_crypto_provider();
-                Client::new()
-            },
-            key,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let r = server
-                .client
-                .get(format!("{}/readyz", server.base))
-                .send()
-                .await;
-            if r.is_ok_and(|r| r.status() == StatusCode::OK) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "never ready");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        server
-    }
-
-    async fn stop(mut self) {
-        let running = self.running.take().unwrap();
-        running.stop();
-        running.wait().await.unwrap();
-    }
-
-    fn req(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        let b = self.client.request(method, format!("{}{path}", self.base));
-        match &self.key {
-            Some(k) => b.header("Spooler-Api-Key", k),
-            None => b,
-        }
-    }
-
-    async fn put_queue(&self, q: &str, settings: Value) -> Response {
-        self.req(Method::PUT, &format!("/v1/queues/{q}"))
-            .json(&settings)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn send(&self, q: &str, body: &str) -> Response {
-        self.req(Method::POST, &format!("/v1/queues/{q}/messages"))
-            .header("Content-Type", "text/plain")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn receive(&self, q: &str, query: &str) -> Response {
-        self.req(Method::POST, &format!("/v1/queues/{q}/receive{query}"))
-            .send()
-            .await
-            .unwrap()
-    }
-}
+use spoold::serve::start;
 
 /// Sends one raw HTTP/1.1 request line (no body) and returns the status.
 async fn raw_status(s: &Server, request_line: &str) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = s.base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
     let key = s
         .key
         .as_ref()
@@ -933,18 +852,18 @@ async fn destinations_outside_allowed_destinations_are_forbidden() {
     .await;
     s.stop().await;
 
-    // A config queue outside the list stops the start.
-    let mut config = Config::parse(
+    // A config queue outside the list is refused with the file, before
+    // anything starts: its key and line.
+    let err = Config::parse(
         "[server]\nlisten = \"127.0.0.1:0\"\nallowed_destinations = [\"*.example.com\"]\n\
          [queues.bad]\ndestination = \"https://elsewhere.org/\"\n",
     )
-    .unwrap();
-    config.spool.dir = dir.path().join("other");
-    let err = match start(config, None).await {
-        Ok(_) => panic!("started with a forbidden destination"),
-        Err(e) => e.to_string(),
-    };
-    assert!(err.contains("allowed_destinations"), "{err}");
+    .expect_err("a config queue outside allowed_destinations");
+    assert!(
+        err.contains("allowed_destinations") && err.contains("queues.bad.destination"),
+        "{err}"
+    );
+    assert!(err.contains("line 5"), "{err}");
 }
 
 #[tokio::test]
@@ -980,7 +899,7 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     assert!(read.is_ok(), "the server closed the connection");
     let waited = started.elapsed();
     assert!(
-        waited >= spoold::api::server::HEADER_READ_TIMEOUT - Duration::from_secs(1),
+        waited >= spoold::testing::HEADER_READ_TIMEOUT - Duration::from_secs(1),
         "cut off after {waited:?}"
     );
     // Others were served meanwhile.

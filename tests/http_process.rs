@@ -18,7 +18,7 @@ use serde_json::Value;
 async fn kill_9_under_sixteen_senders_loses_no_201() {
     let dir = tempfile::tempdir().unwrap();
     let client = {
-        spoold::delivery::client::install_crypto_provider();
+        spoold::testing::install_crypto_provider();
         Client::new()
     };
     let mut acknowledged = BTreeSet::new();
@@ -94,7 +94,7 @@ async fn kill_9_under_sixteen_senders_loses_no_201() {
 async fn clients_that_hang_up_change_nothing_a_restart_would_not_show() {
     let dir = tempfile::tempdir().unwrap();
     let client = {
-        spoold::delivery::client::install_crypto_provider();
+        spoold::testing::install_crypto_provider();
         Client::new()
     };
     let spoold = start(dir.path()).await;
@@ -134,11 +134,7 @@ async fn clients_that_hang_up_change_nothing_a_restart_would_not_show() {
         }
         before = now;
     }
-    let status = Command::new("kill")
-        .args(["-TERM", &spoold.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    spoold.signal("-TERM");
     let mut spoold = spoold;
     let code = spoold.child.wait().unwrap().code();
     assert_eq!(code, Some(0), "SIGTERM stops cleanly");
@@ -160,7 +156,7 @@ async fn clients_that_hang_up_change_nothing_a_restart_would_not_show() {
 async fn sigterm_under_load_exits_in_time_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let client = {
-        spoold::delivery::client::install_crypto_provider();
+        spoold::testing::install_crypto_provider();
         Client::new()
     };
     let mut spoold =
@@ -192,11 +188,7 @@ async fn sigterm_under_load_exits_in_time_and_loses_nothing() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stopping = std::time::Instant::now();
-    let status = Command::new("kill")
-        .args(["-TERM", &spoold.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    spoold.signal("-TERM");
     let code = spoold.child.wait().unwrap().code();
     let took = stopping.elapsed();
     for s in senders {
@@ -219,67 +211,44 @@ async fn sigterm_under_load_exits_in_time_and_loses_nothing() {
     assert_eq!(lost, 0);
 }
 
-/// The environment of a running process, one variable a line, with a line
-/// break before the first and after the last. (glibc 2.36
-/// writes NULs over the `:` between tunables as it parses them: those
-/// come out as line breaks too.)
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn environment_of(pid: u32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    format!("\n{}\n", String::from_utf8_lossy(&raw).replace('\0', "\n"))
-}
-
-/// `spoold run` started with `GLIBC_TUNABLES` set to `tunables`; its
-/// config file.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-async fn start_with_tunables(
-    dir: &std::path::Path,
-    tunables: &str,
-) -> (common::process::Spoold, std::path::PathBuf) {
-    let config = write_config(dir, "", "", "");
+/// `spoold run` is the process it was started as (no re-execution: a
+/// debugger, profiler or supervisor sees one exec) and says which
+/// allocator settings are in force, the deployment's or the defaults.
+#[tokio::test]
+async fn run_logs_the_allocator_settings_and_never_re_executes_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "", "", "");
+    let tunables = "glibc.malloc.tcache_count=1000";
     let spoold = start_command(
         Command::new(BIN)
             .args(["run", "--config"])
             .arg(&config)
-            .env("GLIBC_TUNABLES", tunables)
-            .env_remove("SPOOLD_ALLOCATOR_TUNED"),
+            .env("GLIBC_TUNABLES", tunables),
     )
     .await;
-    (spoold, config)
-}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_restarts_itself_once_with_a_larger_malloc_cache_and_keeps_an_operators_own() {
-    // Nothing set: the same process (pid and arguments) runs with the
-    // tunable added to what was there.
-    let dir = tempfile::tempdir().unwrap();
-    let (spoold, config) = start_with_tunables(dir.path(), "glibc.malloc.mxfast=64").await;
-    let env = environment_of(spoold.child.id()).replace(':', "\n");
+    let log = spoold.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("allocator="))
+        .unwrap_or_else(|| panic!("no allocator line: {log}"));
     assert!(
-        env.contains("\nGLIBC_TUNABLES=glibc.malloc.mxfast=64\nglibc.malloc.tcache_count=1000\n"),
-        "{env}"
+        line.contains(&format!("GLIBC_TUNABLES={tunables}")),
+        "{line}"
     );
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", spoold.child.id())).unwrap();
-    let args: Vec<&[u8]> = cmdline
-        .split(|&b| b == 0)
-        .filter(|a| !a.is_empty())
-        .collect();
-    assert_eq!(args[1..3], [b"run".as_slice(), b"--config".as_slice()]);
-    assert_eq!(args[3], config.as_os_str().as_encoded_bytes());
-    let answer = reqwest::get(format!("{}/healthz", spoold.base))
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), StatusCode::OK);
+    let environ = std::fs::read(format!("/proc/{}/environ", spoold.child.id())).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(!environ.contains("SPOOLD_ALLOCATOR_TUNED"), "{environ}");
     drop(spoold);
 
-    // An operator's own count is left alone (no restart).
     let dir = tempfile::tempdir().unwrap();
-    let (spoold, _) = start_with_tunables(dir.path(), "glibc.malloc.tcache_count=64").await;
-    let env = environment_of(spoold.child.id());
-    assert!(
-        env.contains("\nGLIBC_TUNABLES=glibc.malloc.tcache_count=64\n"),
-        "{env}"
-    );
-    assert!(!env.contains("SPOOLD_ALLOCATOR_TUNED="), "{env}");
+    let config = write_config(dir.path(), "", "", "");
+    let spoold = start_command(
+        Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .env_remove("GLIBC_TUNABLES"),
+    )
+    .await;
+    let log = spoold.log();
+    assert!(log.contains("defaults (no GLIBC_TUNABLES* set)"), "{log}");
 }

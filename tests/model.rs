@@ -29,12 +29,14 @@ use std::time::Duration;
 
 use common::*;
 use proptest::prelude::*;
-use spoold::engine::{Engine, EngineError, SendRequest};
-use spoold::journal::sim::{SimStorage, Tear};
-use spoold::spool::checkpoint::{MessageEntry, QueueState};
-use spoold::spool::queue::OnExpire;
-use spoold::spool::state::FailInfo;
+use spoold::engine::{
+    Engine, LeaseError, Origin, QueueError, SendError, SendRequest, SettleError, WriteError,
+};
+use spoold::spool::OnExpire;
 use spoold::spool::{FailReason, MessageId, QueueSettings, SpoolState};
+use spoold::testing::FailInfo;
+use spoold::testing::{MessageEntry, QueueState};
+use spoold::testing::{SimStorage, Tear};
 use spoold::time::ManualClock;
 
 const QUEUES: [&str; 3] = ["a", "b", "c"];
@@ -432,7 +434,7 @@ impl Model {
                 .iter()
                 .filter(|((queue, _), (first, _))| queue == name && first + window > now)
                 .map(
-                    |((queue, key), &(first_at, id))| spoold::spool::checkpoint::DedupEntry {
+                    |((queue, key), &(first_at, id))| spoold::testing::DedupEntry {
                         first_at,
                         hash: engine.tokens().dedup_hash(queue, &format!("key-{key}")),
                         id,
@@ -443,7 +445,7 @@ impl Model {
             queues.insert(
                 name.clone(),
                 QueueState {
-                    queue: spoold::spool::checkpoint::QueueEntry {
+                    queue: spoold::testing::QueueEntry {
                         name: name.clone(),
                         settings: q.settings.clone(),
                         managed_by_config: false,
@@ -462,7 +464,7 @@ impl Model {
     }
 }
 
-const ZERO_LOC: spoold::journal::RecordLoc = spoold::journal::RecordLoc {
+const ZERO_LOC: spoold::testing::RecordLoc = spoold::testing::RecordLoc {
     file: 0,
     offset: 0,
     len: 0,
@@ -615,7 +617,7 @@ impl World {
         let out = self.engine.send(queue, request).await;
         let Some(settings) = self.model.settings(queue).cloned() else {
             assert!(
-                matches!(out, Err(EngineError::QueueNotFound { .. })),
+                matches!(out, Err(SendError::QueueNotFound { .. })),
                 "{label}: {out:?}"
             );
             return;
@@ -623,7 +625,7 @@ impl World {
         let window = settings.dedup_window_ms as i64;
         if key.is_some() && window == 0 {
             assert!(
-                matches!(out, Err(EngineError::BadRequest(_))),
+                matches!(out, Err(SendError::KeyWithoutWindow { .. })),
                 "{label}: a key without a window: {out:?}"
             );
             return;
@@ -713,7 +715,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 let got = w.engine.receive(&queue, max, Duration::ZERO).await;
                 if !w.model.queues.contains_key(&base) {
                     assert!(
-                        matches!(got, Err(EngineError::QueueNotFound { .. })),
+                        matches!(got, Err(LeaseError::QueueNotFound { .. })),
                         "{label}"
                     );
                     continue;
@@ -745,7 +747,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 if valid {
                     w.model.remove(lease.id);
                 } else {
-                    assert!(matches!(result, Err(EngineError::StaleLease)), "{label}");
+                    assert!(matches!(result, Err(SettleError::StaleLease)), "{label}");
                 }
             }
             Op::Nack { lease: i, delay_ms } => {
@@ -787,7 +789,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 let purged = w.engine.purge(&name).await;
                 if !w.model.queues.contains_key(base) {
                     assert!(
-                        matches!(purged, Err(EngineError::QueueNotFound { .. })),
+                        matches!(purged, Err(QueueError::NotFound { .. })),
                         "{label}"
                     );
                     continue;
@@ -815,10 +817,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 });
                 let dry = w.engine.redrive(base, 10, ids.as_deref(), true).await;
                 if !w.model.queues.contains_key(base) {
-                    assert!(
-                        matches!(dry, Err(EngineError::QueueNotFound { .. })),
-                        "{label}"
-                    );
+                    assert!(matches!(dry, Err(QueueError::NotFound { .. })), "{label}");
                     continue;
                 }
                 // The engine redrives each named id once.
@@ -873,7 +872,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                     .retain(|(q, _), (first, _)| q != name || *first + old_window > now);
                 let created = w
                     .engine
-                    .upsert_queue(name, settings.clone(), false)
+                    .upsert_queue(name, settings.clone(), Origin::Api)
                     .await
                     .unwrap();
                 assert_eq!(created, !w.model.queues.contains_key(name), "{label}");
@@ -889,10 +888,10 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
             }
             Op::Delete(queue) => {
                 let name = QUEUES[queue];
-                let deleted = w.engine.delete_queue(name).await;
+                let deleted = w.engine.delete_queue(name, Origin::Api).await;
                 if w.model.queues.remove(name).is_none() {
                     assert!(
-                        matches!(deleted, Err(EngineError::QueueNotFound { .. })),
+                        matches!(deleted, Err(QueueError::NotFound { .. })),
                         "{label}"
                     );
                     continue;
@@ -919,7 +918,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         q.paused = paused;
                     }
                     None => assert!(
-                        matches!(result, Err(EngineError::QueueNotFound { .. })),
+                        matches!(result, Err(QueueError::NotFound { .. })),
                         "{label}"
                     ),
                 }
@@ -941,7 +940,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                     .await
                     .unwrap_err();
                 assert!(
-                    matches!(err, EngineError::Unavailable { .. }),
+                    matches!(err, SendError::Write(WriteError::Unavailable { .. })),
                     "{label}: {err:?}"
                 );
             }
@@ -959,7 +958,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         w.model.sent(out.id, queue, now, now, text);
                     }
                     // Rolled back: not stored.
-                    Err(EngineError::Unavailable { .. }) => {}
+                    Err(SendError::Write(WriteError::Unavailable { .. })) => {}
                     Err(other) => panic!("{label}: {other:?}"),
                 }
             }
@@ -1039,9 +1038,9 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                             }
                             // The record's fsync failed, or it came after
                             // the failure: it may be there.
-                            Err(
-                                EngineError::Unconfirmed { .. } | EngineError::Unavailable { .. },
-                            ) => {
+                            Err(SendError::Write(
+                                WriteError::Unconfirmed { .. } | WriteError::Unavailable { .. },
+                            )) => {
                                 w.model.in_doubt.insert(text);
                             }
                             Err(other) => panic!("{label}: {other:?}"),

@@ -4,13 +4,17 @@
 
 mod common;
 
+use common::server::Server;
+
 use std::time::{Duration, Instant};
 
 use reqwest::{Client, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn server(dir: &std::path::Path) -> (spoold::serve::Running, String) {
-    common::serve_in_process(dir, "[queues.q]").await
+async fn server(dir: &std::path::Path) -> (Server, String) {
+    let s = Server::start(dir, "[queues.q]").await;
+    let base = s.base.clone();
+    (s, base)
 }
 
 /// Connects, sends one message over a raw connection and returns the
@@ -58,8 +62,7 @@ async fn three_thousand_connections_at_once_are_all_served() {
         .unwrap();
     println!("{BURST} connections at once: {created} answered 201 in {took:?}");
     assert_eq!(q["stats"]["visible"], BURST, "{q}");
-    running.stop();
-    running.wait().await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,8 +96,7 @@ async fn slow_loris_connections_do_not_starve_other_clients() {
         "others were starved: {took:?}"
     );
     drop(slow);
-    running.stop();
-    running.wait().await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,7 +105,7 @@ async fn long_polls_beyond_the_cap_are_refused_clearly() {
     let (running, base) = server(dir.path()).await;
     let client = Client::new();
     let mut polls = Vec::new();
-    for _ in 0..spoold::api::LONG_POLLS_MAX {
+    for _ in 0..spoold::testing::LONG_POLLS_MAX {
         let (client, base) = (client.clone(), base.clone());
         // All at once. A probe below may hold a slot for a moment while
         // they arrive; a poll refused then tries again.
@@ -162,9 +164,10 @@ async fn long_polls_beyond_the_cap_are_refused_clearly() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
-    running.stop();
+    // Stopping does not wait for the clients of open long polls.
+    running.running().stop();
     for p in polls {
         p.abort();
     }
-    running.wait().await.unwrap();
+    running.stop().await;
 }

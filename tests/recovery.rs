@@ -11,13 +11,13 @@ use std::time::Duration;
 use common::*;
 use spoold::cli::journal::verify_with;
 use spoold::engine::Engine;
-use spoold::journal::JournalError;
-use spoold::journal::format::{FILE_HEADER_BYTES, FileId, segment_file_name};
-use spoold::journal::scan::scan_dir;
-use spoold::journal::sim::{SimStorage, Tear};
-use spoold::journal::storage::Storage;
-use spoold::journal::{SpoolIdentity, load_identity};
 use spoold::spool::QueueSettings;
+use spoold::testing::JournalError;
+use spoold::testing::Storage;
+use spoold::testing::scan_dir;
+use spoold::testing::{FILE_HEADER_BYTES, FileId, segment_file_name};
+use spoold::testing::{SimStorage, Tear};
+use spoold::testing::{SpoolIdentity, load_identity};
 use spoold::time::ManualClock;
 
 /// A stopped spool on simulated storage with `n` messages in queue `q`.
@@ -415,7 +415,7 @@ async fn repair_quarantines_the_bad_span_and_keeps_every_good_record() {
 
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
     let identity = load_identity(&storage, &sim_dir(), false).unwrap().unwrap();
-    let report = spoold::engine::rebuild::repair(&storage, &sim_dir(), &identity).unwrap();
+    let report = spoold::testing::repair(&storage, &sim_dir(), &identity).unwrap();
     assert_eq!(report.quarantined.len(), 1, "{report:?}");
     let (qfile, qlen) = &report.quarantined[0];
     assert_eq!(*qlen, len);
@@ -471,7 +471,7 @@ async fn on_corruption_quarantine_starts_anyway_and_repairs_gaps() {
 /// (indexes 0, 1, …, the last flagged), as the writer frames a batch of
 /// several records.
 fn rebatch(bytes: &mut [u8], places: &[(u64, u64)], salt: u64) {
-    use spoold::journal::format::{FRAME_FLAG_BATCH_END, FrameHeader};
+    use spoold::testing::{FRAME_FLAG_BATCH_END, FrameHeader};
     for (i, &(off, len)) in places.iter().enumerate() {
         let frame = &mut bytes[off as usize..(off + len) as usize];
         let h = FrameHeader::peek(frame);

@@ -1,58 +1,32 @@
 //! Security review, as tests: keys stay out of logs and error bodies,
 //! request smuggling and header injection are refused, header limits hold.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_spoold");
+use common::process::{BIN, Spoold, start_command, write_config};
 const KEY: &str = "sekrit-key-4711-do-not-log";
 const WRONG: &str = "wrong-key-0815-do-not-log";
 
-/// Starts the binary with debug logs to a file; returns (child, addr, log).
-/// The caller reaps the child (clippy cannot see that across the return).
-#[allow(clippy::zombie_processes)]
-fn start(dir: &std::path::Path) -> (std::process::Child, String, std::path::PathBuf) {
-    let config = dir.join("spoold.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\napi_keys = [\"{KEY}\"]\n[spool]\ndir = \"{}\"\nsegment_bytes = \"1MiB\"\n\
-             [queues.q]\n",
-            dir.join("spool").display()
-        ),
+/// Starts the binary with trace logs, an API key and a queue `q`.
+async fn start(dir: &std::path::Path) -> Spoold {
+    let config = write_config(
+        dir,
+        &format!("api_keys = [\"{KEY}\"]"),
+        "segment_bytes = \"1MiB\"",
+        "[queues.q]\n",
+    );
+    start_command(
+        Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .env("SPOOLD_LOG", "trace"),
     )
-    .unwrap();
-    let log = dir.join("spoold.log");
-    let mut child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("SPOOLD_LOG", "trace")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(rest) = text.split("addr=").nth(1)
-            && text.contains(" ready")
-        {
-            let addr: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                .collect();
-            return (child, addr, log);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("spoold did not start:\n{text}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    .await
 }
 
 /// Sends raw bytes and returns the whole answer (the server closes).
@@ -85,10 +59,11 @@ fn visible(addr: &str) -> u64 {
     v["stats"]["visible"].as_u64().unwrap_or(u64::MAX)
 }
 
-#[test]
-fn keys_never_reach_logs_or_error_bodies_and_smuggling_is_refused() {
+#[tokio::test]
+async fn keys_never_reach_logs_or_error_bodies_and_smuggling_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, addr, log) = start(dir.path());
+    let mut spoold = start(dir.path()).await;
+    let addr = spoold.base.trim_start_matches("http://").to_string();
 
     // Wrong key, in both header forms: 401, and the body does not echo it.
     for header in [
@@ -166,11 +141,8 @@ fn keys_never_reach_logs_or_error_bodies_and_smuggling_is_refused() {
         "at most the chunked body's message was stored"
     );
 
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-    let logs = std::fs::read_to_string(&log).unwrap();
+    spoold.stop();
+    let logs = spoold.log();
     assert!(
         logs.contains("TRACE") || logs.contains("DEBUG") || logs.contains("INFO"),
         "logging ran"

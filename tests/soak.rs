@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use spoold::engine::{Engine, EngineError, EngineOptions, SendRequest};
+use spoold::engine::{Engine, EngineOptions, Origin, SendError, SendRequest};
 use spoold::spool::{MessageId, Payload, QueueSettings};
 
 const SEGMENT_BYTES: u64 = 64 << 10;
@@ -27,7 +27,7 @@ fn options(dir: &Path) -> EngineOptions {
 async fn open_with_queue(dir: &Path) -> Engine {
     let (engine, _) = Engine::open(options(dir)).await.unwrap();
     engine
-        .upsert_queue("q", QueueSettings::default(), false)
+        .upsert_queue("q", QueueSettings::default(), Origin::Api)
         .await
         .unwrap();
     engine
@@ -82,7 +82,7 @@ async fn soak_sends_acks_and_compactions_stay_under_max_bytes_and_lose_nothing()
                     Ok(out) => {
                         sent.lock().unwrap().insert(out.id);
                     }
-                    Err(EngineError::SpoolFull { .. }) => {
+                    Err(SendError::SpoolFull { .. }) => {
                         refused.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }

@@ -155,7 +155,7 @@ async fn journal_upgrade_converts_a_stopped_spool_and_verify_says_what_it_is() {
 /// disk in turn: the next start finishes it, with everything there.
 #[tokio::test]
 async fn an_upgrade_cut_at_any_step_is_finished_by_the_next_start() {
-    use spoold::journal::sim::{SimStorage, Tear};
+    use spoold::testing::{SimStorage, Tear};
     use spoold::time::ManualClock;
 
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v1-spool");

@@ -7,7 +7,7 @@ use spoold::spool::StoredRequest;
 
 fuzz_target!(|raw: &str| {
     let raw = format!("/{raw}");
-    let Ok(path) = spoold::api::forward::resolve_path(&raw) else {
+    let Ok(path) = spoold::testing::resolve_path(&raw) else {
         return;
     };
     let request = StoredRequest {
@@ -17,7 +17,7 @@ fuzz_target!(|raw: &str| {
         headers: vec![],
     };
     let destination =
-        spoold::delivery::target::Destination::parse("https://h.example.com:8443/base").unwrap();
+        spoold::testing::Destination::parse("https://h.example.com:8443/base").unwrap();
     if let Ok(url) = destination.target(Some(&request)) {
         assert_eq!(url.scheme(), "https");
         assert_eq!(url.host_str(), Some("h.example.com"));

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use spoold::engine::token::Tokens;
+use spoold::testing::Tokens;
 
 fuzz_target!(|text: &str| {
     let tokens = Tokens::new([7; 32], 0x5eed);

@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use spoold::spool::Record;
-use spoold::spool::command::{decode_attempts, decode_payload};
+use spoold::testing::Record;
+use spoold::testing::{decode_attempts, decode_payload};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&kind, body)) = data.split_first() else {

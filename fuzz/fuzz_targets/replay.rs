@@ -15,11 +15,11 @@ use std::sync::Arc;
 use libfuzzer_sys::fuzz_target;
 use replay_input::{SALT, segment};
 use spoold::engine::{Engine, EngineOptions};
-use spoold::journal::format::{SpoolIdentity, segment_file_name};
-use spoold::journal::scan::scan_dir;
-use spoold::journal::sim::SimStorage;
-use spoold::journal::storage::Storage;
-use spoold::spool::Record;
+use spoold::testing::{SpoolIdentity, segment_file_name};
+use spoold::testing::scan_dir;
+use spoold::testing::SimStorage;
+use spoold::testing::Storage;
+use spoold::testing::Record;
 use spoold::time::ManualClock;
 
 fn open(sim: &SimStorage, quarantine: bool) {
@@ -33,6 +33,7 @@ fn open(sim: &SimStorage, quarantine: bool) {
         preallocate: false,
         max_bytes: u64::MAX,
         quarantine_corruption: quarantine,
+        policy: Default::default(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

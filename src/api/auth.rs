@@ -23,7 +23,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// True if `presented` is one of `keys`. Every key is compared, so the time
 /// taken does not tell which one matched.
-pub fn key_matches(keys: &[String], presented: &str) -> bool {
+pub(crate) fn key_matches(keys: &[String], presented: &str) -> bool {
     keys.iter().fold(false, |found, k| {
         constant_time_eq(k.as_bytes(), presented.as_bytes()) | found
     })
@@ -31,7 +31,7 @@ pub fn key_matches(keys: &[String], presented: &str) -> bool {
 
 /// Whether `request` may pass: anything outside `/v1` does, and so does
 /// everything when no keys are configured.
-pub fn check_key(keys: &[String], request: &Request) -> Result<(), ApiError> {
+pub(crate) fn check_key(keys: &[String], request: &Request) -> Result<(), ApiError> {
     let path = request.uri().path();
     if keys.is_empty() || !(path == "/v1" || path.starts_with("/v1/")) {
         return Ok(());

@@ -1,16 +1,20 @@
 //! The HTTP error body: `{"kind": "<snake_case>", "message": "…"}` with the
-//! spec's statuses. Every failure of every route goes through [`ApiError`],
+//! contract's statuses (docs/contract.md §4). Every failure of every route goes through [`ApiError`],
 //! so internals (paths, OS errors) never leak into an answer.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::engine::{ConflictKind, EngineError};
+use crate::engine::rules::QueueRuleError;
+use crate::engine::{
+    LeaseError, MessageError, QueueError, ReadError, SendError, SettleError, WriteError,
+};
+use crate::spool::queue::Naming;
 
 /// One error answer.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub status: StatusCode,
     pub kind: &'static str,
     pub message: String,
@@ -19,7 +23,11 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(
+        status: StatusCode,
+        kind: &'static str,
+        message: impl Into<String>,
+    ) -> ApiError {
         ApiError {
             status,
             kind,
@@ -28,11 +36,11 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
-    pub fn unauthorized() -> ApiError {
+    pub(crate) fn unauthorized() -> ApiError {
         ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -40,15 +48,15 @@ impl ApiError {
         )
     }
 
-    pub fn forbidden(message: impl Into<String>) -> ApiError {
+    pub(crate) fn forbidden(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
-    pub fn not_found() -> ApiError {
+    pub(crate) fn not_found() -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
     }
 
-    pub fn method_not_allowed() -> ApiError {
+    pub(crate) fn method_not_allowed() -> ApiError {
         ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
@@ -56,7 +64,7 @@ impl ApiError {
         )
     }
 
-    pub fn payload_too_large(limit: u64) -> ApiError {
+    pub(crate) fn payload_too_large(limit: u64) -> ApiError {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
@@ -64,7 +72,7 @@ impl ApiError {
         )
     }
 
-    pub fn unavailable(message: impl Into<String>) -> ApiError {
+    pub(crate) fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError {
             retry_after_secs: Some(1),
             ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
@@ -72,44 +80,109 @@ impl ApiError {
     }
 }
 
-impl From<EngineError> for ApiError {
-    fn from(e: EngineError) -> ApiError {
-        let message = e.to_string();
+// Every engine error, mapped to its kind and status (docs/api.md, errors):
+// the one place that knows the mapping.
+
+impl From<WriteError> for ApiError {
+    fn from(e: WriteError) -> ApiError {
         match e {
-            EngineError::QueueNotFound { .. } => {
-                ApiError::new(StatusCode::NOT_FOUND, "queue_not_found", message)
-            }
-            EngineError::MessageNotFound { .. } => {
-                ApiError::new(StatusCode::NOT_FOUND, "message_not_found", message)
-            }
-            EngineError::StaleLease => ApiError::new(StatusCode::CONFLICT, "stale_lease", message),
-            EngineError::BadToken | EngineError::BadRequest(_) => ApiError::bad_request(message),
-            EngineError::Conflict { kind, .. } => {
-                let kind = match kind {
-                    ConflictKind::NotPullQueue => "not_pull_queue",
-                    ConflictKind::NotPushQueue => "not_push_queue",
-                    ConflictKind::ManagedByConfig => "queue_managed_by_config",
-                    // Sends, PUT and DELETE on a failure queue: the spec
-                    // gives them 409 but names no kind (see README).
-                    ConflictKind::FailureQueue => "failure_queue",
-                };
-                ApiError::new(StatusCode::CONFLICT, kind, message)
-            }
-            EngineError::SpoolFull { .. } => ApiError {
-                retry_after_secs: Some(5),
-                ..ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "spool_full", message)
-            },
-            EngineError::Unavailable { .. } => ApiError::unavailable(message),
-            EngineError::Unconfirmed { .. } => ApiError::new(
+            WriteError::Unavailable { .. } => ApiError::unavailable(e.to_string()),
+            WriteError::Unconfirmed { .. } => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "operation_unconfirmed",
                 "the write was accepted but its durability is unknown (fsync failed); \
                  retry only with an idempotency key on a dedup queue",
             ),
-            EngineError::Journal(inner) => {
-                tracing::error!(error = %inner, "storage error while answering a request");
-                ApiError::unavailable("storage error: the spool could not read a record")
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(e: ReadError) -> ApiError {
+        tracing::error!(error = %e, "storage error while answering a request");
+        ApiError::unavailable("storage error: the spool could not read a record")
+    }
+}
+
+fn queue_not_found(message: String) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "queue_not_found", message)
+}
+
+fn conflict(kind: &'static str, message: String) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, kind, message)
+}
+
+impl From<SendError> for ApiError {
+    fn from(e: SendError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            SendError::QueueNotFound { .. } => queue_not_found(message),
+            // The contract gives sends to a failure queue 409 but names no
+            // kind (see README).
+            SendError::FailureQueue { .. } => conflict("failure_queue", message),
+            SendError::KeyWithoutWindow { .. } => ApiError::bad_request(message),
+            SendError::SpoolFull { .. } => ApiError {
+                retry_after_secs: Some(5),
+                ..ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "spool_full", message)
+            },
+            SendError::Write(w) => w.into(),
+        }
+    }
+}
+
+impl From<LeaseError> for ApiError {
+    fn from(e: LeaseError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            LeaseError::QueueNotFound { .. } => queue_not_found(message),
+            LeaseError::NotPullQueue { .. } => conflict("not_pull_queue", message),
+            LeaseError::NotPushQueue { .. } => conflict("not_push_queue", message),
+        }
+    }
+}
+
+impl From<SettleError> for ApiError {
+    fn from(e: SettleError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            SettleError::BadToken => ApiError::bad_request(message),
+            SettleError::StaleLease => conflict("stale_lease", message),
+            SettleError::QueueNotFound { .. } => queue_not_found(message),
+            SettleError::Read(r) => r.into(),
+            SettleError::Write(w) => w.into(),
+        }
+    }
+}
+
+impl From<MessageError> for ApiError {
+    fn from(e: MessageError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            MessageError::QueueNotFound { .. } => queue_not_found(message),
+            MessageError::MessageNotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "message_not_found", message)
             }
+            MessageError::Read(r) => r.into(),
+            MessageError::Write(w) => w.into(),
+        }
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(e: QueueError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            QueueError::NotFound { .. } => queue_not_found(message),
+            QueueError::Rule(QueueRuleError::DestinationNotAllowed { .. }) => {
+                ApiError::forbidden(message)
+            }
+            QueueError::Rule(QueueRuleError::Settings(s)) => {
+                ApiError::bad_request(s.describe(Naming::Json))
+            }
+            QueueError::Rule(rule) => ApiError::bad_request(rule.to_string()),
+            QueueError::ManagedByConfig { .. } => conflict("queue_managed_by_config", message),
+            QueueError::FailureQueue { .. } => conflict("failure_queue", message),
+            QueueError::Write(w) => w.into(),
         }
     }
 }

@@ -4,9 +4,12 @@
 use axum::http::HeaderMap;
 
 /// Headers never stored for forwarding: hop-by-hop ones (RFC 9110 §7.6.1),
-/// `Host`, and `Content-Length` (recomputed on delivery). `Spooler-*`
-/// headers and the ones `Connection` names are dropped too.
+/// `Host`, `Content-Length` (recomputed on delivery) and
+/// `Proxy-Authorization` (credentials for a proxy, never for a third
+/// party). `Spooler-*` headers and the ones `Connection` names are dropped
+/// too.
 const NOT_FORWARDED: &[&str] = &[
+    "proxy-authorization",
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -19,7 +22,7 @@ const NOT_FORWARDED: &[&str] = &[
 ];
 
 /// The headers to store with a forwarded request, in their order.
-pub fn stored_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+pub(crate) fn stored_headers(headers: &HeaderMap) -> Vec<(String, String)> {
     let named_by_connection: Vec<String> = headers
         .get_all("connection")
         .iter()
@@ -54,6 +57,13 @@ pub fn stored_headers(headers: &HeaderMap) -> Vec<(String, String)> {
 pub fn resolve_path(raw: &str) -> Result<String, String> {
     if raw.is_empty() {
         return Ok(String::new());
+    }
+    // URL parsers read a backslash as a slash in http(s) URLs, so `..\x`
+    // would climb after all: refused (an encoded one, `%5C`, stays data).
+    if raw.contains('\\') {
+        return Err(format!(
+            "the forwarded path {raw:?} holds a backslash: encode it as %5C"
+        ));
     }
     // As in RFC 3986's remove_dot_segments, a path ending in a dot segment
     // names a directory: it keeps a trailing slash.
@@ -122,6 +132,9 @@ mod tests {
         assert!(resolve_path("/%2e%2e/etc").is_err());
         assert!(resolve_path("/.%2e/x").is_err());
         assert_eq!(resolve_path("/...").unwrap(), "/...");
+        assert!(resolve_path("/..\\x").is_err());
+        assert!(resolve_path("/a\\b").is_err());
+        assert_eq!(resolve_path("/a%5Cb").unwrap(), "/a%5Cb");
     }
 
     #[test]
@@ -133,6 +146,7 @@ mod tests {
         h.insert("content-length", "3".parse().unwrap());
         h.insert("spooler-api-key", "k".parse().unwrap());
         h.insert("spooler-idempotency-key", "i".parse().unwrap());
+        h.insert("proxy-authorization", "Basic cHJveHk=".parse().unwrap());
         h.insert("authorization", "Bearer dest".parse().unwrap());
         h.insert("idempotency-key", "app".parse().unwrap());
         h.insert("content-type", "application/json".parse().unwrap());

@@ -15,7 +15,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::error::ApiError;
 use super::forward::{resolve_path, stored_headers};
 use super::{AppState, WAIT_SECONDS_MAX, query_pairs, read_body, seconds_param, view};
-use crate::engine::{Delivery, Engine, SendOutcome, SendRequest};
+use crate::engine::{Delivery, Engine, MessageError, SendOutcome, SendRequest};
 use crate::spool::{MessageId, Payload, StoredRequest};
 use crate::time::format_rfc3339;
 
@@ -23,10 +23,10 @@ use crate::time::format_rfc3339;
 const DELAY_SECONDS_MAX: f64 = 365.0 * 86_400.0;
 /// Longest idempotency key accepted.
 const IDEMPOTENCY_KEY_MAX_BYTES: usize = 256;
-/// Default and largest `max` of a batch receive (spec §4).
+/// Default and largest `max` of a batch receive (docs/contract.md §4).
 const BATCH_DEFAULT: usize = 10;
 const BATCH_MAX: usize = 100;
-/// Default and largest `limit` of a peek (spec §4).
+/// Default and largest `limit` of a peek (docs/contract.md §4).
 const PEEK_DEFAULT: usize = 50;
 const PEEK_MAX: usize = 1000;
 const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -102,7 +102,7 @@ fn id_response(engine: &Engine, status: StatusCode, queue: &str, out: SendOutcom
 }
 
 /// `POST /v1/queues/{q}/messages`
-pub async fn send(
+pub(crate) async fn send(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     request: Request,
@@ -136,7 +136,7 @@ pub async fn send(
 }
 
 /// `ANY /v1/forward/{q}/{path…}`
-pub async fn forward(
+pub(crate) async fn forward(
     State(state): State<Arc<AppState>>,
     params: RawPathParams,
     request: Request,
@@ -244,7 +244,7 @@ async fn lease(
 }
 
 /// `POST /v1/queues/{q}/receive`
-pub async fn receive(
+pub(crate) async fn receive(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
@@ -275,7 +275,7 @@ pub async fn receive(
 }
 
 /// `POST /v1/queues/{q}/receive-batch`
-pub async fn receive_batch(
+pub(crate) async fn receive_batch(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
@@ -303,7 +303,7 @@ pub async fn receive_batch(
 }
 
 /// `POST /v1/queues/{q}/leases/{token}/ack`
-pub async fn ack(
+pub(crate) async fn ack(
     State(state): State<Arc<AppState>>,
     Path((queue, token)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
@@ -312,7 +312,7 @@ pub async fn ack(
 }
 
 /// `POST /v1/queues/{q}/leases/{token}/nack?delay=10`
-pub async fn nack(
+pub(crate) async fn nack(
     State(state): State<Arc<AppState>>,
     Path((queue, token)): Path<(String, String)>,
     RawQuery(query): RawQuery,
@@ -328,7 +328,7 @@ pub async fn nack(
 }
 
 /// `POST /v1/queues/{q}/leases/{token}/renew`
-pub async fn renew(
+pub(crate) async fn renew(
     State(state): State<Arc<AppState>>,
     Path((queue, token)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
@@ -348,7 +348,7 @@ fn render_stored(
     engine: &Engine,
     queue: &str,
     v: &crate::spool::MessageView,
-) -> Result<Value, ApiError> {
+) -> Result<Value, MessageError> {
     let payload = engine.payload(queue, v.id)?;
     let attempts = engine.attempts(queue, v.id).unwrap_or_default();
     let rendered = view::render(
@@ -364,7 +364,7 @@ fn render_stored(
 }
 
 /// `GET /v1/queues/{q}/messages?limit=50&after=<id>`
-pub async fn peek(
+pub(crate) async fn peek(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
@@ -397,15 +397,15 @@ pub async fn peek(
         match render_stored(&state, engine, &queue, v) {
             Ok(rendered) => messages.push(rendered),
             // Settled between the peek and the read: no longer there.
-            Err(e) if e.kind == "message_not_found" => {}
-            Err(e) => return Err(e),
+            Err(MessageError::MessageNotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(axum::Json(Messages { messages }).into_response())
 }
 
 /// `GET /v1/queues/{q}/messages/{id}`
-pub async fn get_one(
+pub(crate) async fn get_one(
     State(state): State<Arc<AppState>>,
     Path((queue, id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
@@ -416,7 +416,7 @@ pub async fn get_one(
 }
 
 /// `DELETE /v1/queues/{q}/messages/{id}`
-pub async fn cancel(
+pub(crate) async fn cancel(
     State(state): State<Arc<AppState>>,
     Path((queue, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
@@ -427,7 +427,7 @@ pub async fn cancel(
 }
 
 /// `DELETE /v1/queues/{q}/messages`
-pub async fn purge(
+pub(crate) async fn purge(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -438,7 +438,7 @@ pub async fn purge(
 /// `GET /v1/queues/{q}/tail`: one JSON line per message as it arrives,
 /// until the client leaves. A line per arrival that is still there when the
 /// stream reads it; a subscriber that falls far behind skips ahead.
-pub async fn tail(
+pub(crate) async fn tail(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
 ) -> Result<Response, ApiError> {

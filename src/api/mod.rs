@@ -1,18 +1,18 @@
-//! The HTTP surface (spec §4): routes, auth, error mapping. It talks only
+//! The HTTP surface (docs/contract.md §4): routes, auth, error mapping. It talks only
 //! to the [`Engine`].
 //!
 //! The server starts listening before the journal is replayed, so that
 //! `/healthz` answers and `/readyz` says "not ready" during a long replay;
 //! `/v1` answers `503 unavailable` until the engine is in place.
 
-pub mod auth;
-pub mod error;
-pub mod forward;
-pub mod messages;
-pub mod queues;
-pub mod server;
-pub mod settings;
-pub mod view;
+pub(crate) mod auth;
+pub(crate) mod error;
+pub(crate) mod forward;
+pub(crate) mod messages;
+pub(crate) mod queues;
+pub(crate) mod server;
+pub(crate) mod settings;
+pub(crate) mod view;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -34,36 +34,27 @@ use error::ApiError;
 
 /// How long reading a request body may take: a client that trickles its body
 /// cannot hold a connection and its buffer forever.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Long polls (`wait` > 0) that may wait at once; more are refused with
 /// `503` so that waiting receivers cannot exhaust the server.
 pub const LONG_POLLS_MAX: usize = 1024;
-/// Longest `wait` of a receive (spec §4).
-pub const WAIT_SECONDS_MAX: f64 = 20.0;
+/// Longest `wait` of a receive (docs/contract.md §4).
+pub(crate) const WAIT_SECONDS_MAX: f64 = 20.0;
 
 /// What the HTTP layer needs from the config.
 #[derive(Debug, Clone)]
-pub struct ApiConfig {
+pub(crate) struct ApiConfig {
     pub api_keys: Vec<String>,
     pub max_body_bytes: u64,
     /// `server.redact_headers`, lower-cased.
     pub redact_headers: Vec<String>,
-    pub allowed_destinations: Option<Vec<String>>,
-    /// Queues the config file manages (`PUT`/`DELETE` on them are refused).
-    pub config_queues: Vec<String>,
 }
 
 impl ApiConfig {
-    pub fn from_config(config: &Config, env_keys: Option<&str>) -> ApiConfig {
-        let mut api_keys = config.server.api_keys.clone();
-        if let Some(env) = env_keys {
-            api_keys.extend(
-                env.split(',')
-                    .map(str::trim)
-                    .filter(|k| !k.is_empty())
-                    .map(String::from),
-            );
-        }
+    pub(crate) fn from_config(config: &Config, env_keys: Option<&str>) -> ApiConfig {
+        // An empty key is refused before anything serves
+        // (`Config::check_exposure`); none is accepted here either.
+        let api_keys = config.api_keys(env_keys).unwrap_or_default();
         ApiConfig {
             api_keys,
             max_body_bytes: config.server.max_body_bytes,
@@ -73,14 +64,12 @@ impl ApiConfig {
                 .iter()
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
-            allowed_destinations: config.server.allowed_destinations.clone(),
-            config_queues: config.queues.keys().cloned().collect(),
         }
     }
 }
 
 /// Shared by every handler.
-pub struct AppState {
+pub(crate) struct AppState {
     engine: OnceLock<Engine>,
     pub config: ApiConfig,
     shutting_down: AtomicBool,
@@ -88,7 +77,7 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(config: ApiConfig) -> Arc<AppState> {
+    pub(crate) fn new(config: ApiConfig) -> Arc<AppState> {
         Arc::new(AppState {
             engine: OnceLock::new(),
             config,
@@ -98,16 +87,16 @@ impl AppState {
     }
 
     /// Hands over the engine once replay is done.
-    pub fn set_engine(&self, engine: Engine) {
+    pub(crate) fn set_engine(&self, engine: Engine) {
         let _ = self.engine.set(engine);
     }
 
     /// Marks the server as stopping: `/readyz` fails from now on.
-    pub fn begin_shutdown(&self) {
+    pub(crate) fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
     }
 
-    pub fn engine(&self) -> Result<&Engine, ApiError> {
+    pub(crate) fn engine(&self) -> Result<&Engine, ApiError> {
         match self.engine.get() {
             Some(engine) if engine.is_poisoned() => Err(ApiError::unavailable(
                 "storage failed (an fsync failed); the server is restarting",
@@ -119,15 +108,15 @@ impl AppState {
         }
     }
 
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         !self.shutting_down.load(Ordering::SeqCst)
             && self.engine.get().is_some_and(|e| !e.is_poisoned())
     }
 }
 
-/// Every route of the spec, in one flat router (nesting `/v1` would route
+/// Every route of the contract (docs/contract.md §4), in one flat router (nesting `/v1` would route
 /// each request twice), behind one middleware ([`gate`]).
-pub fn router(state: Arc<AppState>) -> Router {
+pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/queues", get(queues::list))
         .route(
@@ -181,12 +170,34 @@ async fn gate(
     next: axum::middleware::Next,
 ) -> Response {
     let response = match auth::check_key(&state.config.api_keys, &request) {
-        Ok(()) => next.run(request).await,
+        Ok(()) => json_rejection(next.run(request).await).await,
         Err(e) => e.into_response(),
     };
     let route = path.as_ref().map_or("unmatched", |p| p.as_str());
     crate::metrics::record_http(route, response.status().as_u16());
     response
+}
+
+/// axum's extractors refuse what they cannot parse (a path segment that is
+/// not UTF-8, say) with a plain-text 400; every error of the API is the
+/// JSON `{kind, message}`, so such an answer is rewritten into one.
+async fn json_rejection(response: Response) -> Response {
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if response.status() != StatusCode::BAD_REQUEST || !plain {
+        return response;
+    }
+    // An extractor's message: a line or two.
+    const REJECTION_BYTES_MAX: usize = 4 << 10;
+    let body = http_body_util::Limited::new(response.into_body(), REJECTION_BYTES_MAX)
+        .collect()
+        .await
+        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+        .unwrap_or_default();
+    ApiError::bad_request(body).into_response()
 }
 
 async fn not_found() -> ApiError {
@@ -216,7 +227,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-/// Prometheus text (spec §8), the state machine's numbers refreshed first.
+/// Prometheus text (docs/contract.md §8), the state machine's numbers refreshed first.
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let text = crate::metrics::render(state.engine.get());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
@@ -224,7 +235,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 /// Reads a request body: at most `max_body_bytes`, within
 /// [`BODY_READ_TIMEOUT`].
-pub async fn read_body(
+pub(crate) async fn read_body(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
@@ -253,7 +264,7 @@ pub async fn read_body(
 }
 
 /// The pairs of a query string, percent-decoded.
-pub fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+pub(crate) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     query
         .unwrap_or_default()
         .split('&')
@@ -293,7 +304,7 @@ fn percent_decode(s: &str) -> String {
 
 /// A number of seconds from a query parameter or header: finite, ≥ 0 and at
 /// most `max`.
-pub fn seconds_param(name: &str, value: &str, max: f64) -> Result<f64, ApiError> {
+pub(crate) fn seconds_param(name: &str, value: &str, max: f64) -> Result<f64, ApiError> {
     match value.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && (0.0..=max).contains(&s) => Ok(s),
         _ => Err(ApiError::bad_request(format!(

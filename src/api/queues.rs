@@ -9,10 +9,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
-use super::settings::{SettingsBody, destination_host, host_allowed, render, render_stats};
+use super::settings::{SettingsBody, render, render_stats};
 use super::{AppState, query_pairs, read_body};
-use crate::engine::Engine;
-use crate::spool::queue::FAILED_SUFFIX;
+use crate::engine::{Engine, Origin};
 
 /// Most messages one redrive moves when `max` is not given.
 const REDRIVE_DEFAULT: usize = 1000;
@@ -29,7 +28,7 @@ fn queue_json(engine: &Engine, name: &str) -> Result<Value, ApiError> {
 }
 
 /// `GET /v1/queues`
-pub async fn list(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let engine = state.engine()?;
     let queues: Vec<Value> = engine
         .queue_names()
@@ -41,45 +40,21 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Result<Response, ApiErr
 }
 
 /// `GET /v1/queues/{q}`
-pub async fn get_one(
+pub(crate) async fn get_one(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
 ) -> Result<Response, ApiError> {
     Ok(axum::Json(queue_json(state.engine()?, &queue)?).into_response())
 }
 
-fn refuse_failure_queue(queue: &str, what: &str) -> Result<(), ApiError> {
-    if queue.ends_with(FAILED_SUFFIX) {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "failure_queue",
-            format!("{queue} is a failure queue: it is {what} with its queue"),
-        ));
-    }
-    Ok(())
-}
-
-fn refuse_managed(engine: &Engine, queue: &str) -> Result<(), ApiError> {
-    if let Ok((_, true)) = engine.queue_settings(queue) {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "queue_managed_by_config",
-            format!("{queue} is defined in the config file; change it there"),
-        ));
-    }
-    Ok(())
-}
-
 /// `PUT /v1/queues/{q}`: the body replaces the whole settings object.
-pub async fn put(
+pub(crate) async fn put(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    refuse_failure_queue(&queue, "configured")?;
-    refuse_managed(engine, &queue)?;
     let bytes = read_body(&state, &headers, body).await?;
     let parsed: SettingsBody = if bytes.iter().all(u8::is_ascii_whitespace) {
         SettingsBody::default()
@@ -87,23 +62,12 @@ pub async fn put(
         serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad_request(format!("invalid queue settings: {e}")))?
     };
-    let previous_secret = engine
-        .queue_settings(&queue)
-        .ok()
-        .and_then(|(s, _)| s.signing_secret);
+    let previous = engine.queue_settings(&queue).ok().map(|(s, _)| s);
     let settings = parsed
-        .into_settings(previous_secret)
+        .into_settings(previous.as_ref())
         .map_err(ApiError::bad_request)?;
-    if let (Some(dest), Some(allowed)) = (&settings.destination, &state.config.allowed_destinations)
-    {
-        let host = destination_host(dest).map_err(ApiError::bad_request)?;
-        if !host_allowed(&host, allowed) {
-            return Err(ApiError::forbidden(format!(
-                "destination host {host} is not in server.allowed_destinations"
-            )));
-        }
-    }
-    let created = engine.upsert_queue(&queue, settings, false).await?;
+    // Every rule (bounds, destinations, who owns the queue) is the engine's.
+    let created = engine.upsert_queue(&queue, settings, Origin::Api).await?;
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -113,25 +77,21 @@ pub async fn put(
 }
 
 /// `DELETE /v1/queues/{q}`
-pub async fn delete(
+pub(crate) async fn delete(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let engine = state.engine()?;
-    refuse_failure_queue(&queue, "deleted")?;
-    refuse_managed(engine, &queue)?;
-    engine.delete_queue(&queue).await?;
+    state.engine()?.delete_queue(&queue, Origin::Api).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `POST /v1/queues/{q}/redrive?max=N&id=…&dryRun=true`
-pub async fn redrive(
+pub(crate) async fn redrive(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    refuse_failure_queue(&queue, "redriven into")?;
     let mut max = REDRIVE_DEFAULT;
     let mut ids = Vec::new();
     let mut dry_run = false;
@@ -167,7 +127,7 @@ pub async fn redrive(
 }
 
 /// `POST /v1/queues/{q}/pause`
-pub async fn pause(
+pub(crate) async fn pause(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
 ) -> Result<StatusCode, ApiError> {
@@ -176,7 +136,7 @@ pub async fn pause(
 }
 
 /// `POST /v1/queues/{q}/resume`
-pub async fn resume(
+pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
 ) -> Result<StatusCode, ApiError> {

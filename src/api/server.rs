@@ -23,13 +23,13 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-pub const HEADERS_MAX: usize = 100;
-pub const HEADER_BYTES_MAX: usize = 64 << 10;
-pub const CONNECTIONS_MAX: usize = 4096;
+pub(crate) const HEADERS_MAX: usize = 100;
+pub(crate) const HEADER_BYTES_MAX: usize = 64 << 10;
+pub(crate) const CONNECTIONS_MAX: usize = 4096;
 
 /// Serves `router` on `listener` until `shutdown` resolves, then gives open
 /// connections up to `grace` to finish.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()>,

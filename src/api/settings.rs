@@ -1,8 +1,11 @@
-//! Queue settings as JSON (spec §2: camelCase, durations as `…Seconds`).
+//! Queue settings as JSON (docs/contract.md §2: camelCase, durations as `…Seconds`).
 //!
-//! `signingSecret` is write-only: it is never rendered. In a `PUT`, an
-//! omitted field takes its default, except `signingSecret`, which an omitted
-//! field keeps and `null` clears.
+//! `signingSecret` is write-only: it is never rendered. Static `headers`
+//! are rendered with their values hidden (they often carry credentials):
+//! in a `PUT`, a header whose value is exactly `"<redacted>"` keeps the
+//! value it had, so a settings object read back and sent again changes
+//! nothing. In a `PUT`, an omitted field takes its default, except
+//! `signingSecret`, which an omitted field keeps and `null` clears.
 
 use std::collections::BTreeMap;
 
@@ -12,12 +15,15 @@ use serde_json::{Value, json};
 use crate::spool::queue::{Backoff, OnExpire, QueueSettings};
 use crate::spool::state::QueueStats;
 
+/// What a hidden value is shown as (and, in a `PUT`, means "keep").
+pub(crate) const REDACTED: &str = "<redacted>";
+
 fn secs(ms: u64) -> f64 {
     ms as f64 / 1000.0
 }
 
 /// The settings object of `GET /v1/queues/{q}`.
-pub fn render(s: &QueueSettings) -> Value {
+pub(crate) fn render(s: &QueueSettings) -> Value {
     let mut v = json!({
         "leaseTimeoutSeconds": secs(s.lease_timeout_ms),
         "maxRetries": s.max_retries,
@@ -40,7 +46,12 @@ pub fn render(s: &QueueSettings) -> Value {
                 "jitter": s.backoff.jitter,
             }),
         );
-        obj.insert("headers".into(), json!(s.headers));
+        let hidden: BTreeMap<&str, &str> = s
+            .headers
+            .keys()
+            .map(|name| (name.as_str(), REDACTED))
+            .collect();
+        obj.insert("headers".into(), json!(hidden));
         obj.insert("signingSecretSet".into(), json!(s.signing_secret.is_some()));
         obj.insert(
             "permanentFailureStatuses".into(),
@@ -54,8 +65,8 @@ pub fn render(s: &QueueSettings) -> Value {
     v
 }
 
-/// The stats object (spec §4).
-pub fn render_stats(st: &QueueStats, push: bool) -> Value {
+/// The stats object (docs/contract.md §4).
+pub(crate) fn render_stats(st: &QueueStats, push: bool) -> Value {
     let c = &st.counters;
     let mut v = json!({
         "visible": st.visible,
@@ -81,7 +92,7 @@ pub fn render_stats(st: &QueueStats, push: bool) -> Value {
 /// A `PUT /v1/queues/{q}` body. Unknown fields are errors.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SettingsBody {
+pub(crate) struct SettingsBody {
     lease_timeout_seconds: Option<f64>,
     max_retries: Option<u32>,
     retention_seconds: Option<f64>,
@@ -134,9 +145,24 @@ fn ms(field: &str, seconds: Option<f64>, default_ms: u64) -> Result<u64, String>
 }
 
 impl SettingsBody {
-    /// The full settings a `PUT` asks for. `previous_secret` is what an
-    /// omitted `signingSecret` keeps.
-    pub fn into_settings(self, previous_secret: Option<String>) -> Result<QueueSettings, String> {
+    /// The full settings a `PUT` asks for. `previous` (the queue's settings
+    /// now, if it exists) gives what an omitted `signingSecret` keeps and
+    /// what a header sent as `"<redacted>"` keeps.
+    pub(crate) fn into_settings(
+        self,
+        previous: Option<&QueueSettings>,
+    ) -> Result<QueueSettings, String> {
+        let previous_secret = previous.and_then(|p| p.signing_secret.clone());
+        let mut headers = self.headers.unwrap_or_default();
+        for (name, value) in &mut headers {
+            if value == REDACTED {
+                *value = previous
+                    .and_then(|p| p.headers.get(name).cloned())
+                    .ok_or_else(|| {
+                        format!("headers.{name} is \"{REDACTED}\", but the queue has no such header to keep")
+                    })?;
+            }
+        }
         let d = QueueSettings::default();
         let b = Backoff::default();
         let backoff = self.backoff.unwrap_or_default();
@@ -168,7 +194,7 @@ impl SettingsBody {
                 max_ms: ms("backoff.maxSeconds", backoff.max_seconds, b.max_ms)?,
                 jitter: backoff.jitter.unwrap_or(b.jitter),
             },
-            headers: self.headers.unwrap_or_default(),
+            headers,
             signing_secret: match self.signing_secret {
                 None => previous_secret,
                 Some(set) => set,
@@ -181,110 +207,38 @@ impl SettingsBody {
             client_cert: self.client_cert,
             client_key: self.client_key,
         };
-        validate(&settings)?;
         Ok(settings)
     }
-}
-
-/// Checks what serde cannot: ranges and the destination's shape.
-pub fn validate(s: &QueueSettings) -> Result<(), String> {
-    if s.lease_timeout_ms == 0 {
-        return Err("leaseTimeoutSeconds must be more than 0".into());
-    }
-    if s.concurrency == 0 || s.concurrency > 1024 {
-        return Err(format!(
-            "concurrency = {} is out of range: allowed 1 to 1024",
-            s.concurrency
-        ));
-    }
-    if let Some(r) = s.rate_limit
-        && !(r.is_finite() && r > 0.0)
-    {
-        return Err(format!(
-            "rateLimit = {r} must be a positive number of requests per second"
-        ));
-    }
-    if !(s.backoff.multiplier.is_finite() && s.backoff.multiplier >= 1.0) {
-        return Err("backoff.multiplier must be at least 1".into());
-    }
-    if !(0.0..=1.0).contains(&s.backoff.jitter) {
-        return Err("backoff.jitter must be between 0 and 1".into());
-    }
-    if let Some(dest) = &s.destination {
-        destination_host(dest)?;
-    }
-    Ok(())
-}
-
-/// The host of a destination URL, after checking its shape: `http` or
-/// `https`, a host, no query string, no fragment, no user info.
-///
-/// The host is the one the HTTP client will connect to, as the URL
-/// standard normalises it (lower case, `http://2130706433` is 127.0.0.1,
-/// IPv6 without brackets, no trailing dot), so that `allowed_destinations`
-/// judges exactly what is dialled.
-pub fn destination_host(dest: &str) -> Result<String, String> {
-    let bad = |why: &str| Err(format!("destination {dest:?} is not usable: {why}"));
-    let url = match reqwest::Url::parse(dest) {
-        Ok(url) => url,
-        Err(e) => {
-            return bad(&format!(
-                "{e}; expected http://host[:port][/path] or https://…"
-            ));
-        }
-    };
-    if url.scheme() != "http" && url.scheme() != "https" {
-        return bad("the scheme must be http or https");
-    }
-    if url.query().is_some() || url.fragment().is_some() || dest.contains('?') || dest.contains('#')
-    {
-        return bad("a destination has no query string or fragment");
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return bad("a destination has no user info");
-    }
-    let host = url.host_str().unwrap_or_default();
-    let host = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .trim_end_matches('.');
-    if host.is_empty() {
-        return bad("it needs a host");
-    }
-    Ok(host.to_ascii_lowercase())
-}
-
-/// Whether `host` matches one of `patterns` (`*.example.com` matches any
-/// subdomain of example.com; anything else matches exactly).
-pub fn host_allowed(host: &str, patterns: &[String]) -> bool {
-    patterns.iter().any(|p| {
-        let p = p.to_ascii_lowercase();
-        match p.strip_prefix("*.") {
-            Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
-            None => host == p,
-        }
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spool::queue::{destination_host, host_allowed};
 
     #[test]
     fn put_bodies_default_what_they_omit_but_keep_the_secret() {
         let body: SettingsBody =
             serde_json::from_str(r#"{"maxRetries": 2, "leaseTimeoutSeconds": 1.5}"#).unwrap();
-        let s = body.into_settings(Some("old".into())).unwrap();
+        let old = QueueSettings {
+            signing_secret: Some("old".into()),
+            headers: BTreeMap::from([("X-Token".into(), "t0k3n".into())]),
+            ..QueueSettings::default()
+        };
+        let s = body.into_settings(Some(&old)).unwrap();
         assert_eq!((s.max_retries, s.lease_timeout_ms), (2, 1500));
         assert_eq!(s.signing_secret.as_deref(), Some("old"));
         let body: SettingsBody = serde_json::from_str(r#"{"signingSecret": null}"#).unwrap();
-        assert_eq!(
-            body.into_settings(Some("old".into()))
-                .unwrap()
-                .signing_secret,
-            None
-        );
+        assert_eq!(body.into_settings(Some(&old)).unwrap().signing_secret, None);
         assert!(serde_json::from_str::<SettingsBody>(r#"{"maxRetrys": 2}"#).is_err());
+        // A header read back hidden and sent again keeps its value.
+        let body: SettingsBody =
+            serde_json::from_str(r#"{"headers": {"X-Token": "<redacted>"}}"#).unwrap();
+        let s = body.into_settings(Some(&old)).unwrap();
+        assert_eq!(s.headers["X-Token"], "t0k3n");
+        let body: SettingsBody =
+            serde_json::from_str(r#"{"headers": {"X-Other": "<redacted>"}}"#).unwrap();
+        assert!(body.into_settings(Some(&old)).is_err());
     }
 
     #[test]

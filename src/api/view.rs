@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::engine::token::Tokens;
 use crate::spool::command::AttemptInfo;
-use crate::spool::queue::FAILED_SUFFIX;
+use crate::spool::queue::origin_queue_name;
 use crate::spool::{MessageView, Payload};
 use crate::time::format_rfc3339;
 
@@ -20,14 +20,14 @@ const ALWAYS_REDACTED: &[&str] = &[
     "cookie",
     "spooler-api-key",
 ];
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// One message as JSON: field names and order as the API shows them.
 /// Serialized straight from borrowed parts: a batch of 100 messages is not
 /// first copied into a tree of `serde_json::Value`s.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MessageJson<'a> {
+pub(crate) struct MessageJson<'a> {
     id: String,
     queue: &'a str,
     state: &'static str,
@@ -61,7 +61,7 @@ pub struct MessageJson<'a> {
 }
 
 #[derive(Serialize)]
-pub struct RequestJson<'a> {
+pub(crate) struct RequestJson<'a> {
     method: &'a str,
     path: String,
     headers: BTreeMap<&'a str, &'a str>,
@@ -69,7 +69,7 @@ pub struct RequestJson<'a> {
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AttemptJson<'a> {
+pub(crate) struct AttemptJson<'a> {
     at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     status: Option<u16>,
@@ -82,7 +82,7 @@ pub struct AttemptJson<'a> {
 
 /// Renders one message. `extra_redacted` are `server.redact_headers`,
 /// lower-cased.
-pub fn render<'a>(
+pub(crate) fn render<'a>(
     tokens: &Tokens,
     queue: &'a str,
     view: &MessageView,
@@ -148,7 +148,7 @@ pub fn render<'a>(
             .and_then(|f| f.last_status)
             .or(last.and_then(|a| a.status)),
         last_error: last.map(|a| a.error.as_str()).filter(|e| !e.is_empty()),
-        origin_queue: failure.map(|_| queue.strip_suffix(FAILED_SUFFIX).unwrap_or(queue)),
+        origin_queue: failure.map(|_| origin_queue_name(queue)),
         failed_at: failure.map(|f| format_rfc3339(f.failed_at)),
         reason: failure.map(|f| f.reason.as_str()),
         lease_token: None,

@@ -320,7 +320,7 @@ pub fn upgrade(dir: &Path) -> Result<RebuildOutcome, JournalError> {
 
 /// Compacts every file of a stopped spool that holds garbage; returns the
 /// report as printed.
-pub async fn compact(dir: &Path) -> Result<String, crate::engine::EngineError> {
+pub async fn compact(dir: &Path) -> Result<String, JournalError> {
     existing_dir(dir)?;
     let mut options = crate::engine::EngineOptions::new(dir);
     // An offline tool should not leave a fresh spare segment behind.

@@ -315,8 +315,9 @@ pub async fn dlq_purge(
         )
         .await?;
     Ok(format!(
-        "purged {} message(s) from {queue}.failed",
-        num(&answer["purged"])
+        "purged {} message(s) from {}",
+        num(&answer["purged"]),
+        crate::spool::queue::failed_queue_name(queue)
     ))
 }
 

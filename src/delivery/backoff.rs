@@ -1,4 +1,4 @@
-//! How long a retryable failure waits (spec §2–3).
+//! How long a retryable failure waits (docs/contract.md §2–3).
 //!
 //! The delay before retry `n` (0 for the first retry) is
 //! `initial × multiplier^n`, jittered by ± `jitter` (uniformly), then capped
@@ -12,7 +12,7 @@ use crate::spool::queue::Backoff;
 
 /// The delay before retry `retry` (0-based), with `unit` a uniform random
 /// number in `[0, 1)` (passed in so tests need no randomness).
-pub fn delay_ms(backoff: &Backoff, retry: u32, unit: f64) -> u64 {
+pub(crate) fn delay_ms(backoff: &Backoff, retry: u32, unit: f64) -> u64 {
     let base = backoff.initial_ms as f64 * backoff.multiplier.powi(retry.min(64) as i32);
     let jitter = backoff.jitter.clamp(0.0, 1.0);
     let factor = 1.0 - jitter + 2.0 * jitter * unit.clamp(0.0, 1.0);
@@ -25,7 +25,7 @@ pub fn delay_ms(backoff: &Backoff, retry: u32, unit: f64) -> u64 {
 
 /// Parses a `Retry-After` value (delay-seconds or an HTTP date) into a delay
 /// from `now`, clamped to `[0, max_ms]`. `None` if it is neither.
-pub fn retry_after_ms(value: &str, now: SystemTime, max_ms: u64) -> Option<u64> {
+pub(crate) fn retry_after_ms(value: &str, now: SystemTime, max_ms: u64) -> Option<u64> {
     let value = value.trim();
     if let Ok(secs) = value.parse::<u64>() {
         return Some(secs.saturating_mul(1000).min(max_ms));

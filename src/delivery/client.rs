@@ -4,11 +4,13 @@
 //! HTTP/2, and proxies from the standard `HTTPS_PROXY` / `NO_PROXY`
 //! variables.
 
+use std::path::Path;
 use std::sync::Once;
 use std::time::Duration;
 
 use reqwest::{Certificate, Client, Identity, redirect, retry};
 
+use crate::engine::rules::read_tls_file;
 use crate::spool::QueueSettings;
 
 /// Idle pooled connections are closed after this long.
@@ -26,7 +28,7 @@ pub fn install_crypto_provider() {
 }
 
 /// The client for a queue's settings.
-pub fn build(settings: &QueueSettings) -> Result<Client, String> {
+pub(crate) fn build(settings: &QueueSettings) -> Result<Client, String> {
     install_crypto_provider();
     let timeout = Duration::from_millis(settings.timeout_ms.max(1));
     let mut builder = Client::builder()
@@ -40,16 +42,16 @@ pub fn build(settings: &QueueSettings) -> Result<Client, String> {
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .user_agent(concat!("spoold/", env!("CARGO_PKG_VERSION")));
     if let Some(path) = &settings.ca_file {
-        let pem = std::fs::read(path).map_err(|e| format!("ca_file {path}: {e}"))?;
+        let pem = read_tls_file(Path::new(path)).map_err(|e| format!("ca_file {e}"))?;
         let certs =
             Certificate::from_pem_bundle(&pem).map_err(|e| format!("ca_file {path}: {e}"))?;
         builder = builder.tls_certs_merge(certs);
     }
     match (&settings.client_cert, &settings.client_key) {
         (Some(cert), Some(key)) => {
-            let mut pem = std::fs::read(cert).map_err(|e| format!("client_cert {cert}: {e}"))?;
+            let mut pem = read_tls_file(Path::new(cert)).map_err(|e| format!("client_cert {e}"))?;
             pem.push(b'\n');
-            pem.extend(std::fs::read(key).map_err(|e| format!("client_key {key}: {e}"))?);
+            pem.extend(read_tls_file(Path::new(key)).map_err(|e| format!("client_key {e}"))?);
             let identity =
                 Identity::from_pem(&pem).map_err(|e| format!("client_cert/client_key: {e}"))?;
             builder = builder.identity(identity);

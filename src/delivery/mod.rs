@@ -1,23 +1,25 @@
 //! Push delivery: spoold's own workers for every queue with a
-//! `destination` (spec §3, §5). A worker is just another consumer of the
+//! `destination` (docs/contract.md §3, §5). A worker is just another consumer of the
 //! engine: it leases, makes the HTTP request, and settles by the outcome.
 //!
-//! [`Deliveries`] keeps one pool of `concurrency` workers per push queue and
-//! follows queue changes (config or API) once a second: a new push queue
-//! gets workers, a changed one gets new workers with the new settings (the
-//! old ones finish what they hold), a deleted one loses them.
+//! [`run`] keeps one dispatcher per push queue (`worker::dispatch`: a task
+//! per delivery in flight, at most `concurrency`) and follows queue changes
+//! (config or API) once a second: a new push queue gets a dispatcher, a
+//! changed one a new dispatcher with the new settings (the old one finishes
+//! what it holds), a deleted one loses it.
 
-pub mod backoff;
-pub mod client;
-pub mod signing;
-pub mod target;
-pub mod worker;
+pub(crate) mod backoff;
+pub(crate) mod client;
+pub(crate) mod signing;
+pub(crate) mod target;
+pub(crate) mod worker;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::JoinHandle;
 
 use crate::engine::Engine;
 use crate::spool::QueueSettings;
@@ -29,17 +31,23 @@ const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
 struct Pool {
     settings: QueueSettings,
     stop: watch::Sender<bool>,
-    workers: JoinSet<()>,
+    dispatcher: JoinHandle<()>,
 }
 
 /// Runs every push queue's workers until `stop`; then stops leasing (or,
 /// with `drain`, keeps delivering while messages are visible) and returns
 /// when every worker is done. The caller bounds that wait by the grace
 /// period.
-pub async fn run(engine: Engine, mut stop: watch::Receiver<bool>, drain: bool) {
+pub(crate) async fn run(
+    engine: Engine,
+    mut stop: watch::Receiver<bool>,
+    drain: bool,
+    redact_headers: Vec<String>,
+) {
+    let redact_headers = Arc::new(redact_headers);
     let mut pools: BTreeMap<String, Pool> = BTreeMap::new();
     loop {
-        reconcile(&engine, &mut pools, drain);
+        reconcile(&engine, &mut pools, drain, &redact_headers);
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             () = tokio::time::sleep(RECONCILE_PERIOD) => {}
@@ -48,12 +56,18 @@ pub async fn run(engine: Engine, mut stop: watch::Receiver<bool>, drain: bool) {
     for pool in pools.values() {
         pool.stop.send_replace(true);
     }
-    for (_, mut pool) in pools {
-        while pool.workers.join_next().await.is_some() {}
+    for (_, pool) in pools {
+        // A dispatcher only ends by returning (a panic aborts the process).
+        let _ = pool.dispatcher.await;
     }
 }
 
-fn reconcile(engine: &Engine, pools: &mut BTreeMap<String, Pool>, drain: bool) {
+fn reconcile(
+    engine: &Engine,
+    pools: &mut BTreeMap<String, Pool>,
+    drain: bool,
+    redact_headers: &Arc<Vec<String>>,
+) {
     let wanted: BTreeMap<String, QueueSettings> = engine
         .queue_names()
         .into_iter()
@@ -65,10 +79,9 @@ fn reconcile(engine: &Engine, pools: &mut BTreeMap<String, Pool>, drain: bool) {
     pools.retain(|name, pool| {
         let keep = wanted.get(name) == Some(&pool.settings);
         if !keep {
+            // The old dispatcher finishes the deliveries it holds, then
+            // exits on its own.
             pool.stop.send_replace(true);
-            let mut workers = std::mem::take(&mut pool.workers);
-            // The old workers finish the request they hold, then exit.
-            tokio::spawn(async move { while workers.join_next().await.is_some() {} });
         }
         keep
     });
@@ -84,18 +97,21 @@ fn reconcile(engine: &Engine, pools: &mut BTreeMap<String, Pool>, drain: bool) {
             }
         };
         let (stop, stop_rx) = watch::channel(false);
-        let shared = QueueShared::new(engine.clone(), name.clone(), settings.clone(), client);
-        let mut workers = JoinSet::new();
-        for _ in 0..settings.concurrency.max(1) {
-            workers.spawn(worker::run(shared.clone(), stop_rx.clone(), drain));
-        }
-        tracing::info!(queue = %name, concurrency = settings.concurrency, "delivery workers started");
+        let shared = QueueShared::new(
+            engine.clone(),
+            name.clone(),
+            settings.clone(),
+            client,
+            redact_headers.clone(),
+        );
+        let dispatcher = tokio::spawn(worker::dispatch(shared, stop_rx, drain));
+        tracing::info!(queue = %name, concurrency = settings.concurrency, "delivery started");
         pools.insert(
             name,
             Pool {
                 settings,
                 stop,
-                workers,
+                dispatcher,
             },
         );
     }

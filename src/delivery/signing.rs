@@ -11,7 +11,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 /// The key bytes of one secret.
-pub fn key_bytes(secret: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn key_bytes(secret: &str) -> Result<Vec<u8>, String> {
     match secret.strip_prefix("whsec_") {
         Some(b64) => STANDARD
             .decode(b64)
@@ -32,7 +32,7 @@ fn sign_with(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
 }
 
 /// The `webhook-signature` header value for every secret in `secrets`.
-pub fn signature_header(
+pub(crate) fn signature_header(
     secrets: &str,
     id: &str,
     timestamp: i64,

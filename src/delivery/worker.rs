@@ -1,5 +1,7 @@
-//! The workers of one push queue: lease, send the request, settle by the
-//! outcome (spec §3, §5), and the circuit breaker.
+//! Delivery for one push queue: a dispatcher leases messages while a slot
+//! of `concurrency` is free and starts one task per delivery (send the
+//! request, settle by the outcome; docs/contract.md §3, §5); and the circuit breaker.
+//! An idle queue costs one waiting task, whatever its `concurrency`.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -9,16 +11,18 @@ use std::time::{Duration, Instant, SystemTime};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, Method};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
 
 use super::backoff::{delay_ms, retry_after_ms};
 use super::signing::signature_header;
 use super::target::Destination;
 use crate::engine::settle::Outcome;
-use crate::engine::{Delivery, Engine, EngineError};
+use crate::engine::{Delivery, Engine, LeaseError};
 use crate::metrics::{DeliveryMetrics, DeliveryOutcome};
 use crate::spool::QueueSettings;
 use crate::spool::command::AttemptInfo;
+use crate::spool::queue::static_header_refusal;
 
 /// How much of a response body an attempt keeps.
 const RESPONSE_KEPT_BYTES: usize = 1024;
@@ -30,7 +34,7 @@ const PROBE_INTERVAL_MAX: Duration = Duration::from_secs(300);
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 
 /// What every worker of one queue shares.
-pub struct QueueShared {
+pub(crate) struct QueueShared {
     pub engine: Engine,
     pub queue: String,
     pub settings: QueueSettings,
@@ -42,14 +46,27 @@ pub struct QueueShared {
     /// Retryable failures in a row (permanent statuses do not count).
     consecutive_failures: AtomicU32,
     breaker_open: AtomicBool,
+    /// Header names whose values are secrets (lower case): the contract's
+    /// (`Authorization`, `Cookie`, …) and `server.redact_headers`. Their
+    /// values are scrubbed from what an attempt records.
+    secret_headers: Arc<Vec<String>>,
 }
 
+/// Header names whose values never appear in what an attempt records.
+const SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "spooler-api-key",
+];
+
 impl QueueShared {
-    pub fn new(
+    pub(crate) fn new(
         engine: Engine,
         queue: String,
         settings: QueueSettings,
         client: Client,
+        redact_headers: Arc<Vec<String>>,
     ) -> Arc<QueueShared> {
         let limiter = settings.rate_limit.and_then(|per_second| {
             // Whole requests per second, at least one; fractional rates
@@ -75,26 +92,78 @@ impl QueueShared {
             limiter,
             consecutive_failures: AtomicU32::new(0),
             breaker_open: AtomicBool::new(false),
+            secret_headers: redact_headers,
         })
+    }
+
+    /// The secret values a delivery carries: those of the stored request's
+    /// secret headers and every static header's (static headers are
+    /// credentials more often than not). Short ones are left alone: hiding
+    /// "1" would garble everything.
+    fn secrets(&self, d: &Delivery) -> Vec<String> {
+        const SECRET_BYTES_MIN: usize = 4;
+        let secret_name = |name: &str| {
+            let lower = name.to_ascii_lowercase();
+            SECRET_HEADERS.contains(&lower.as_str()) || self.secret_headers.contains(&lower)
+        };
+        let stored = d
+            .payload
+            .request
+            .iter()
+            .flat_map(|r| r.headers.iter())
+            .filter(|(name, _)| secret_name(name))
+            .map(|(_, value)| value);
+        stored
+            .chain(self.settings.headers.values())
+            .flat_map(|value| {
+                // A bearer token is also echoed without its scheme.
+                let bare = value.split_once(' ').map(|(_, v)| v.to_string());
+                std::iter::once(value.clone()).chain(bare)
+            })
+            .filter(|v| v.len() >= SECRET_BYTES_MIN)
+            .collect()
     }
 }
 
-/// One worker: until `stop`, lease and deliver; with `drain`, keep going
-/// after `stop` while messages are visible.
-pub async fn run(shared: Arc<QueueShared>, mut stop: watch::Receiver<bool>, drain: bool) {
+/// `text` with every occurrence of a secret replaced by `<redacted>`.
+fn scrub(mut text: String, secrets: &[String]) -> String {
+    for secret in secrets {
+        if text.contains(secret.as_str()) {
+            text = text.replace(secret.as_str(), "<redacted>");
+        }
+    }
+    text
+}
+
+/// The queue's dispatcher: until `stop`, lease a message whenever one of
+/// the `concurrency` slots is free and deliver it on a task of its own;
+/// with `drain`, keep going after `stop` while messages are visible. Then
+/// wait for the deliveries in flight.
+pub(crate) async fn dispatch(
+    shared: Arc<QueueShared>,
+    mut stop: watch::Receiver<bool>,
+    drain: bool,
+) {
+    let slots = Arc::new(Semaphore::new(shared.settings.concurrency.max(1) as usize));
+    let mut in_flight = JoinSet::new();
     loop {
+        while in_flight.try_join_next().is_some() {}
         let stopping = *stop.borrow();
         if stopping && !drain {
-            return;
+            break;
         }
         if shared.breaker_open.load(Ordering::Acquire) {
             // The probe task owns the queue until it closes the breaker.
             tokio::select! {
-                _ = stop.changed() => {}
+                _ = stop.changed(), if !stopping => {}
                 () = tokio::time::sleep(IDLE_WAIT) => {}
             }
             continue;
         }
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot.expect("bug: slots closed"),
+            _ = stop.changed(), if !stopping => continue,
+        };
         if let Some(limiter) = &shared.limiter {
             limiter.until_ready().await;
         }
@@ -105,25 +174,36 @@ pub async fn run(shared: Arc<QueueShared>, mut stop: watch::Receiver<bool>, drai
         };
         match leased {
             Ok(Some(d)) => {
-                deliver(&shared, d, false).await;
+                let shared = shared.clone();
+                in_flight.spawn(async move {
+                    deliver(&shared, d, false).await;
+                    drop(slot);
+                });
             }
             // Draining and nothing left: done.
-            Ok(None) if stopping => return,
+            Ok(None) if stopping => break,
             Ok(None) => {}
-            Err(EngineError::QueueNotFound { .. } | EngineError::Conflict { .. }) => return,
-            Err(e) => {
-                tracing::warn!(queue = %shared.queue, error = %e, "cannot lease for delivery");
-                tokio::time::sleep(IDLE_WAIT).await;
+            Err(LeaseError::QueueNotFound { .. } | LeaseError::NotPushQueue { .. }) => break,
+            Err(e @ LeaseError::NotPullQueue { .. }) => {
+                unreachable!("bug: a worker's lease refused as a pull consumer's: {e}")
             }
         }
     }
+    while in_flight.join_next().await.is_some() {}
 }
 
 /// Sends one delivery and settles it. Returns whether it was delivered.
 async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
     let started_at = shared.engine_now_ms();
     let started = Instant::now();
-    let result = send(shared, &d).await;
+    let secrets = shared.secrets(&d);
+    let result = send(shared, &d)
+        .await
+        .map(|answer| Answer {
+            body: scrub(answer.body, &secrets),
+            ..answer
+        })
+        .map_err(|error| scrub(error, &secrets));
     let duration_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
     let settings = &shared.settings;
     let backoff = delay_ms(&settings.backoff, d.retry_count, rand::random::<f64>());
@@ -287,6 +367,11 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
         headers.insert(reqwest::header::CONTENT_TYPE, v);
     }
     for (name, value) in &settings.headers {
+        // Refused when the settings are made; skipped here too, for
+        // settings journaled before that rule.
+        if static_header_refusal(name).is_some() {
+            continue;
+        }
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),
@@ -345,8 +430,10 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
     })
 }
 
-/// A transport error as one line: timeout, connect, DNS, TLS, ….
+/// A transport error as one line: timeout, connect, DNS, TLS, …. Without
+/// the URL: its query string may carry a credential (`?access_token=…`).
 fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
     let kind = if e.is_timeout() {
         "timeout"
     } else if e.is_connect() {

@@ -33,8 +33,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::sink::{Core, FileMeta};
-use super::{Engine, EngineError};
+use super::Engine;
+use super::core::{Core, FileMeta};
+use crate::journal::JournalError;
 use crate::journal::RecordLoc;
 use crate::journal::atomic::{AtomicWriteError, remove_files};
 use crate::journal::files::{write_checkpoint, write_pack};
@@ -87,7 +88,7 @@ impl Engine {
     /// Runs one compaction if some file is worth it (or, with `force`, if
     /// any candidate holds garbage at all). Returns `None` when there was
     /// nothing to do. Blocking file I/O: call it from a blocking thread.
-    pub fn compact_once(&self, force: bool) -> Result<Option<CompactReport>, EngineError> {
+    pub fn compact_once(&self, force: bool) -> Result<Option<CompactReport>, JournalError> {
         let _one_at_a_time = self
             .inner
             .compacting
@@ -121,7 +122,7 @@ impl Engine {
                 Ok(written) => pack = Some(written),
                 // Nothing points at the pack: whether or not its name
                 // survives, start-up deletes it as obsolete.
-                Err(e) => return Err(e.into_inner().into()),
+                Err(e) => return Err(e.into_inner()),
             }
         }
         let checkpoint_bytes = match write_checkpoint(storage, dir, salt, plan.seq, 0, &plan.chunks)
@@ -131,7 +132,7 @@ impl Engine {
                 if pack.is_some() {
                     let _ = remove_files(storage, dir, &[FileId::Pack(plan.pack_id).file_name()]);
                 }
-                return Err(e.into());
+                return Err(e);
             }
             Err(AtomicWriteError::InDoubt(e)) => {
                 return Err(self.fatal(format!("compaction's checkpoint is in doubt: {e}")));
@@ -203,7 +204,7 @@ impl Engine {
     }
 
     /// Step 1, under the core lock.
-    fn plan(&self, force: bool) -> Result<Option<Plan>, EngineError> {
+    fn plan(&self, force: bool) -> Result<Option<Plan>, JournalError> {
         let active = self.inner.journal.active_segment();
         let mut core = self.core();
         let Some(run) = pick_run(&core, active, force) else {
@@ -264,16 +265,16 @@ impl Engine {
     /// Something failed after a point of no return: memory and disk may
     /// disagree. Stop taking writes and let the process exit; replay
     /// decides.
-    pub(super) fn fatal(&self, reason: String) -> EngineError {
+    pub(super) fn fatal(&self, reason: String) -> JournalError {
         tracing::error!(error = %reason, "fatal: the journal takes no more writes; restart to replay");
         self.inner.journal.poison();
         self.inner.shared.poisoned.send_replace(true);
-        EngineError::Unavailable { reason }
+        JournalError::Poisoned
     }
 
     /// Compacts until nothing is left worth it (with `force`, until no
     /// candidate holds any garbage).
-    pub async fn compact_all(&self, force: bool) -> Result<Vec<CompactReport>, EngineError> {
+    pub async fn compact_all(&self, force: bool) -> Result<Vec<CompactReport>, JournalError> {
         let engine = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut reports = Vec::new();
@@ -283,9 +284,7 @@ impl Engine {
             Ok(reports)
         })
         .await
-        .map_err(|e| EngineError::Unavailable {
-            reason: format!("compaction task failed: {e}"),
-        })?
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
     /// Compacts in the background, checking every `period`, until the

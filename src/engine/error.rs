@@ -1,58 +1,132 @@
-//! The engine's error type: what an operation can answer besides success.
-//! The HTTP layer maps each variant to one of the spec's error kinds.
+//! What each operation of the engine can answer besides success: one enum
+//! per kind of operation (the redb pattern), each variant a case the caller
+//! can act on. The HTTP layer maps every variant to a kind of the API
+//! (`docs/api.md`, errors) in one place (`api/error.rs`).
 
 use crate::journal::JournalError;
 
+use super::rules::QueueRuleError;
+
+/// Why a write did not become durable.
 #[derive(Debug, thiserror::Error)]
-pub enum EngineError {
+pub enum WriteError {
+    /// Nothing was written: the journal refused the write (rolled back
+    /// after an I/O error, poisoned, or shutting down). Safe to retry.
+    #[error("storage unavailable: {reason}")]
+    Unavailable { reason: String },
+
+    /// The record was handed to the disk but its fsync failed: it may or
+    /// may not survive. Retry only with an idempotency key on a dedup queue.
+    #[error("write accepted but its durability is unknown: {reason}")]
+    Unconfirmed { reason: String },
+}
+
+/// A stored record could not be read back (an I/O error, or damage after
+/// replay).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct ReadError(#[from] pub JournalError);
+
+/// What a send can answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
     #[error("queue {queue} does not exist")]
     QueueNotFound { queue: String },
 
-    #[error("message {id} does not exist in queue {queue}")]
-    MessageNotFound { queue: String, id: String },
+    /// Messages reach a failure queue only by failing.
+    #[error("{queue} is a failure queue: messages arrive there only by failing")]
+    FailureQueue { queue: String },
+
+    /// An idempotency key on a queue without a dedup window would be
+    /// ignored: refused instead.
+    #[error("queue {queue} has no dedup window: an idempotency key would be ignored")]
+    KeyWithoutWindow { queue: String },
+
+    /// The journal is at `spool.max_bytes` less the headroom kept for
+    /// acks, nacks and compaction: new messages wait until compaction
+    /// frees space.
+    #[error("spool is full: {journal_bytes} of {max_bytes} bytes in use")]
+    SpoolFull { journal_bytes: u64, max_bytes: u64 },
+
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// What a receive (or a worker's lease) can answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("queue {queue} does not exist")]
+    QueueNotFound { queue: String },
+
+    /// A receive on a push queue: its own workers consume it.
+    #[error("{queue} is a push queue: its own workers consume it")]
+    NotPullQueue { queue: String },
+
+    /// A worker's lease on a queue without a destination.
+    #[error("{queue} has no destination")]
+    NotPushQueue { queue: String },
+}
+
+/// What settling a lease (ack, nack, renew, a worker's outcome) can answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    /// A token this spool never issued.
+    #[error("malformed lease token")]
+    BadToken,
 
     /// A genuine token whose lease expired, was settled, or predates a
     /// restart.
     #[error("lease is no longer valid (expired, settled, cancelled or from before a restart)")]
     StaleLease,
 
-    /// A token this spool never issued.
-    #[error("malformed lease token")]
-    BadToken,
+    #[error("queue {queue} does not exist")]
+    QueueNotFound { queue: String },
 
-    #[error("{0}")]
-    BadRequest(String),
-
-    /// The operation is not allowed on this queue (a send to a failure
-    /// queue, a receive on a push queue, …).
-    #[error("{message}")]
-    Conflict { kind: ConflictKind, message: String },
-
-    /// Nothing was written: the journal refused the write (rolled back after
-    /// an I/O error, poisoned, or shutting down). Safe to retry.
-    #[error("storage unavailable: {reason}")]
-    Unavailable { reason: String },
-
-    /// The record was handed to the disk but its fsync failed: it may or may
-    /// not survive. Retry only with an idempotency key on a dedup queue.
-    #[error("write accepted but its durability is unknown: {reason}")]
-    Unconfirmed { reason: String },
-
-    /// The journal is at `spool.max_bytes` less the headroom kept for acks,
-    /// nacks and compaction: new messages wait until compaction frees space.
-    #[error("spool is full: {journal_bytes} of {max_bytes} bytes in use")]
-    SpoolFull { journal_bytes: u64, max_bytes: u64 },
-
-    /// Reading a stored record failed.
     #[error(transparent)]
-    Journal(#[from] JournalError),
+    Read(#[from] ReadError),
+
+    #[error(transparent)]
+    Write(#[from] WriteError),
 }
 
-/// Which 409 a [`EngineError::Conflict`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConflictKind {
-    NotPullQueue,
-    NotPushQueue,
-    ManagedByConfig,
-    FailureQueue,
+/// What an operation on one message (get, cancel, its payload or
+/// attempts) can answer.
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    #[error("queue {queue} does not exist")]
+    QueueNotFound { queue: String },
+
+    #[error("message {id} does not exist in queue {queue}")]
+    MessageNotFound { queue: String, id: String },
+
+    #[error(transparent)]
+    Read(#[from] ReadError),
+
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// What an operation on a queue (create, change, delete, pause, purge,
+/// redrive, stats) can answer.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue {queue} does not exist")]
+    NotFound { queue: String },
+
+    /// A setting out of bounds, a destination the policy refuses, a file
+    /// named over the API.
+    #[error(transparent)]
+    Rule(#[from] QueueRuleError),
+
+    /// The config file defines the queue: change it there.
+    #[error("{queue} is defined in the config file; change it there")]
+    ManagedByConfig { queue: String },
+
+    /// A failure queue is created, changed and deleted with its queue; it
+    /// has no failure queue of its own to redrive from.
+    #[error("{queue} is a failure queue: it is {what} with its queue")]
+    FailureQueue { queue: String, what: &'static str },
+
+    #[error(transparent)]
+    Write(#[from] WriteError),
 }

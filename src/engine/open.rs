@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use tokio::sync::{oneshot, watch};
 
-use super::sink::{Core, FileMeta, Reply, Shared, Sink};
+use super::core::{Core, FileMeta, Shared};
+use super::sink::{Reply, Sink};
 use super::token::Tokens;
 use super::{ARRIVALS_BUFFERED_MAX, Engine, EngineOptions, Inner, ReplayReport, rebuild};
 use crate::journal::atomic::{remove_files, sync_parent};
@@ -168,6 +169,7 @@ impl Engine {
                 clock: options.clock,
                 tokens: Tokens::new(identity.token_key, identity.salt),
                 epoch,
+                policy: options.policy.clone(),
                 lock: Mutex::new(lock),
             }),
         };

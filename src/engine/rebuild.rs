@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::open::load_checkpoint;
-use crate::journal::atomic::{AtomicWriteError, remove_files};
+use crate::journal::atomic::{AtomicWriteError, remove_files, write_atomically};
 use crate::journal::files::{write_checkpoint, write_pack};
 use crate::journal::format::{
     FILE_HEADER_BYTES, FileId, PackHeader, SpoolIdentity, checkpoint_file_name, pack_file_name,
@@ -46,7 +46,7 @@ pub struct RebuildReport {
 
 /// True when `dir` holds a format-1 journal (segments in format 1 and no
 /// checkpoint).
-pub fn needs_upgrade(
+pub(crate) fn needs_upgrade(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     _salt: u64,
@@ -64,7 +64,7 @@ pub fn needs_upgrade(
 }
 
 /// Replays a format-1 journal and writes it out as format 2.
-pub fn upgrade(
+pub(crate) fn upgrade(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     identity: &SpoolIdentity,
@@ -264,8 +264,8 @@ fn read_at(storage: &Arc<dyn Storage>, dir: &Path, loc: RecordLoc) -> std::io::R
     Ok(frame)
 }
 
-fn quarantine_path(dir: &Path, name: &str, offset: u64) -> PathBuf {
-    dir.join(format!("{name}.{offset}.quarantine"))
+fn quarantine_name(name: &str, offset: u64) -> String {
+    format!("{name}.{offset}.quarantine")
 }
 
 /// Copies bytes `[start, end)` of `name` to a quarantine file (fsynced).
@@ -282,14 +282,10 @@ fn quarantine_span(
         .open(&from)
         .and_then(|f| f.read_exact_at(&mut bytes, start))
         .map_err(|e| JournalError::io(&from, e))?;
-    let to = quarantine_path(dir, name, start);
-    let _ = storage.remove(&to);
-    storage
-        .create(&to)
-        .and_then(|f| f.write_all_at(&bytes, 0).and_then(|()| f.sync_data()))
-        .and_then(|()| storage.sync_dir(dir))
-        .map_err(|e| JournalError::io(&to, e))?;
-    Ok((to, bytes.len() as u64))
+    let to = quarantine_name(name, start);
+    write_atomically(storage, dir, &to, |f| f.write_all_at(&bytes, 0))
+        .map_err(AtomicWriteError::into_inner)?;
+    Ok((dir.join(to), bytes.len() as u64))
 }
 
 /// Copies a whole file to a quarantine file (offset 0).

@@ -5,13 +5,18 @@ use std::borrow::Cow;
 
 use tokio::sync::oneshot;
 
+use super::Engine;
+use super::error::{ReadError, SettleError};
+use super::lease::settle_error;
 use super::sink::Reply;
-use super::{Engine, EngineError, closed, spool_error, unavailable};
-use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo, decode_attempts};
-use crate::spool::queue::FAILED_SUFFIX;
+use super::write::{closed, unavailable};
+use crate::journal::JournalError;
+use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};
+use crate::spool::queue::origin_queue_name;
+use crate::spool::record::decode_attempts;
 use crate::spool::{Command, FailReason, MessageId, Record};
 
-/// What a delivery attempt means for its message (spec §3).
+/// What a delivery attempt means for its message (docs/contract.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// 2xx: ack.
@@ -28,10 +33,10 @@ pub enum Outcome {
 
 impl Engine {
     /// The last attempts of a message, oldest first (empty if never tried).
-    pub fn attempts(&self, queue: &str, id: MessageId) -> Result<Vec<AttemptInfo>, EngineError> {
+    pub fn attempts(&self, queue: &str, id: MessageId) -> Result<Vec<AttemptInfo>, ReadError> {
         let pinned = {
             let core = self.core();
-            let base = queue.strip_suffix(FAILED_SUFFIX).unwrap_or(queue);
+            let base = origin_queue_name(queue);
             let Some((q, _)) = core.spool.find(base, id) else {
                 return Ok(Vec::new());
             };
@@ -42,7 +47,16 @@ impl Engine {
         };
         let (file, loc) = pinned;
         let body = self.inner.reader.read_body_from(&file?, loc)?;
-        decode_attempts(&body).map_err(|e| EngineError::BadRequest(format!("attempt record: {e}")))
+        decode_attempts(&body).map_err(|e| {
+            ReadError(JournalError::BadRecord {
+                file: self
+                    .inner
+                    .dir
+                    .join(crate::journal::format::FileId::from_loc(loc.file).file_name()),
+                offset: u64::from(loc.offset),
+                reason: format!("attempt record: {e}"),
+            })
+        })
     }
 
     /// Opens or closes a push queue's circuit breaker.
@@ -59,7 +73,7 @@ impl Engine {
         token: &str,
         attempt: AttemptInfo,
         outcome: Outcome,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), SettleError> {
         let lease = self.lease_of(token)?;
         let id = lease.id;
         let mut attempts = if outcome == Outcome::Delivered {
@@ -80,7 +94,7 @@ impl Engine {
                 Outcome::Delivered => {
                     core.spool
                         .reserve_settle(queue, id, lease.serial, now)
-                        .map_err(|e| spool_error(queue, e))?;
+                        .map_err(|e| settle_error(queue, e))?;
                     Command::Ack {
                         queue: q.clone(),
                         id,
@@ -89,11 +103,11 @@ impl Engine {
                 Outcome::Retry { delay_ms } => core
                     .spool
                     .reserve_nack(queue, id, lease.serial, now, delay_ms)
-                    .map_err(|e| spool_error(queue, e))?,
+                    .map_err(|e| settle_error(queue, e))?,
                 Outcome::Permanent { status } => {
                     core.spool
                         .reserve_settle(queue, id, lease.serial, now)
-                        .map_err(|e| spool_error(queue, e))?;
+                        .map_err(|e| settle_error(queue, e))?;
                     Command::Fail {
                         queue: q.clone(),
                         id,
@@ -105,7 +119,7 @@ impl Engine {
                 Outcome::ProbeFailed { delay_ms } => {
                     core.spool
                         .reserve_settle(queue, id, lease.serial, now)
-                        .map_err(|e| spool_error(queue, e))?;
+                        .map_err(|e| settle_error(queue, e))?;
                     Command::Retry {
                         queue: q.clone(),
                         id,
@@ -136,10 +150,10 @@ impl Engine {
             .and_then(|()| self.append(&core, settle, None, Reply::Done(tx)));
             if let Err(e) = appended {
                 core.release(&undo);
-                return Err(unavailable(e));
+                return Err(unavailable(e).into());
             }
         }
-        rx.await.map_err(|_| closed())?
+        Ok(rx.await.map_err(|_| closed())??)
     }
 }
 

@@ -6,16 +6,15 @@
 //! waiting: an HTTP client that hangs up never leaves a record that only a
 //! restart brings to life.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::oneshot;
 
-use super::error::EngineError;
+use super::core::{Arrival, Core, FileMeta, Shared};
+use super::error::{SendError, WriteError};
 use crate::journal::{BatchFailure, BatchSink, Durable, Placed};
 use crate::spool::queue::failed_queue_name;
-use crate::spool::{Applied, Command, MessageId, Record, Spool};
-use crate::time::Millis;
+use crate::spool::{Applied, Command, MessageId, Record};
 
 /// The engine's answer to a send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,10 +25,10 @@ pub struct SendOutcome {
     pub deduplicated: bool,
 }
 
-pub type SendReply = oneshot::Sender<Result<SendOutcome, EngineError>>;
+pub(super) type SendReply = oneshot::Sender<Result<SendOutcome, SendError>>;
 
 /// Who waits for a record, and for what.
-pub enum Reply {
+pub(super) enum Reply {
     /// Records the engine writes on its own (expiries, the epoch).
     Nobody,
     /// A send; `dedup` names the pending dedup key it owns.
@@ -37,126 +36,17 @@ pub enum Reply {
         tx: SendReply,
         dedup: Option<(String, u64)>,
     },
-    Done(oneshot::Sender<Result<(), EngineError>>),
-    Count(oneshot::Sender<Result<u64, EngineError>>),
+    Done(oneshot::Sender<Result<(), WriteError>>),
+    Count(oneshot::Sender<Result<u64, WriteError>>),
 }
 
 /// One journal entry: the record (for apply) and its waiter.
-pub struct Op {
+pub(super) struct Op {
     pub record: Record<'static>,
     pub reply: Reply,
 }
 
-/// The mutable state, behind one mutex shared by handlers and the sink.
-pub struct Core {
-    pub spool: Spool,
-    /// The last `now` handed out: time never runs backwards for the spool,
-    /// even if the wall clock does.
-    pub last_now: Millis,
-    /// Sends with a dedup key whose first send is still being written:
-    /// later sends with the same key wait here and answer as it does.
-    pub pending_dedup: HashMap<(String, u64), Vec<SendReply>>,
-    notifies: HashMap<String, Arc<Notify>>,
-    /// What compaction needs to know of each log segment and pack, by the
-    /// file id of a [`crate::journal::RecordLoc`]. A log segment appears
-    /// once its first record is applied, so every segment below the
-    /// highest one listed is fully applied.
-    pub files: BTreeMap<u32, FileMeta>,
-    /// The checkpoint on disk: (sequence number, bytes).
-    pub checkpoint: Option<(u64, u64)>,
-    /// The next pack's id.
-    pub next_pack_id: u64,
-    /// Nominal size of a new (preallocated) segment.
-    pub segment_bytes: u64,
-}
-
-/// Compaction's view of one file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileMeta {
-    pub bytes: u64,
-}
-
-impl Core {
-    pub fn new(spool: Spool, last_now: Millis, segment_bytes: u64) -> Core {
-        Core {
-            spool,
-            last_now,
-            pending_dedup: HashMap::new(),
-            notifies: HashMap::new(),
-            files: BTreeMap::new(),
-            checkpoint: None,
-            next_pack_id: 1,
-            segment_bytes,
-        }
-    }
-
-    /// The notifier long-polling receivers of `queue` wait on.
-    pub fn notify_for(&mut self, queue: &str) -> Arc<Notify> {
-        if let Some(n) = self.notifies.get(queue) {
-            return n.clone();
-        }
-        self.notifies.entry(queue.to_owned()).or_default().clone()
-    }
-
-    /// Wakes one receiver of `queue`: one message became visible (or will at
-    /// a new time), so one receiver has something to do; waking them all
-    /// would send every idle push worker to the lock for nothing. A woken
-    /// receiver that goes away passes the wake-up on (tokio's `Notify`).
-    fn wake_one(&self, queue: &str) {
-        if let Some(n) = self.notifies.get(queue) {
-            n.notify_one();
-        }
-    }
-
-    /// Wakes every receiver of `queue`: many messages became visible.
-    fn wake_all(&self, queue: &str) {
-        if let Some(n) = self.notifies.get(queue) {
-            n.notify_waiters();
-        }
-    }
-
-    /// Undoes what the engine reserved before appending `record`.
-    pub fn release(&mut self, record: &Record<'_>) {
-        match &record.command {
-            Command::Ack { queue, id }
-            | Command::Retry { queue, id, .. }
-            | Command::Fail { queue, id, .. }
-            | Command::Expire { queue, id }
-            | Command::Cancel { queue, id } => {
-                self.spool.release(queue, *id);
-                self.wake_one(queue);
-            }
-            Command::Redrive { queue, ids } => {
-                let failed = failed_queue_name(queue);
-                for id in ids {
-                    self.spool.release(&failed, *id);
-                }
-                self.wake_all(&failed);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// State shared by the engine handle and the sink.
-pub struct Shared {
-    pub core: Mutex<Core>,
-    /// Flips to true when an fsync failed; `main` exits non-zero on it.
-    pub poisoned: watch::Sender<bool>,
-    /// Every message as it arrives in a queue (sent, failed into a failure
-    /// queue, redriven), for `tail`. Slow subscribers miss events rather than
-    /// hold memory.
-    pub arrivals: tokio::sync::broadcast::Sender<Arrival>,
-}
-
-/// A message that just arrived in `queue`.
-#[derive(Debug, Clone)]
-pub struct Arrival {
-    pub queue: String,
-    pub id: MessageId,
-}
-
-pub struct Sink {
+pub(super) struct Sink {
     pub shared: Arc<Shared>,
 }
 
@@ -198,9 +88,9 @@ impl BatchSink<Op> for Sink {
     }
 
     fn failed(&mut self, failure: &BatchFailure, batch: Vec<Op>) {
-        let (make_error, poisoned): (fn(String) -> EngineError, bool) = match failure {
-            BatchFailure::RolledBack(_) => (|reason| EngineError::Unavailable { reason }, false),
-            BatchFailure::Unconfirmed(_) => (|reason| EngineError::Unconfirmed { reason }, true),
+        let (make_error, poisoned): (fn(String) -> WriteError, bool) = match failure {
+            BatchFailure::RolledBack(_) => (|reason| WriteError::Unavailable { reason }, false),
+            BatchFailure::Unconfirmed(_) => (|reason| WriteError::Unconfirmed { reason }, true),
         };
         let reason = match failure {
             BatchFailure::RolledBack(e) | BatchFailure::Unconfirmed(e) => e.to_string(),
@@ -227,12 +117,12 @@ impl BatchSink<Op> for Sink {
         }
         for (reply, waiters) in answers {
             for w in waiters {
-                let _ = w.send(Err(make_error(reason.clone())));
+                let _ = w.send(Err(make_error(reason.clone()).into()));
             }
             match reply {
                 Reply::Nobody => {}
                 Reply::Send { tx, .. } => {
-                    let _ = tx.send(Err(make_error(reason.clone())));
+                    let _ = tx.send(Err(make_error(reason.clone()).into()));
                 }
                 Reply::Done(tx) => {
                     let _ = tx.send(Err(make_error(reason.clone())));
@@ -293,7 +183,7 @@ fn answer(
                 panic!("bug: send reply on a non-enqueue record");
             };
             let result = match applied {
-                Applied::Missing => Err(EngineError::QueueNotFound {
+                Applied::Missing => Err(SendError::QueueNotFound {
                     queue: meta.queue.to_string(),
                 }),
                 _ => Ok(SendOutcome {
@@ -307,7 +197,7 @@ fn answer(
                         deduplicated: true,
                         ..*o
                     }),
-                    Err(_) => Err(EngineError::QueueNotFound {
+                    Err(_) => Err(SendError::QueueNotFound {
                         queue: meta.queue.to_string(),
                     }),
                 });

@@ -12,7 +12,7 @@ use super::storage::{Storage, StorageFile};
 
 /// How far [`write_atomically`] got before it failed.
 #[derive(Debug)]
-pub enum AtomicWriteError {
+pub(crate) enum AtomicWriteError {
     /// Nothing changed under the final name (the temp file is removed, or
     /// swept at the next start).
     NotInstalled(JournalError),
@@ -23,7 +23,7 @@ pub enum AtomicWriteError {
 }
 
 impl AtomicWriteError {
-    pub fn into_inner(self) -> JournalError {
+    pub(crate) fn into_inner(self) -> JournalError {
         match self {
             AtomicWriteError::NotInstalled(e) | AtomicWriteError::InDoubt(e) => e,
         }
@@ -31,13 +31,13 @@ impl AtomicWriteError {
 }
 
 /// The temporary name of `name` while it is being written.
-pub fn temp_path(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn temp_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.tmp"))
 }
 
 /// Writes `dir/name` atomically; `fill` writes the content into the
 /// temporary file. Returns the new file's open handle.
-pub fn write_atomically(
+pub(crate) fn write_atomically(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     name: &str,
@@ -63,7 +63,7 @@ pub fn write_atomically(
 }
 
 /// Removes files and makes their removal durable with one directory fsync.
-pub fn remove_files(
+pub(crate) fn remove_files(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     names: &[String],
@@ -84,7 +84,7 @@ pub fn remove_files(
 
 /// Makes a directory's own entry durable in its parent (a new spool
 /// directory, before anything in it is acknowledged).
-pub fn sync_parent(storage: &Arc<dyn Storage>, dir: &Path) -> Result<(), JournalError> {
+pub(crate) fn sync_parent(storage: &Arc<dyn Storage>, dir: &Path) -> Result<(), JournalError> {
     let parent = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

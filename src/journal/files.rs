@@ -51,7 +51,7 @@ impl BufferedWriter<'_> {
 /// offset its caller computed (the first at [`FILE_HEADER_BYTES`], each
 /// next one right after the one before). `frames` yields each frame's
 /// bytes, already checked. Returns the pack's handle and length.
-pub fn write_pack<F>(
+pub(crate) fn write_pack<F>(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,
@@ -80,7 +80,7 @@ where
 /// Writes the checkpoint at sequence number `seq`: a header, then one frame
 /// per chunk (kind and body as given), numbered from 0, all carrying `seq`
 /// and `term`, the last one flagged. Returns the file's length.
-pub fn write_checkpoint(
+pub(crate) fn write_checkpoint(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,
@@ -135,7 +135,7 @@ pub fn write_checkpoint(
 
 /// A frame made anew (an upgrade re-frames format-1 records): the body
 /// framed with `seq` and `kind` as one complete batch of its own.
-pub fn frame(salt: u64, seq: u64, kind: u8, body: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(salt: u64, seq: u64, kind: u8, body: &[u8]) -> Vec<u8> {
     let mut frame = vec![0u8; FRAME_HEADER_BYTES];
     frame.extend_from_slice(body);
     FrameHeader::seal(

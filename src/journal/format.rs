@@ -12,14 +12,14 @@ use crc32c::{crc32c, crc32c_append};
 
 /// Version of the segment, pack, checkpoint and frame layouts written by
 /// this build.
-pub const FORMAT_VERSION: u32 = 2;
+pub(crate) const FORMAT_VERSION: u32 = 2;
 /// Version of `spool.meta`'s layout (unchanged since the first release).
-pub const META_VERSION: u32 = 1;
+pub(crate) const META_VERSION: u32 = 1;
 
-pub const SEGMENT_MAGIC: &[u8; 8] = b"SPOOLSEG";
-pub const PACK_MAGIC: &[u8; 8] = b"SPOOLPAK";
-pub const CHECKPOINT_MAGIC: &[u8; 8] = b"SPOOLCKP";
-pub const META_MAGIC: &[u8; 8] = b"SPOOLMET";
+pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"SPOOLSEG";
+pub(crate) const PACK_MAGIC: &[u8; 8] = b"SPOOLPAK";
+pub(crate) const CHECKPOINT_MAGIC: &[u8; 8] = b"SPOOLCKP";
+pub(crate) const META_MAGIC: &[u8; 8] = b"SPOOLMET";
 
 /// Size of every file header (segment, pack, checkpoint): frames start
 /// right after it.
@@ -27,7 +27,7 @@ pub const FILE_HEADER_BYTES: usize = 64;
 /// Size of a record frame header; the body follows it.
 pub const FRAME_HEADER_BYTES: usize = 32;
 /// Size of the spool identity file.
-pub const META_BYTES: usize = 64;
+pub(crate) const META_BYTES: usize = 64;
 
 /// A record body larger than this is treated as damage when scanning. It is
 /// far above any body the engine writes (`max_body_bytes` is capped well
@@ -35,7 +35,7 @@ pub const META_BYTES: usize = 64;
 /// `spool::command::IDS_PER_RECORD_MAX` ids; checkpoint chunks are at most
 /// `spool::checkpoint::CHUNK_BYTES_MAX`), so a length beyond it can only be
 /// garbage.
-pub const RECORD_BODY_MAX_BYTES: usize = 256 << 20;
+pub(crate) const RECORD_BODY_MAX_BYTES: usize = 256 << 20;
 
 /// Frame flag: the last record of its group-commit batch (one write, one
 /// fsync). Replay uses it to tell a torn final batch from corruption.
@@ -44,7 +44,7 @@ pub const FRAME_FLAG_BATCH_END: u8 = 1;
 /// Record locations name a file by a `u32`: log segments below this, packs
 /// at `PACK_FILE_BASE + pack id`. At 64 MiB a segment, 2³¹ segments is far
 /// beyond any disk.
-pub const PACK_FILE_BASE: u32 = 1 << 31;
+pub(crate) const PACK_FILE_BASE: u32 = 1 << 31;
 
 /// What a file id of a [`super::RecordLoc`] names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -91,7 +91,7 @@ impl FileId {
 
 /// Why a file header was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeaderProblem {
+pub(crate) enum HeaderProblem {
     Short,
     BadMagic,
     BadChecksum,
@@ -214,7 +214,7 @@ impl SegmentHeader {
         .encode(SEGMENT_MAGIC, salt)
     }
 
-    pub fn decode(
+    pub(crate) fn decode(
         bytes: &[u8],
         salt: u64,
         expected_id: u64,
@@ -231,13 +231,13 @@ impl SegmentHeader {
 /// out of older files (field `a` = the checkpoint sequence number it was
 /// written for; `b`, `c` zero).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PackHeader {
+pub(crate) struct PackHeader {
     pub pack_id: u64,
     pub checkpoint_seq: u64,
 }
 
 impl PackHeader {
-    pub fn encode(&self, salt: u64) -> [u8; FILE_HEADER_BYTES] {
+    pub(crate) fn encode(&self, salt: u64) -> [u8; FILE_HEADER_BYTES] {
         RawHeader {
             id: self.pack_id,
             a: self.checkpoint_seq,
@@ -247,7 +247,11 @@ impl PackHeader {
         .encode(PACK_MAGIC, salt)
     }
 
-    pub fn decode(bytes: &[u8], salt: u64, expected_id: u64) -> Result<PackHeader, HeaderProblem> {
+    pub(crate) fn decode(
+        bytes: &[u8],
+        salt: u64,
+        expected_id: u64,
+    ) -> Result<PackHeader, HeaderProblem> {
         let raw = RawHeader::decode(bytes, PACK_MAGIC, salt, Some(expected_id))?;
         Ok(PackHeader {
             pack_id: raw.id,
@@ -260,7 +264,7 @@ impl PackHeader {
 /// last record it reflects; `a` = its chunk count; `b` = the file's length;
 /// `c` = the term of record `seq`, 0 outside replicated mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CheckpointHeader {
+pub(crate) struct CheckpointHeader {
     pub seq: u64,
     pub chunks: u64,
     pub file_bytes: u64,
@@ -268,7 +272,7 @@ pub struct CheckpointHeader {
 }
 
 impl CheckpointHeader {
-    pub fn encode(&self, salt: u64) -> [u8; FILE_HEADER_BYTES] {
+    pub(crate) fn encode(&self, salt: u64) -> [u8; FILE_HEADER_BYTES] {
         RawHeader {
             id: self.seq,
             a: self.chunks,
@@ -278,7 +282,7 @@ impl CheckpointHeader {
         .encode(CHECKPOINT_MAGIC, salt)
     }
 
-    pub fn decode(
+    pub(crate) fn decode(
         bytes: &[u8],
         salt: u64,
         expected_seq: u64,
@@ -441,11 +445,11 @@ impl SpoolIdentity {
     }
 }
 
-pub fn le_u32(b: &[u8]) -> u32 {
+pub(crate) fn le_u32(b: &[u8]) -> u32 {
     u32::from_le_bytes(b[..4].try_into().expect("bug: slice shorter than 4"))
 }
 
-pub fn le_u64(b: &[u8]) -> u64 {
+pub(crate) fn le_u64(b: &[u8]) -> u64 {
     u64::from_le_bytes(b[..8].try_into().expect("bug: slice shorter than 8"))
 }
 
@@ -455,12 +459,12 @@ pub fn segment_file_name(id: u64) -> String {
 }
 
 /// File name of pack `id`.
-pub fn pack_file_name(id: u64) -> String {
+pub(crate) fn pack_file_name(id: u64) -> String {
     format!("{id:016x}.pack")
 }
 
 /// File name of the checkpoint at sequence number `seq`.
-pub fn checkpoint_file_name(seq: u64) -> String {
+pub(crate) fn checkpoint_file_name(seq: u64) -> String {
     format!("{seq:016x}.ckpt")
 }
 
@@ -473,20 +477,20 @@ fn parse_hex_name(name: &str, suffix: &str) -> Option<u64> {
 }
 
 /// The id of a segment file name, or `None` for other files.
-pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
     parse_hex_name(name, ".seg")
 }
 
-pub fn parse_pack_file_name(name: &str) -> Option<u64> {
+pub(crate) fn parse_pack_file_name(name: &str) -> Option<u64> {
     parse_hex_name(name, ".pack")
 }
 
-pub fn parse_checkpoint_file_name(name: &str) -> Option<u64> {
+pub(crate) fn parse_checkpoint_file_name(name: &str) -> Option<u64> {
     parse_hex_name(name, ".ckpt")
 }
 
-pub const META_FILE_NAME: &str = "spool.meta";
-pub const LOCK_FILE_NAME: &str = "spool.lock";
+pub(crate) const META_FILE_NAME: &str = "spool.meta";
+pub(crate) const LOCK_FILE_NAME: &str = "spool.lock";
 
 #[cfg(test)]
 mod tests {

@@ -38,7 +38,7 @@ impl<'a> Frame<'a> {
 }
 
 /// The intact frame at `off`, or why there is none.
-pub fn frame_at(buf: &[u8], off: usize, salt: u64) -> Result<Frame<'_>, String> {
+pub(crate) fn frame_at(buf: &[u8], off: usize, salt: u64) -> Result<Frame<'_>, String> {
     let rest = buf.len().saturating_sub(off);
     if rest < FRAME_HEADER_BYTES {
         return Err(format!("{rest} bytes are too short for a record frame"));
@@ -67,7 +67,7 @@ pub fn frame_at(buf: &[u8], off: usize, salt: u64) -> Result<Frame<'_>, String> 
 
 /// The first offset at or after `from` that holds an intact frame with a
 /// sequence number at or after `min_seq`.
-pub fn resync(buf: &[u8], from: usize, salt: u64, min_seq: u64) -> Option<usize> {
+pub(crate) fn resync(buf: &[u8], from: usize, salt: u64, min_seq: u64) -> Option<usize> {
     let last_start = buf.len().checked_sub(FRAME_HEADER_BYTES)?;
     (from..=last_start).find(|&p| {
         // Cheap checks first: most offsets fail on the length or sequence.
@@ -80,7 +80,7 @@ pub fn resync(buf: &[u8], from: usize, salt: u64, min_seq: u64) -> Option<usize>
 }
 
 /// True when `bytes` holds only zeros: preallocated, never written.
-pub fn all_zero(bytes: &[u8]) -> bool {
+pub(crate) fn all_zero(bytes: &[u8]) -> bool {
     // Eight bytes at a time: replay looks at every segment's tail. A frame
     // header is never zero, so at a record this stops at the first word.
     let mut words = bytes.chunks_exact(8);
@@ -103,7 +103,7 @@ pub enum Piece<'a> {
 }
 
 /// Why the frame at a damaged span's start is bad, for messages.
-pub fn damage_reason(buf: &[u8], start: usize, salt: u64) -> String {
+pub(crate) fn damage_reason(buf: &[u8], start: usize, salt: u64) -> String {
     frame_at(buf, start, salt).err().unwrap_or_default()
 }
 

@@ -10,13 +10,13 @@ use super::format::LOCK_FILE_NAME;
 /// Holds an exclusive `flock` on `spool.lock` until dropped (or until the
 /// process dies: the kernel releases it, so a `kill -9` leaves no stale lock).
 #[derive(Debug)]
-pub struct DirLock {
+pub(crate) struct DirLock {
     _file: File,
 }
 
 impl DirLock {
     /// Takes the lock or fails at once (never waits) naming the holder's file.
-    pub fn acquire(dir: &Path) -> Result<DirLock, JournalError> {
+    pub(crate) fn acquire(dir: &Path) -> Result<DirLock, JournalError> {
         let path = dir.join(LOCK_FILE_NAME);
         let file = OpenOptions::new()
             .create(true)

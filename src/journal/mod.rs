@@ -22,27 +22,28 @@
 //! [`sim::SimStorage`], which loses unsynced bytes, tears writes and fails
 //! fsyncs on demand.
 
-pub mod atomic;
-pub mod error;
-pub mod files;
-pub mod format;
-pub mod frames;
-pub mod lock;
-pub mod prealloc;
-pub mod reader;
-pub mod scan;
-pub mod sim;
-pub mod storage;
-pub mod v1;
-pub mod writer;
+pub(crate) mod atomic;
+pub(crate) mod error;
+pub(crate) mod files;
+pub(crate) mod format;
+pub(crate) mod frames;
+pub(crate) mod lock;
+pub(crate) mod prealloc;
+pub(crate) mod reader;
+pub(crate) mod scan;
+pub(crate) mod sim;
+pub(crate) mod storage;
+pub(crate) mod v1;
+pub(crate) mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
 
 pub use error::JournalError;
-pub use format::SpoolIdentity;
-pub use writer::{
-    BatchFailure, BatchSink, Durable, Journal, Placed, RecordLoc, WriterOptions, WriterStats,
+pub(crate) use format::SpoolIdentity;
+pub use writer::RecordLoc;
+pub(crate) use writer::{
+    BatchFailure, BatchSink, Durable, Journal, Placed, WriterOptions, WriterStats,
 };
 
 use format::{META_BYTES, META_FILE_NAME, segment_file_name};
@@ -107,7 +108,7 @@ fn write_identity(storage: &Arc<dyn Storage>, dir: &Path) -> Result<SpoolIdentit
 /// the writer starts; `next_segment_id` is used when the directory holds no
 /// log segment at all (an upgrade or repair rebuilt it from a checkpoint).
 /// Call only when the scan found no [`scan::Problem`].
-pub fn prepare_tail(
+pub(crate) fn prepare_tail(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     summary: &ScanSummary,
@@ -116,11 +117,7 @@ pub fn prepare_tail(
     let next_seq = summary.last_seq + 1;
     let disk_bytes = summary.file_bytes - summary.last_segment_len;
     if let Some(id) = summary.torn_last_header {
-        let path = dir.join(segment_file_name(id));
-        storage
-            .remove(&path)
-            .and_then(|()| storage.sync_dir(dir))
-            .map_err(|e| JournalError::io(&path, e))?;
+        atomic::remove_files(storage, dir, &[segment_file_name(id)])?;
         return Ok(WriterStart {
             segment_id: id,
             end_offset: 0,

@@ -44,13 +44,13 @@ struct Shared {
 }
 
 /// The handle the writer holds. Dropping it stops the helper thread.
-pub struct Preallocator {
+pub(crate) struct Preallocator {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Preallocator {
-    pub fn start(storage: Arc<dyn Storage>, dir: &Path, segment_bytes: u64) -> Preallocator {
+    pub(crate) fn start(storage: Arc<dyn Storage>, dir: &Path, segment_bytes: u64) -> Preallocator {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 wanted: true,
@@ -72,7 +72,7 @@ impl Preallocator {
     /// A ready spare, if there is one; asks for the next either way. With
     /// `wait` (start-up only), waits for the one being made, unless making
     /// it failed.
-    pub fn take(&self, wait: bool) -> Option<PathBuf> {
+    pub(crate) fn take(&self, wait: bool) -> Option<PathBuf> {
         let mut state = self.shared.state.lock().expect("prealloc lock poisoned");
         while wait
             && state.ready.is_none()
@@ -182,7 +182,7 @@ fn fill(
 
 /// Deletes temp files a crash left behind (`*.tmp`): spares, and a spool
 /// identity whose creation never finished.
-pub fn sweep_temp_files(storage: &dyn Storage, dir: &Path) -> std::io::Result<usize> {
+pub(crate) fn sweep_temp_files(storage: &dyn Storage, dir: &Path) -> std::io::Result<usize> {
     let mut removed = 0;
     for name in storage.list(dir)? {
         if name.ends_with(".tmp") {

@@ -17,7 +17,7 @@ use super::writer::RecordLoc;
 /// new packs and deletes old files), so a handle and a location taken
 /// together always agree.
 #[derive(Clone)]
-pub struct SegmentReader {
+pub(crate) struct SegmentReader {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
     salt: u64,
@@ -25,7 +25,7 @@ pub struct SegmentReader {
 }
 
 impl SegmentReader {
-    pub fn new(storage: Arc<dyn Storage>, dir: &Path, salt: u64) -> SegmentReader {
+    pub(crate) fn new(storage: Arc<dyn Storage>, dir: &Path, salt: u64) -> SegmentReader {
         SegmentReader {
             storage,
             dir: dir.to_path_buf(),
@@ -36,7 +36,7 @@ impl SegmentReader {
 
     /// Makes an open handle known (the writer's new segment, compaction's
     /// new pack), so that readers need not reopen it.
-    pub fn register(&self, file: FileId, handle: Arc<dyn StorageFile>) {
+    pub(crate) fn register(&self, file: FileId, handle: Arc<dyn StorageFile>) {
         self.open
             .lock()
             .expect("reader lock poisoned")
@@ -45,7 +45,7 @@ impl SegmentReader {
 
     /// Forgets a file that compaction deleted (readers that hold its handle
     /// keep it).
-    pub fn unregister(&self, file: FileId) {
+    pub(crate) fn unregister(&self, file: FileId) {
         self.open
             .lock()
             .expect("reader lock poisoned")
@@ -55,7 +55,7 @@ impl SegmentReader {
     /// The open handle of the file a location names. Take it under the
     /// engine's core lock together with the location, so that compaction
     /// cannot delete the file in between.
-    pub fn file(&self, loc_file: u32) -> Result<Arc<dyn StorageFile>, JournalError> {
+    pub(crate) fn file(&self, loc_file: u32) -> Result<Arc<dyn StorageFile>, JournalError> {
         let id = FileId::from_loc(loc_file);
         let mut open = self.open.lock().expect("reader lock poisoned");
         if let Some(file) = open.get(&id) {
@@ -70,16 +70,11 @@ impl SegmentReader {
         Ok(file)
     }
 
-    /// Reads the record at `loc` and returns its body, after checking its
+    /// Reads the record at `loc` from a handle taken earlier with
+    /// [`SegmentReader::file`] and returns its body, after checking its
     /// checksum again: damage that happened after replay is reported, never
     /// handed out as a payload.
-    pub fn read_body(&self, loc: RecordLoc) -> Result<Vec<u8>, JournalError> {
-        let file = self.file(loc.file)?;
-        self.read_body_from(&file, loc)
-    }
-
-    /// Like `read_body`, from a handle taken earlier with [`SegmentReader::file`].
-    pub fn read_body_from(
+    pub(crate) fn read_body_from(
         &self,
         file: &Arc<dyn StorageFile>,
         loc: RecordLoc,
@@ -89,7 +84,7 @@ impl SegmentReader {
     }
 
     /// The whole frame (header and body) at `loc`, checked.
-    pub fn read_frame_from(
+    pub(crate) fn read_frame_from(
         &self,
         file: &Arc<dyn StorageFile>,
         loc: RecordLoc,

@@ -149,7 +149,7 @@ pub struct SegmentInfo {
 
 /// The newest checkpoint, as found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckpointInfo {
+pub(crate) struct CheckpointInfo {
     pub seq: u64,
     pub term: u64,
     pub file_bytes: u64,
@@ -188,20 +188,20 @@ pub struct ScanSummary {
 
 /// The journal files in a directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Listing {
+pub(crate) struct Listing {
     pub segments: Vec<u64>,
     pub packs: Vec<u64>,
     pub checkpoints: Vec<u64>,
 }
 
 impl Listing {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.segments.is_empty() && self.packs.is_empty() && self.checkpoints.is_empty()
     }
 }
 
 /// Lists the journal files in `dir`, each kind ascending.
-pub fn list_files(storage: &dyn Storage, dir: &Path) -> Result<Listing, JournalError> {
+pub(crate) fn list_files(storage: &dyn Storage, dir: &Path) -> Result<Listing, JournalError> {
     let names = storage.list(dir).map_err(|e| JournalError::io(dir, e))?;
     let mut listing = Listing::default();
     for name in &names {
@@ -221,7 +221,7 @@ pub fn list_files(storage: &dyn Storage, dir: &Path) -> Result<Listing, JournalE
 
 /// The first bytes of segment `id` (its header, or what there is of it) and
 /// the file's length.
-pub fn read_header(
+pub(crate) fn read_header(
     storage: &dyn Storage,
     dir: &Path,
     id: u64,
@@ -243,7 +243,7 @@ pub fn read_header(
 /// checkpoints, packs it does not point into, log segments whose records
 /// it covers and does not point into, and format-1 segments an upgrade
 /// replaced. Reads only headers; changes nothing.
-pub fn obsolete_files(
+pub(crate) fn obsolete_files(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,
@@ -680,7 +680,7 @@ fn checked(f: &super::frames::Frame<'_>, applies: bool) -> CheckedFrame {
 }
 
 /// A checkpoint read whole and checked: its chunks, in order.
-pub struct CheckpointBytes {
+pub(crate) struct CheckpointBytes {
     pub info: CheckpointInfo,
     buf: Vec<u8>,
     /// (kind, body start, body end) of each chunk.
@@ -689,7 +689,7 @@ pub struct CheckpointBytes {
 
 impl CheckpointBytes {
     /// Every chunk: its kind and body.
-    pub fn chunks(&self) -> impl Iterator<Item = (u8, &[u8])> + '_ {
+    pub(crate) fn chunks(&self) -> impl Iterator<Item = (u8, &[u8])> + '_ {
         self.chunks
             .iter()
             .map(|&(kind, start, end)| (kind, &self.buf[start..end]))
@@ -698,7 +698,7 @@ impl CheckpointBytes {
 
 /// Reads the checkpoint at `seq` and checks every chunk's frame.
 /// `Ok(Err(problem))` is damage; `Err` an I/O error.
-pub fn read_checkpoint(
+pub(crate) fn read_checkpoint(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,
@@ -731,7 +731,7 @@ pub fn read_checkpoint(
 
 /// Reads what can be read of a damaged checkpoint: every intact chunk, in
 /// order (repair keeps what it can).
-pub fn salvage_checkpoint(
+pub(crate) fn salvage_checkpoint(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,

@@ -74,7 +74,7 @@ pub trait StorageFile: Send + Sync {
 
 /// The real file system.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct OsStorage;
+pub(crate) struct OsStorage;
 
 impl Storage for OsStorage {
     /// Creates the spool directory readable by its owner only (`0700`):

@@ -25,13 +25,13 @@ use super::storage::Storage;
 const HEADER_BYTES: usize = 64;
 const FRAME_HEADER_BYTES: usize = 20;
 /// A re-framed record is this much longer in format 2.
-pub const FRAME_HEADER_GROWTH: u32 =
+pub(crate) const FRAME_HEADER_GROWTH: u32 =
     (super::format::FRAME_HEADER_BYTES - FRAME_HEADER_BYTES) as u32;
 const VERSION: u32 = 1;
 
 /// One format-1 record.
 #[derive(Debug, Clone, Copy)]
-pub struct OldRecord<'a> {
+pub(crate) struct OldRecord<'a> {
     pub segment_id: u64,
     /// Offset of the frame in its segment, and the frame's length.
     pub offset: u64,
@@ -43,7 +43,7 @@ pub struct OldRecord<'a> {
 
 /// What reading a format-1 journal found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OldSummary {
+pub(crate) struct OldSummary {
     /// Every segment file (covered ones included): all of them go once the
     /// upgrade is in place.
     pub segment_ids: Vec<u64>,
@@ -88,7 +88,7 @@ fn frame_ok(frame: &[u8], salt: u64) -> bool {
 /// Re-frames a format-1 frame in format 2 (same sequence number, kind and
 /// body), for the pack an upgrade writes. `None` if it is not an intact
 /// format-1 frame.
-pub fn reframe(frame: &[u8], salt: u64) -> Option<Vec<u8>> {
+pub(crate) fn reframe(frame: &[u8], salt: u64) -> Option<Vec<u8>> {
     if frame.len() < FRAME_HEADER_BYTES
         || le_u32(&frame[0..4]) as usize != frame.len() - FRAME_HEADER_BYTES
         || !frame_ok(frame, salt)
@@ -104,7 +104,7 @@ pub fn reframe(frame: &[u8], salt: u64) -> Option<Vec<u8>> {
 }
 
 /// True when `bytes` start with a format-1 segment header.
-pub fn is_old_header(bytes: &[u8]) -> bool {
+pub(crate) fn is_old_header(bytes: &[u8]) -> bool {
     bytes.len() >= HEADER_BYTES
         && &bytes[0..8] == SEGMENT_MAGIC
         && crc32c(&bytes[..60]) == le_u32(&bytes[60..64])
@@ -112,7 +112,7 @@ pub fn is_old_header(bytes: &[u8]) -> bool {
 }
 
 /// Reads every record of the format-1 journal in `dir`, in order.
-pub fn read(
+pub(crate) fn read(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     salt: u64,

@@ -53,24 +53,20 @@ pub struct RecordLoc {
 /// fsync that covers the batch returned (or after the write, when the spool
 /// runs with `fsync = false`).
 #[derive(Debug)]
-pub struct Durable {
+pub(crate) struct Durable {
     last_seq: u64,
     fsync_duration: Duration,
 }
 
 impl Durable {
-    pub fn last_seq(&self) -> u64 {
-        self.last_seq
-    }
-
-    pub fn fsync_duration(&self) -> Duration {
+    pub(crate) fn fsync_duration(&self) -> Duration {
         self.fsync_duration
     }
 }
 
 /// A durable record, with the entry its appender gave.
 #[derive(Debug)]
-pub struct Placed<E> {
+pub(crate) struct Placed<E> {
     pub entry: E,
     pub seq: u64,
     pub loc: RecordLoc,
@@ -78,7 +74,7 @@ pub struct Placed<E> {
 
 /// Why a batch did not become durable.
 #[derive(Debug)]
-pub enum BatchFailure {
+pub(crate) enum BatchFailure {
     /// The write failed and was rolled back: none of the batch is on disk,
     /// and the journal goes on taking writes.
     RolledBack(io::Error),
@@ -89,14 +85,14 @@ pub enum BatchFailure {
 
 /// Receives every batch's outcome in journal order, on the writer or the
 /// applier thread, never on both at once.
-pub trait BatchSink<E>: Send + 'static {
+pub(crate) trait BatchSink<E>: Send + 'static {
     fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<E>>);
     fn failed(&mut self, failure: &BatchFailure, batch: Vec<E>);
 }
 
 /// Settings of the writer.
 #[derive(Debug, Clone)]
-pub struct WriterOptions {
+pub(crate) struct WriterOptions {
     /// Rotate to a new segment once the active one would grow past this.
     pub segment_bytes: u64,
     /// `false` skips fsync: benchmarks and throwaway spools only.
@@ -107,7 +103,7 @@ pub struct WriterOptions {
 
 /// Where the writer starts: the end of the last valid record.
 #[derive(Debug, Clone, Copy)]
-pub struct WriterStart {
+pub(crate) struct WriterStart {
     pub segment_id: u64,
     /// Valid length of that segment; 0 means the segment must be created.
     pub end_offset: u64,
@@ -184,7 +180,7 @@ pub struct WriterStats {
 
 /// The handle appenders use. Dropping it flushes what is pending and stops
 /// the writer thread.
-pub struct Journal<E: Send + 'static> {
+pub(crate) struct Journal<E: Send + 'static> {
     shared: Arc<Shared<E>>,
     /// The writer thread, then the applier thread.
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -262,7 +258,7 @@ impl<E: Send + 'static, S: BatchSink<E>> BatchSink<E> for ToApplier<E, S> {
 
 impl<E: Send + 'static> Journal<E> {
     /// Starts the writer thread at `start`.
-    pub fn start(
+    pub(crate) fn start(
         storage: Arc<dyn Storage>,
         dir: &Path,
         salt: u64,
@@ -347,7 +343,7 @@ impl<E: Send + 'static> Journal<E> {
     /// Appends one record: `encode` writes its body (it may read the entry,
     /// so that a record need not be built twice). The outcome reaches the
     /// sink with `entry`; nothing is durable when this returns.
-    pub fn append(
+    pub(crate) fn append(
         &self,
         kind: u8,
         entry: E,
@@ -358,7 +354,7 @@ impl<E: Send + 'static> Journal<E> {
 
     /// Appends several records so that they reach the disk in one write
     /// and are covered by one fsync: all of them, or (after a failure) none.
-    pub fn append_many(
+    pub(crate) fn append_many(
         &self,
         records: impl IntoIterator<Item = (u8, E)>,
         mut encode: impl FnMut(&E, &mut Vec<u8>),
@@ -394,23 +390,23 @@ impl<E: Send + 'static> Journal<E> {
     /// Test hook: while on, durable batches wait before being applied (the
     /// writer goes on writing up to a few batches ahead). See
     /// [`ApplyHold`].
-    pub fn hold_apply(&self, on: bool) {
+    pub(crate) fn hold_apply(&self, on: bool) {
         self.shared.hold.set(on);
     }
 
-    pub fn is_poisoned(&self) -> bool {
+    pub(crate) fn is_poisoned(&self) -> bool {
         self.shared.poisoned.load(Ordering::Acquire)
     }
 
     /// Stops taking writes, as after a failed fsync: the engine calls it
     /// when memory and disk could disagree (a compaction that failed after
     /// its point of no return).
-    pub fn poison(&self) {
+    pub(crate) fn poison(&self) {
         self.shared.poisoned.store(true, Ordering::Release);
     }
 
     /// True once [`Journal::close`] was called.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.shared
             .pending
             .lock()
@@ -419,22 +415,22 @@ impl<E: Send + 'static> Journal<E> {
     }
 
     /// Bytes of all segment files, as the writer last knew it.
-    pub fn disk_bytes(&self) -> u64 {
+    pub(crate) fn disk_bytes(&self) -> u64 {
         self.shared.disk_bytes.load(Ordering::Relaxed)
     }
 
     /// The segment being appended to: every lower id is sealed.
-    pub fn active_segment(&self) -> u64 {
+    pub(crate) fn active_segment(&self) -> u64 {
         self.shared.active_segment.load(Ordering::Acquire)
     }
 
     /// Bytes of the active segment's file, preallocated space included.
-    pub fn active_file_bytes(&self) -> u64 {
+    pub(crate) fn active_file_bytes(&self) -> u64 {
         self.shared.active_file_bytes.load(Ordering::Relaxed)
     }
 
     /// Compaction changed the bytes on disk by `delta`.
-    pub fn adjust_disk_bytes(&self, delta: i64) {
+    pub(crate) fn adjust_disk_bytes(&self, delta: i64) {
         if delta >= 0 {
             self.shared
                 .disk_bytes
@@ -446,7 +442,7 @@ impl<E: Send + 'static> Journal<E> {
         }
     }
 
-    pub fn stats(&self) -> WriterStats {
+    pub(crate) fn stats(&self) -> WriterStats {
         WriterStats {
             batches: self.shared.batches.load(Ordering::Relaxed),
             records: self.shared.records.load(Ordering::Relaxed),
@@ -455,7 +451,7 @@ impl<E: Send + 'static> Journal<E> {
     }
 
     /// Writes what is pending and stops the writer thread.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         {
             let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
             pending.closed = true;

@@ -1,6 +1,6 @@
 //! Checkpoints: the whole state without leases, as of one applied record.
 //!
-//! A checkpoint is what compaction works from (spec §6): every queue with
+//! A checkpoint is what compaction works from (docs/contract.md §6): every queue with
 //! its settings and pause state, every message with its times, counts,
 //! failure details and the location of its payload (and of its newest
 //! attempt record), every dedup key with its window start, the next message
@@ -24,32 +24,33 @@ use std::collections::BTreeMap;
 use super::codec::{
     Reader, put_bytes32, put_i64, put_ivarint, put_str16, put_u32, put_u64, put_uvarint,
 };
-use super::command::{DecodeError, FailReason, MessageId};
+use super::command::{FailReason, MessageId};
 use super::queue::{QueueSettings, failed_queue_name, valid_queue_name};
+use super::record::DecodeError;
 use super::state::{FailInfo, Message, Spool};
 use crate::journal::RecordLoc;
 use crate::time::Millis;
 
 /// Chunk kinds (the frame's kind byte), apart from record kinds.
-pub mod kind {
-    pub const BEGIN: u8 = 64;
-    pub const QUEUES: u8 = 65;
-    pub const MESSAGES: u8 = 66;
-    pub const DEDUP: u8 = 67;
-    pub const END: u8 = 68;
+pub(crate) mod kind {
+    pub(crate) const BEGIN: u8 = 64;
+    pub(crate) const QUEUES: u8 = 65;
+    pub(crate) const MESSAGES: u8 = 66;
+    pub(crate) const DEDUP: u8 = 67;
+    pub(crate) const END: u8 = 68;
 }
 
 /// Version of the chunk layouts inside a checkpoint.
-pub const CHECKPOINT_FORMAT: u32 = 1;
+pub(crate) const CHECKPOINT_FORMAT: u32 = 1;
 
 /// A chunk is closed once its body passes this: small enough to decode
 /// (and to ship) one at a time, large enough that framing costs nothing.
-pub const CHUNK_BYTES_MAX: usize = 1 << 20;
+pub(crate) const CHUNK_BYTES_MAX: usize = 1 << 20;
 
 /// What a checkpoint records besides the state: the spool it belongs to and
 /// where the journal stood.
 #[derive(Clone, PartialEq, Eq, Default)]
-pub struct CheckpointMeta {
+pub(crate) struct CheckpointMeta {
     /// The last record the state reflects.
     pub seq: u64,
     /// The log segment the next record goes to (or a later one): where the
@@ -80,7 +81,7 @@ impl std::fmt::Debug for CheckpointMeta {
 /// A record location on its way into a checkpoint, with the message it
 /// belongs to.
 #[derive(Debug, Clone, Copy)]
-pub struct LocUse<'a> {
+pub(crate) struct LocUse<'a> {
     /// The base queue (the message may sit in its failure queue).
     pub queue: &'a str,
     pub id: MessageId,
@@ -160,7 +161,7 @@ impl SpoolState {
 
 impl Spool {
     /// The state without leases, as plain data.
-    pub fn state(&self) -> SpoolState {
+    pub(crate) fn state(&self) -> SpoolState {
         let mut state = SpoolState {
             epoch: self.epoch(),
             next_message_id: self.next_message_id(),
@@ -182,7 +183,7 @@ impl Spool {
     /// Encodes the state as checkpoint chunks, each record location passed
     /// through `relocate` (compaction points the checkpoint at the pack it
     /// is about to write).
-    pub fn encode_checkpoint(
+    pub(crate) fn encode_checkpoint(
         &self,
         meta: &CheckpointMeta,
         relocate: &mut dyn FnMut(LocUse<'_>) -> RecordLoc,
@@ -557,7 +558,7 @@ fn decode_begin(r: &mut Reader<'_>) -> Result<Begin, DecodeError> {
 
 /// What a checkpoint's first (BEGIN) chunk says of the journal: enough to
 /// know which files to keep before the rest is decoded.
-pub fn read_begin(body: &[u8]) -> Result<CheckpointMeta, DecodeError> {
+pub(crate) fn read_begin(body: &[u8]) -> Result<CheckpointMeta, DecodeError> {
     let mut r = Reader::new(body);
     let begin = decode_begin(&mut r)?;
     if !r.is_empty() {
@@ -569,7 +570,7 @@ pub fn read_begin(body: &[u8]) -> Result<CheckpointMeta, DecodeError> {
 /// Rebuilds a [`Spool`] from checkpoint chunks handed over one at a time,
 /// in order.
 #[derive(Default)]
-pub struct CheckpointLoader {
+pub(crate) struct CheckpointLoader {
     spool: Option<Spool>,
     meta: Option<CheckpointMeta>,
     chunks: u64,
@@ -584,14 +585,14 @@ pub struct CheckpointLoader {
 }
 
 impl CheckpointLoader {
-    pub fn new() -> CheckpointLoader {
+    pub(crate) fn new() -> CheckpointLoader {
         CheckpointLoader::default()
     }
 
     /// A loader for what is left of a damaged checkpoint: chunks may be
     /// missing, and whatever does not decode is skipped (see
     /// [`CheckpointLoader::finish_lenient`]).
-    pub fn lenient() -> CheckpointLoader {
+    pub(crate) fn lenient() -> CheckpointLoader {
         CheckpointLoader {
             lenient: Some(Vec::new()),
             ..CheckpointLoader::default()
@@ -601,14 +602,14 @@ impl CheckpointLoader {
     /// What a lenient loader made of a damaged checkpoint: the spool (empty
     /// if its first chunk was lost), its meta if known, and what it
     /// skipped.
-    pub fn finish_lenient(mut self) -> (Spool, Option<CheckpointMeta>, Vec<String>) {
+    pub(crate) fn finish_lenient(mut self) -> (Spool, Option<CheckpointMeta>, Vec<String>) {
         let skipped = self.lenient.take().unwrap_or_default();
         let mut spool = self.spool.unwrap_or_default();
         spool.finish_restore();
         (spool, self.meta, skipped)
     }
 
-    pub fn chunk(&mut self, kind: u8, body: &[u8]) -> Result<(), DecodeError> {
+    pub(crate) fn chunk(&mut self, kind: u8, body: &[u8]) -> Result<(), DecodeError> {
         let decoded = self.decode_chunk(kind, body);
         match (&decoded, self.lenient.as_mut()) {
             (Err(e), Some(skipped)) => {
@@ -736,7 +737,7 @@ impl CheckpointLoader {
 
     /// The spool and what the checkpoint said of the journal; an error if
     /// the END chunk never came.
-    pub fn finish(self) -> Result<(Spool, CheckpointMeta), DecodeError> {
+    pub(crate) fn finish(self) -> Result<(Spool, CheckpointMeta), DecodeError> {
         match (self.spool, self.meta, self.ended) {
             (Some(mut spool), Some(meta), true) => {
                 spool.finish_restore();

@@ -3,7 +3,8 @@
 //! LEB128 varints, and a bounds-checked reader that turns a short body into
 //! a [`DecodeError`] instead of a panic.
 
-use super::command::{DecodeError, MessageId};
+use super::command::MessageId;
+use super::record::DecodeError;
 
 pub(crate) fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());

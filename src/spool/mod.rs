@@ -4,7 +4,7 @@
 //! comes in as `now` (or as a record's `at`), so every timing rule (lease
 //! expiry, delays, retention, dedup windows) is tested without sleeping.
 //!
-//! Memory holds only an index per message ([`state::Message`]: times, counts
+//! Memory holds only an index per message (`state::Message`: times, counts
 //! and the location of its journal record); payloads, content types and
 //! stored requests are read back from disk when a consumer needs them.
 //!
@@ -14,16 +14,20 @@
 //! again, behind everything already waiting, so a failing message never
 //! blocks the ones behind it.
 
-pub mod checkpoint;
+pub(crate) mod checkpoint;
 mod codec;
-pub mod command;
-pub mod queue;
-pub mod state;
+pub(crate) mod command;
+pub(crate) mod queue;
+pub(crate) mod record;
+pub(crate) mod state;
 
-pub use checkpoint::{CheckpointLoader, CheckpointMeta, SpoolState};
-pub use command::{Command, EnqueueMeta, FailReason, MessageId, Payload, Record, StoredRequest};
+pub use checkpoint::SpoolState;
+pub(crate) use checkpoint::{CheckpointLoader, CheckpointMeta};
+pub(crate) use command::{Command, EnqueueMeta, Record};
+pub use command::{FailReason, MessageId, Payload, StoredRequest};
 pub use queue::{OnExpire, QueueSettings};
-pub use state::{Applied, Leased, MessageState, MessageView, QueueStats, Spool, SpoolError};
+pub(crate) use state::{Applied, Leased, Spool, SpoolError};
+pub use state::{MessageState, MessageView, QueueStats};
 
 #[cfg(test)]
 mod tests;

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// Suffix of every queue's failure queue.
-pub const FAILED_SUFFIX: &str = ".failed";
-/// Longest queue name the API accepts (spec §2).
-pub const QUEUE_NAME_MAX_BYTES: usize = 128;
+pub(crate) const FAILED_SUFFIX: &str = ".failed";
+/// Longest queue name the API accepts (docs/contract.md §2).
+pub(crate) const QUEUE_NAME_MAX_BYTES: usize = 128;
 
 /// Checks a base queue name: `[A-Za-z0-9_-]{1,128}`.
-pub fn valid_queue_name(name: &str) -> bool {
+pub(crate) fn valid_queue_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= QUEUE_NAME_MAX_BYTES
         && name
@@ -19,8 +19,13 @@ pub fn valid_queue_name(name: &str) -> bool {
 }
 
 /// The name of `queue`'s failure queue.
-pub fn failed_queue_name(queue: &str) -> String {
+pub(crate) fn failed_queue_name(queue: &str) -> String {
     format!("{queue}{FAILED_SUFFIX}")
+}
+
+/// The queue a failure queue belongs to; any other queue is its own.
+pub(crate) fn origin_queue_name(queue: &str) -> &str {
+    queue.strip_suffix(FAILED_SUFFIX).unwrap_or(queue)
 }
 
 /// What retention does to a message that outlives it.
@@ -54,7 +59,7 @@ impl Default for Backoff {
     }
 }
 
-/// Every setting of a queue (spec §2). Serialised as JSON inside
+/// Every setting of a queue (docs/contract.md §2). Serialised as JSON inside
 /// `queue_upsert` records, so a field added later needs a serde default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -110,6 +115,405 @@ impl QueueSettings {
     pub fn is_push(&self) -> bool {
         self.destination.is_some()
     }
+}
+
+/// A setting of a queue, for error messages: each has a TOML name (the
+/// config file) and a JSON name (the API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    LeaseTimeout,
+    MaxRetries,
+    Retention,
+    DedupWindow,
+    Destination,
+    Concurrency,
+    RateLimit,
+    Timeout,
+    BackoffInitial,
+    BackoffMultiplier,
+    BackoffMax,
+    BackoffJitter,
+    Headers,
+    SigningSecret,
+    PermanentFailureStatuses,
+    BreakerFailures,
+    CaFile,
+    ClientCert,
+    ClientKey,
+}
+
+impl Field {
+    /// The key in a `[queues.NAME]` table.
+    pub fn toml_name(self) -> &'static str {
+        match self {
+            Field::LeaseTimeout => "lease_timeout",
+            Field::MaxRetries => "max_retries",
+            Field::Retention => "retention",
+            Field::DedupWindow => "dedup_window",
+            Field::Destination => "destination",
+            Field::Concurrency => "concurrency",
+            Field::RateLimit => "rate_limit",
+            Field::Timeout => "timeout",
+            Field::BackoffInitial => "backoff.initial",
+            Field::BackoffMultiplier => "backoff.multiplier",
+            Field::BackoffMax => "backoff.max",
+            Field::BackoffJitter => "backoff.jitter",
+            Field::Headers => "headers",
+            Field::SigningSecret => "signing_secret",
+            Field::PermanentFailureStatuses => "permanent_failure_statuses",
+            Field::BreakerFailures => "breaker_failures",
+            Field::CaFile => "ca_file",
+            Field::ClientCert => "client_cert",
+            Field::ClientKey => "client_key",
+        }
+    }
+
+    /// The field in a `PUT /v1/queues/{q}` body.
+    pub fn json_name(self) -> &'static str {
+        match self {
+            Field::LeaseTimeout => "leaseTimeoutSeconds",
+            Field::MaxRetries => "maxRetries",
+            Field::Retention => "retentionSeconds",
+            Field::DedupWindow => "dedupWindowSeconds",
+            Field::Destination => "destination",
+            Field::Concurrency => "concurrency",
+            Field::RateLimit => "rateLimit",
+            Field::Timeout => "timeoutSeconds",
+            Field::BackoffInitial => "backoff.initialSeconds",
+            Field::BackoffMultiplier => "backoff.multiplier",
+            Field::BackoffMax => "backoff.maxSeconds",
+            Field::BackoffJitter => "backoff.jitter",
+            Field::Headers => "headers",
+            Field::SigningSecret => "signingSecret",
+            Field::PermanentFailureStatuses => "permanentFailureStatuses",
+            Field::BreakerFailures => "breakerFailures",
+            Field::CaFile => "caFile",
+            Field::ClientCert => "clientCert",
+            Field::ClientKey => "clientKey",
+        }
+    }
+}
+
+/// A setting out of its range (the range is in the problem).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{problem}")]
+pub struct SettingsError {
+    pub field: Field,
+    /// What is wrong and what is allowed, without the field's name.
+    pub problem: String,
+}
+
+/// How a setting is spelled where the error is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    Toml,
+    Json,
+}
+
+impl SettingsError {
+    fn new(field: Field, problem: impl Into<String>) -> SettingsError {
+        SettingsError {
+            field,
+            problem: problem.into(),
+        }
+    }
+
+    /// `name: problem`, the name as `naming` spells it.
+    pub fn describe(&self, naming: Naming) -> String {
+        let name = match naming {
+            Naming::Toml => self.field.toml_name(),
+            Naming::Json => self.field.json_name(),
+        };
+        format!("{name}: {}", self.problem)
+    }
+}
+
+/// The bounds of every number a queue takes, each with why.
+pub(crate) mod limits {
+    const SECOND_MS: u64 = 1_000;
+    const DAY_MS: u64 = 86_400_000;
+    /// A lease may last at most a day (SQS: 12 hours): longer, and a
+    /// crashed consumer holds a message for longer than anyone waits.
+    pub(crate) const LEASE_TIMEOUT_MS: (u64, u64) = (1, DAY_MS);
+    /// SQS allows 1 000 receives before its dead-letter queue.
+    pub(crate) const MAX_RETRIES: u32 = 10_000;
+    /// Retention: a second to ten years.
+    pub(crate) const RETENTION_MS: (u64, u64) = (SECOND_MS, 3_650 * DAY_MS);
+    /// Dedup keys are held in memory for their window: at most 30 days.
+    pub(crate) const DEDUP_WINDOW_MS: u64 = 30 * DAY_MS;
+    /// Requests in flight per push queue.
+    pub(crate) const CONCURRENCY: (u32, u32) = (1, 1024);
+    /// Requests per second: one every 1 000 s to a million a second.
+    pub(crate) const RATE_LIMIT: (f64, f64) = (0.001, 1_000_000.0);
+    /// Per attempt; a worker's lease lasts this plus 5 s.
+    pub(crate) const TIMEOUT_MS: (u64, u64) = (1, 3_600 * SECOND_MS);
+    pub(crate) const BACKOFF_INITIAL_MS: (u64, u64) = (1, DAY_MS);
+    pub(crate) const BACKOFF_MULTIPLIER: (f64, f64) = (1.0, 100.0);
+    pub(crate) const BACKOFF_MAX_MS: u64 = 30 * DAY_MS;
+    /// Static headers: how many, and how long a value.
+    pub(crate) const HEADERS: usize = 64;
+    pub(crate) const HEADER_VALUE_BYTES: usize = 8 << 10;
+    pub(crate) const SIGNING_SECRET_BYTES: usize = 1 << 10;
+    pub(crate) const PERMANENT_STATUSES: usize = 100;
+    pub(crate) const BREAKER_FAILURES: (u32, u32) = (1, 1_000_000);
+    pub(crate) const PATH_BYTES: usize = 4096;
+}
+
+/// Names a push queue may not set as static headers, with why: spoold
+/// computes them, they are hop-by-hop, or they are credentials for a proxy.
+pub(crate) fn static_header_refusal(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    match lower.as_str() {
+        "connection" | "keep-alive" | "proxy-connection" | "te" | "transfer-encoding"
+        | "upgrade" | "trailer" => Some("a hop-by-hop header is never forwarded"),
+        "host" => Some("the host is the destination's"),
+        "content-length" => Some("spoold sets the length of each body"),
+        "proxy-authorization" => Some("credentials for a proxy are never forwarded"),
+        "webhook-id" | "webhook-timestamp" | "webhook-signature" => {
+            Some("spoold signs each attempt itself (signing_secret)")
+        }
+        _ if lower.starts_with("spooler-") => Some("Spooler-* headers are spoold's own"),
+        _ => None,
+    }
+}
+
+/// Whether `name` is an HTTP header name (RFC 9110 token).
+fn header_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+impl QueueSettings {
+    /// Checks every setting against its bounds (`limits`) and shape. The
+    /// one owner of these rules: the config loader, the API and the engine
+    /// all call it.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        use limits::*;
+        let range_ms = |field: Field, v: u64, (lo, hi): (u64, u64)| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(SettingsError::new(
+                    field,
+                    format!(
+                        "{} is out of range: allowed {} to {}",
+                        ms(v),
+                        ms(lo),
+                        ms(hi)
+                    ),
+                ))
+            }
+        };
+        range_ms(Field::LeaseTimeout, self.lease_timeout_ms, LEASE_TIMEOUT_MS)?;
+        if self.max_retries > MAX_RETRIES {
+            return Err(SettingsError::new(
+                Field::MaxRetries,
+                format!(
+                    "{} is out of range: allowed 0 to {MAX_RETRIES}",
+                    self.max_retries
+                ),
+            ));
+        }
+        range_ms(Field::Retention, self.retention_ms, RETENTION_MS)?;
+        range_ms(
+            Field::DedupWindow,
+            self.dedup_window_ms,
+            (0, DEDUP_WINDOW_MS),
+        )?;
+        range_ms(Field::Timeout, self.timeout_ms, TIMEOUT_MS)?;
+        let (lo, hi) = CONCURRENCY;
+        if !(lo..=hi).contains(&self.concurrency) {
+            return Err(SettingsError::new(
+                Field::Concurrency,
+                format!("{} is out of range: allowed {lo} to {hi}", self.concurrency),
+            ));
+        }
+        if let Some(r) = self.rate_limit {
+            let (lo, hi) = RATE_LIMIT;
+            if !(r.is_finite() && (lo..=hi).contains(&r)) {
+                return Err(SettingsError::new(
+                    Field::RateLimit,
+                    format!("{r} is out of range: allowed {lo} to {hi} requests per second"),
+                ));
+            }
+        }
+        let b = &self.backoff;
+        range_ms(Field::BackoffInitial, b.initial_ms, BACKOFF_INITIAL_MS)?;
+        range_ms(Field::BackoffMax, b.max_ms, (b.initial_ms, BACKOFF_MAX_MS))?;
+        let (lo, hi) = BACKOFF_MULTIPLIER;
+        if !(b.multiplier.is_finite() && (lo..=hi).contains(&b.multiplier)) {
+            return Err(SettingsError::new(
+                Field::BackoffMultiplier,
+                format!("{} is out of range: allowed {lo} to {hi}", b.multiplier),
+            ));
+        }
+        if !(b.jitter.is_finite() && (0.0..=1.0).contains(&b.jitter)) {
+            return Err(SettingsError::new(
+                Field::BackoffJitter,
+                format!("{} is out of range: allowed 0 to 1", b.jitter),
+            ));
+        }
+        if self.headers.len() > HEADERS {
+            return Err(SettingsError::new(
+                Field::Headers,
+                format!("{} headers: allowed at most {HEADERS}", self.headers.len()),
+            ));
+        }
+        for (name, value) in &self.headers {
+            if !header_name_ok(name) {
+                return Err(SettingsError::new(
+                    Field::Headers,
+                    format!("{name:?} is not a header name"),
+                ));
+            }
+            if let Some(why) = static_header_refusal(name) {
+                return Err(SettingsError::new(
+                    Field::Headers,
+                    format!("{name} cannot be set: {why}"),
+                ));
+            }
+            if value.len() > HEADER_VALUE_BYTES
+                || value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+            {
+                return Err(SettingsError::new(
+                    Field::Headers,
+                    format!(
+                        "the value of {name} is not a header value (no line breaks, at most {HEADER_VALUE_BYTES} bytes)"
+                    ),
+                ));
+            }
+        }
+        if let Some(secret) = &self.signing_secret {
+            signing_secret_ok(secret).map_err(|p| SettingsError::new(Field::SigningSecret, p))?;
+        }
+        if self.permanent_failure_statuses.len() > PERMANENT_STATUSES
+            || self
+                .permanent_failure_statuses
+                .iter()
+                .any(|s| !(100..=599).contains(s))
+        {
+            return Err(SettingsError::new(
+                Field::PermanentFailureStatuses,
+                format!("HTTP statuses 100 to 599, at most {PERMANENT_STATUSES}"),
+            ));
+        }
+        let (lo, hi) = BREAKER_FAILURES;
+        if !(lo..=hi).contains(&self.breaker_failures) {
+            return Err(SettingsError::new(
+                Field::BreakerFailures,
+                format!(
+                    "{} is out of range: allowed {lo} to {hi}",
+                    self.breaker_failures
+                ),
+            ));
+        }
+        if let Some(dest) = &self.destination {
+            destination_host(dest).map_err(|p| SettingsError::new(Field::Destination, p))?;
+        }
+        for (field, path) in [
+            (Field::CaFile, &self.ca_file),
+            (Field::ClientCert, &self.client_cert),
+            (Field::ClientKey, &self.client_key),
+        ] {
+            if let Some(path) = path
+                && (path.is_empty() || path.len() > PATH_BYTES || path.contains('\0'))
+            {
+                return Err(SettingsError::new(
+                    field,
+                    format!("a file path of 1 to {PATH_BYTES} bytes"),
+                ));
+            }
+        }
+        if self.client_cert.is_some() != self.client_key.is_some() {
+            return Err(SettingsError::new(
+                Field::ClientCert,
+                "client_cert and client_key go together",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A duration for messages: whole seconds where it is one, else ms.
+fn ms(v: u64) -> String {
+    if v.is_multiple_of(1000) {
+        format!("{}s", v / 1000)
+    } else {
+        format!("{v}ms")
+    }
+}
+
+/// A signing secret: one or more (space-separated, for rotation), each
+/// non-empty; `whsec_` ones base64.
+fn signing_secret_ok(secret: &str) -> Result<(), String> {
+    use base64::Engine as _;
+    if secret.trim().is_empty() || secret.len() > limits::SIGNING_SECRET_BYTES {
+        return Err(format!(
+            "1 to {} bytes of secrets, separated by spaces",
+            limits::SIGNING_SECRET_BYTES
+        ));
+    }
+    for one in secret.split_whitespace() {
+        if let Some(b64) = one.strip_prefix("whsec_") {
+            match base64::engine::general_purpose::STANDARD.decode(b64) {
+                Ok(key) if !key.is_empty() => {}
+                _ => return Err("a whsec_ secret is base64 of the key after the prefix".into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The host of a destination URL, after checking its shape: `http` or
+/// `https`, a host, no query string, no fragment, no user info.
+///
+/// The host is the one the HTTP client will connect to, as the URL
+/// standard normalises it (lower case, `http://2130706433` is 127.0.0.1,
+/// IPv6 without brackets, no trailing dot), so that `allowed_destinations`
+/// judges exactly what is dialled.
+pub(crate) fn destination_host(dest: &str) -> Result<String, String> {
+    let bad = |why: &str| Err(format!("{dest:?} is not usable: {why}"));
+    let url = match url::Url::parse(dest) {
+        Ok(url) => url,
+        Err(e) => {
+            return bad(&format!(
+                "{e}; expected http://host[:port][/path] or https://…"
+            ));
+        }
+    };
+    if url.scheme() != "http" && url.scheme() != "https" {
+        return bad("the scheme must be http or https");
+    }
+    if url.query().is_some() || url.fragment().is_some() || dest.contains('?') || dest.contains('#')
+    {
+        return bad("a destination has no query string or fragment");
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return bad("a destination has no user info");
+    }
+    let host = url.host_str().unwrap_or_default();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim_end_matches('.');
+    if host.is_empty() {
+        return bad("it needs a host");
+    }
+    Ok(host.to_ascii_lowercase())
+}
+
+/// Whether `host` matches one of `patterns` (`*.example.com` matches any
+/// subdomain of example.com; anything else matches exactly).
+pub(crate) fn host_allowed(host: &str, patterns: &[String]) -> bool {
+    patterns.iter().any(|p| {
+        let p = p.to_ascii_lowercase();
+        match p.strip_prefix("*.") {
+            Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
+            None => host == p,
+        }
+    })
 }
 
 #[cfg(test)]

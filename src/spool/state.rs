@@ -9,7 +9,7 @@
 //! - Everything else reads the state or makes an in-memory *reservation*
 //!   before a record is appended: a lease, a message marked `pending` while
 //!   its removal is being written, a lease marked `settling` while its ack
-//!   is. Reservations are never journaled; a restart drops them, as the spec
+//!   is. Reservations are never journaled; a restart drops them, as the contract
 //!   says it drops leases.
 
 use std::borrow::Cow;
@@ -37,7 +37,7 @@ pub struct Message {
 
 /// A consumer's (or push worker's) hold on a message. Memory only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease {
+pub(crate) struct Lease {
     pub serial: u64,
     pub expires_at: Millis,
     /// An ack, nack or expiry of this lease is being written.
@@ -52,7 +52,7 @@ pub struct FailInfo {
     pub failed_at: Millis,
 }
 
-/// Monotonic per-queue counters (spec §4 stats).
+/// Monotonic per-queue counters (docs/contract.md §4 stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     pub sent: u64,
@@ -70,7 +70,7 @@ pub struct Counters {
 struct QueueId(u32);
 
 #[derive(Debug)]
-pub struct Queue {
+pub(crate) struct Queue {
     pub name: String,
     pub settings: QueueSettings,
     pub managed_by_config: bool,
@@ -121,16 +121,12 @@ impl Queue {
         }
     }
 
-    pub fn is_failure_queue(&self) -> bool {
+    pub(crate) fn is_failure_queue(&self) -> bool {
         self.parent.is_some()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.messages.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.messages.is_empty()
     }
 
     fn insert(&mut self, id: MessageId, message: Message) {
@@ -204,7 +200,7 @@ fn failure_queue_settings(parent: &QueueSettings) -> QueueSettings {
 
 /// What applying a record did, for the engine's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
+pub(crate) enum Applied {
     Done,
     /// The record referred to a queue or message that is gone.
     Missing,
@@ -214,7 +210,7 @@ pub enum Applied {
 
 /// A message just leased.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Leased {
+pub(crate) struct Leased {
     pub id: MessageId,
     pub serial: u64,
     pub expires_at: Millis,
@@ -249,7 +245,7 @@ impl MessageState {
     }
 }
 
-/// A queue's stats at `now` (spec §4).
+/// A queue's stats at `now` (docs/contract.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueStats {
     pub visible: u64,
@@ -262,7 +258,7 @@ pub struct QueueStats {
 
 /// Why a reservation was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SpoolError {
+pub(crate) enum SpoolError {
     #[error("queue not found")]
     QueueNotFound,
     #[error("message not found")]
@@ -274,7 +270,7 @@ pub enum SpoolError {
 
 /// Every queue and message of the spool.
 #[derive(Debug, Default)]
-pub struct Spool {
+pub(crate) struct Spool {
     names: HashMap<String, QueueId>,
     /// By id: a few entries with small integer keys, looked up for every
     /// record, where a B-tree beats hashing with SipHash.
@@ -297,36 +293,36 @@ pub struct Spool {
 }
 
 impl Spool {
-    pub fn new() -> Spool {
+    pub(crate) fn new() -> Spool {
         Spool {
             next_message_id: 1,
             ..Spool::default()
         }
     }
 
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         self.epoch
     }
 
     /// Sequence number of the last record applied.
-    pub fn applied_seq(&self) -> u64 {
+    pub(crate) fn applied_seq(&self) -> u64 {
         self.applied_seq
     }
 
     /// The latest time any applied record carries.
-    pub fn last_at(&self) -> Millis {
+    pub(crate) fn last_at(&self) -> Millis {
         self.last_at
     }
 
     /// A fresh message id (ids of records that never became durable are
     /// simply skipped).
-    pub fn allocate_id(&mut self) -> MessageId {
+    pub(crate) fn allocate_id(&mut self) -> MessageId {
         let id = MessageId(self.next_message_id);
         self.next_message_id += 1;
         id
     }
 
-    pub fn queue(&self, name: &str) -> Option<&Queue> {
+    pub(crate) fn queue(&self, name: &str) -> Option<&Queue> {
         self.names.get(name).map(|id| &self.queues[id])
     }
 
@@ -336,20 +332,20 @@ impl Spool {
     }
 
     /// Names of every queue (failure queues included), sorted.
-    pub fn queue_names(&self) -> Vec<String> {
+    pub(crate) fn queue_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.names.keys().cloned().collect();
         names.sort();
         names
     }
 
     /// Ids of every message of `queue`, oldest first.
-    pub fn message_ids(&self, queue: &str) -> Option<Vec<MessageId>> {
+    pub(crate) fn message_ids(&self, queue: &str) -> Option<Vec<MessageId>> {
         self.queue(queue)
             .map(|q| q.messages.keys().copied().collect())
     }
 
     /// Total messages in every queue.
-    pub fn message_count(&self) -> usize {
+    pub(crate) fn message_count(&self) -> usize {
         self.queues.values().map(Queue::len).sum()
     }
 
@@ -357,7 +353,7 @@ impl Spool {
     /// where it lies in the journal. Records come one at a time, in
     /// sequence order, with no gaps: anything else is a bug that would make
     /// replay disagree with the live process.
-    pub fn apply(&mut self, record: &Record<'_>, seq: u64, loc: RecordLoc) -> Applied {
+    pub(crate) fn apply(&mut self, record: &Record<'_>, seq: u64, loc: RecordLoc) -> Applied {
         assert_eq!(
             seq,
             self.applied_seq + 1,
@@ -370,12 +366,18 @@ impl Spool {
 
     /// Applies a record of a format-1 journal (whose compacted segments
     /// skip sequence numbers), while upgrading it.
-    pub fn apply_upgrading(&mut self, record: &Record<'_>, seq: u64, loc: RecordLoc) -> Applied {
+    pub(crate) fn apply_upgrading(
+        &mut self,
+        record: &Record<'_>,
+        seq: u64,
+        loc: RecordLoc,
+    ) -> Applied {
         assert!(seq > self.applied_seq, "bug: format-1 records out of order");
         self.applied_seq = seq;
         self.apply_command(record, loc)
     }
 
+    /// The one dispatch from a command to the function that applies it.
     fn apply_command(&mut self, record: &Record<'_>, loc: RecordLoc) -> Applied {
         let at = record.at;
         self.last_at = self.last_at.max(at);
@@ -389,13 +391,7 @@ impl Spool {
                 Applied::Done
             }
             Command::QueueDelete { name } => self.delete_queue(name),
-            Command::QueuePause { name, paused } => match self.queue_mut(name) {
-                Some(q) => {
-                    q.paused = *paused;
-                    Applied::Done
-                }
-                None => Applied::Missing,
-            },
+            Command::QueuePause { name, paused } => self.apply_pause(name, *paused),
             Command::Enqueue(meta) => self.apply_enqueue(meta, at, loc),
             Command::Ack { queue, id } => self.remove(queue, *id, |c| c.acked += 1),
             Command::Expire { queue, id } => self.remove(queue, *id, |c| c.expired += 1),
@@ -405,23 +401,7 @@ impl Spool {
                 id,
                 visible_at,
                 retry_count,
-            } => {
-                let Some(q) = self.queue_mut(queue) else {
-                    return Applied::Missing;
-                };
-                let Some((mut message, failure)) = q.take(*id) else {
-                    return Applied::Missing;
-                };
-                message.visible_at = *visible_at;
-                message.retry_count = *retry_count;
-                message.pending = false;
-                q.insert(*id, message);
-                if let Some(failure) = failure {
-                    q.failures.insert(*id, failure);
-                }
-                q.counters.nacked += 1;
-                Applied::Done
-            }
+            } => self.apply_retry(queue, *id, *visible_at, *retry_count),
             Command::Fail {
                 queue,
                 id,
@@ -429,126 +409,181 @@ impl Spool {
                 last_status,
                 retry_count,
             } => {
-                let Some(&qid) = self.names.get(queue.as_ref()) else {
-                    return Applied::Missing;
+                let info = FailInfo {
+                    reason: *reason,
+                    last_status: *last_status,
+                    failed_at: at,
                 };
-                let q = self.queues.get_mut(&qid).expect("bug: name without queue");
-                let Some(failed_qid) = q.failed else {
-                    return Applied::Missing;
-                };
-                let Some((mut message, _)) = q.take(*id) else {
-                    return Applied::Missing;
-                };
-                let attempts = q.attempts.remove(id);
-                q.counters.failed += 1;
-                message.visible_at = at;
-                message.retention_from = at;
-                message.retry_count = *retry_count;
-                message.pending = false;
-                let fq = self
-                    .queues
-                    .get_mut(&failed_qid)
-                    .expect("bug: failure queue missing");
-                fq.insert(*id, message);
-                if let Some(a) = attempts {
-                    fq.attempts.insert(*id, a);
-                }
-                fq.failures.insert(
-                    *id,
-                    FailInfo {
-                        reason: *reason,
-                        last_status: *last_status,
-                        failed_at: at,
-                    },
-                );
-                Applied::Done
+                self.apply_fail(queue, *id, info, *retry_count)
             }
-            Command::Purge { queue, ids } => match self.queue_mut(queue) {
-                Some(q) => {
-                    let mut gone = Vec::new();
-                    let mut n = 0;
-                    for id in ids {
-                        if let Some((m, _)) = q.take(*id) {
-                            n += 1;
-                            gone.push(m.loc);
-                            gone.extend(q.attempts.remove(id));
-                        }
-                    }
-                    for loc in gone {
-                        self.forget_bytes(loc);
-                    }
-                    Applied::Count(n)
-                }
-                None => Applied::Missing,
-            },
-            Command::Redrive { queue, ids } => {
-                let Some(&qid) = self.names.get(queue.as_ref()) else {
-                    return Applied::Missing;
-                };
-                let Some(failed_qid) = self.queues[&qid].failed else {
-                    return Applied::Missing;
-                };
-                let mut moved = Vec::with_capacity(ids.len());
-                let fq = self
-                    .queues
-                    .get_mut(&failed_qid)
-                    .expect("bug: failure queue missing");
-                for &id in ids {
-                    if let Some((mut message, _)) = fq.take(id) {
-                        message.retry_count = 0;
-                        message.visible_at = at;
-                        message.retention_from = at;
-                        message.pending = false;
-                        moved.push((id, message, fq.attempts.remove(&id)));
-                    }
-                }
-                let q = self.queues.get_mut(&qid).expect("bug: name without queue");
-                let n = moved.len() as u64;
-                for (id, message, attempts) in moved {
-                    q.insert(id, message);
-                    if let Some(a) = attempts {
-                        q.attempts.insert(id, a);
-                    }
-                }
-                Applied::Count(n)
-            }
+            Command::Purge { queue, ids } => self.apply_purge(queue, ids),
+            Command::Redrive { queue, ids } => self.apply_redrive(queue, ids, at),
             Command::Epoch { epoch } => {
                 self.epoch = self.epoch.max(*epoch);
                 Applied::Done
             }
-            Command::Attempt { queue, id, .. } => {
-                let base = queue
-                    .strip_suffix(super::queue::FAILED_SUFFIX)
-                    .unwrap_or(queue);
-                match self.holder_mut(base, *id) {
-                    Some(q) => {
-                        let old = q.attempts.insert(*id, loc);
-                        if let Some(old) = old {
-                            self.forget_bytes(old);
-                        }
-                        self.count_bytes(loc);
-                        Applied::Done
-                    }
-                    None => Applied::Missing,
-                }
-            }
+            Command::Attempt { queue, id, .. } => self.apply_attempt(queue, *id, loc),
             Command::DedupKey {
                 queue,
                 hash,
                 first_at,
                 id,
-            } => {
-                self.next_message_id = self.next_message_id.max(id.0.saturating_add(1));
-                match self.queue_mut(queue) {
-                    Some(q) => {
-                        q.dedup.insert(*hash, (*first_at, *id));
-                        q.dedup_order.push_back((*first_at, *hash));
-                        Applied::Done
-                    }
-                    None => Applied::Missing,
-                }
+            } => self.apply_dedup_key(queue, *hash, *first_at, *id),
+        }
+    }
+
+    fn apply_pause(&mut self, name: &str, paused: bool) -> Applied {
+        match self.queue_mut(name) {
+            Some(q) => {
+                q.paused = paused;
+                Applied::Done
+            }
+            None => Applied::Missing,
+        }
+    }
+
+    /// A message back in line at `visible_at`, with its retry count.
+    fn apply_retry(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        visible_at: Millis,
+        retry_count: u32,
+    ) -> Applied {
+        let Some(q) = self.queue_mut(queue) else {
+            return Applied::Missing;
+        };
+        let Some((mut message, failure)) = q.take(id) else {
+            return Applied::Missing;
+        };
+        message.visible_at = visible_at;
+        message.retry_count = retry_count;
+        message.pending = false;
+        q.insert(id, message);
+        if let Some(failure) = failure {
+            q.failures.insert(id, failure);
+        }
+        q.counters.nacked += 1;
+        Applied::Done
+    }
+
+    /// A message moves to its queue's failure queue, with its attempts.
+    fn apply_fail(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        info: FailInfo,
+        retry_count: u32,
+    ) -> Applied {
+        let Some(&qid) = self.names.get(queue) else {
+            return Applied::Missing;
+        };
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+        let Some(failed_qid) = q.failed else {
+            return Applied::Missing;
+        };
+        let Some((mut message, _)) = q.take(id) else {
+            return Applied::Missing;
+        };
+        let attempts = q.attempts.remove(&id);
+        q.counters.failed += 1;
+        message.visible_at = info.failed_at;
+        message.retention_from = info.failed_at;
+        message.retry_count = retry_count;
+        message.pending = false;
+        let fq = self
+            .queues
+            .get_mut(&failed_qid)
+            .expect("bug: failure queue missing");
+        fq.insert(id, message);
+        if let Some(a) = attempts {
+            fq.attempts.insert(id, a);
+        }
+        fq.failures.insert(id, info);
+        Applied::Done
+    }
+
+    /// Messages of `queue` dropped, whatever their state.
+    fn apply_purge(&mut self, queue: &str, ids: &[MessageId]) -> Applied {
+        let Some(q) = self.queue_mut(queue) else {
+            return Applied::Missing;
+        };
+        let mut gone = Vec::new();
+        let mut n = 0;
+        for id in ids {
+            if let Some((m, _)) = q.take(*id) {
+                n += 1;
+                gone.push(m.loc);
+                gone.extend(q.attempts.remove(id));
             }
         }
+        for loc in gone {
+            self.forget_bytes(loc);
+        }
+        Applied::Count(n)
+    }
+
+    /// Messages of `queue`'s failure queue back in `queue`, as new.
+    fn apply_redrive(&mut self, queue: &str, ids: &[MessageId], at: Millis) -> Applied {
+        let Some(&qid) = self.names.get(queue) else {
+            return Applied::Missing;
+        };
+        let Some(failed_qid) = self.queues[&qid].failed else {
+            return Applied::Missing;
+        };
+        let mut moved = Vec::with_capacity(ids.len());
+        let fq = self
+            .queues
+            .get_mut(&failed_qid)
+            .expect("bug: failure queue missing");
+        for &id in ids {
+            if let Some((mut message, _)) = fq.take(id) {
+                message.retry_count = 0;
+                message.visible_at = at;
+                message.retention_from = at;
+                message.pending = false;
+                moved.push((id, message, fq.attempts.remove(&id)));
+            }
+        }
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+        let n = moved.len() as u64;
+        for (id, message, attempts) in moved {
+            q.insert(id, message);
+            if let Some(a) = attempts {
+                q.attempts.insert(id, a);
+            }
+        }
+        Applied::Count(n)
+    }
+
+    /// A message's attempts (the record at `loc`) replace its older ones.
+    fn apply_attempt(&mut self, queue: &str, id: MessageId, loc: RecordLoc) -> Applied {
+        let base = super::queue::origin_queue_name(queue);
+        let Some(q) = self.holder_mut(base, id) else {
+            return Applied::Missing;
+        };
+        if let Some(old) = q.attempts.insert(id, loc) {
+            self.forget_bytes(old);
+        }
+        self.count_bytes(loc);
+        Applied::Done
+    }
+
+    /// A dedup key kept beyond its message (the message was settled).
+    fn apply_dedup_key(
+        &mut self,
+        queue: &str,
+        hash: u64,
+        first_at: Millis,
+        id: MessageId,
+    ) -> Applied {
+        self.next_message_id = self.next_message_id.max(id.0.saturating_add(1));
+        let Some(q) = self.queue_mut(queue) else {
+            return Applied::Missing;
+        };
+        q.dedup.insert(hash, (first_at, id));
+        q.dedup_order.push_back((first_at, hash));
+        Applied::Done
     }
 
     /// Sets what a checkpoint's BEGIN chunk says (restoring a spool).
@@ -624,13 +659,13 @@ impl Spool {
 
     /// Where the latest attempt record of a message is, if a worker tried
     /// it.
-    pub fn attempts_loc(&self, queue: &str, id: MessageId) -> Option<RecordLoc> {
+    pub(crate) fn attempts_loc(&self, queue: &str, id: MessageId) -> Option<RecordLoc> {
         self.queue(queue)?.attempts.get(&id).copied()
     }
 
     /// Points a message's attempts at their record's new place after
     /// compaction; a no-op if a newer record took over.
-    pub fn relocate_attempts(
+    pub(crate) fn relocate_attempts(
         &mut self,
         base_queue: &str,
         id: MessageId,
@@ -654,7 +689,7 @@ impl Spool {
     }
 
     /// Counts a delivery attempt of a push queue (memory only).
-    pub fn count_delivery(&mut self, queue: &str, ok: bool) {
+    pub(crate) fn count_delivery(&mut self, queue: &str, ok: bool) {
         if let Some(q) = self.queue_mut(queue) {
             q.counters.deliveries += 1;
             if !ok {
@@ -665,18 +700,9 @@ impl Spool {
 
     /// Opens or closes a queue's circuit breaker (memory only): while open,
     /// workers get no leases except an explicit probe.
-    pub fn set_breaker(&mut self, queue: &str, open: bool) {
+    pub(crate) fn set_breaker(&mut self, queue: &str, open: bool) {
         if let Some(q) = self.queue_mut(queue) {
             q.breaker_open = open;
-        }
-    }
-
-    /// Zeroes every queue's counters. Replay calls it: counters count what
-    /// this process did (like Prometheus counters), since compaction drops
-    /// the records older counts came from.
-    pub fn reset_counters(&mut self) {
-        for q in self.queues.values_mut() {
-            q.counters = Counters::default();
         }
     }
 
@@ -714,11 +740,11 @@ impl Spool {
 
     /// Message ids below this were used (they may be gone); start-up raises
     /// it from compacted segments' headers, so no id is ever reused.
-    pub fn raise_next_message_id(&mut self, floor: u64) {
+    pub(crate) fn raise_next_message_id(&mut self, floor: u64) {
         self.next_message_id = self.next_message_id.max(floor);
     }
 
-    pub fn next_message_id(&self) -> u64 {
+    pub(crate) fn next_message_id(&self) -> u64 {
         self.next_message_id
     }
 
@@ -844,18 +870,18 @@ impl Spool {
     }
 
     /// The files (record-location ids) that messages here point into.
-    pub fn referenced_files(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn referenced_files(&self) -> impl Iterator<Item = u32> + '_ {
         self.live_bytes.keys().copied()
     }
 
     /// Bytes of records in file `file` that messages here point at: what
     /// compaction would have to copy out of it.
-    pub fn live_bytes(&self, file: u32) -> u64 {
+    pub(crate) fn live_bytes(&self, file: u32) -> u64 {
         self.live_bytes.get(&file).copied().unwrap_or(0)
     }
 
     /// Finds a message by its base queue (it may sit in the failure queue).
-    pub fn find(&self, base_queue: &str, id: MessageId) -> Option<(&Queue, &Message)> {
+    pub(crate) fn find(&self, base_queue: &str, id: MessageId) -> Option<(&Queue, &Message)> {
         let q = self.queue(base_queue)?;
         if let Some(m) = q.messages.get(&id) {
             return Some((q, m));
@@ -866,7 +892,13 @@ impl Spool {
 
     /// Points a message at its record's new place after compaction moved
     /// it; a no-op if the message is gone or already elsewhere.
-    pub fn relocate(&mut self, base_queue: &str, id: MessageId, from: RecordLoc, to: RecordLoc) {
+    pub(crate) fn relocate(
+        &mut self,
+        base_queue: &str,
+        id: MessageId,
+        from: RecordLoc,
+        to: RecordLoc,
+    ) {
         let Some(m) = self
             .holder_mut(base_queue, id)
             .and_then(|q| q.messages.get_mut(&id))
@@ -897,7 +929,7 @@ impl Spool {
 
     /// The message a dedup key hash points at, if the key is still inside
     /// the queue's window at `now`.
-    pub fn dedup_lookup(&self, queue: &str, hash: u64, now: Millis) -> Option<MessageId> {
+    pub(crate) fn dedup_lookup(&self, queue: &str, hash: u64, now: Millis) -> Option<MessageId> {
         let q = self.queue(queue)?;
         let window = q.settings.dedup_window_ms as i64;
         q.dedup
@@ -908,7 +940,7 @@ impl Spool {
 
     /// Counts a send answered from the dedup window (memory only, like every
     /// counter that no record carries).
-    pub fn count_deduplicated(&mut self, queue: &str) {
+    pub(crate) fn count_deduplicated(&mut self, queue: &str) {
         if let Some(q) = self.queue_mut(queue) {
             q.counters.deduplicated += 1;
         }
@@ -917,7 +949,7 @@ impl Spool {
     /// Leases up to `max` visible messages of `queue`, longest-waiting
     /// first, until `now + duration_ms`. A paused queue hands out nothing;
     /// one whose breaker is open only a `probe`.
-    pub fn lease(
+    pub(crate) fn lease(
         &mut self,
         queue: &str,
         now: Millis,
@@ -989,7 +1021,7 @@ impl Spool {
 
     /// Checks a lease and marks it settling: the caller appends the ack (or
     /// nack) record next. Undo with [`Spool::release`].
-    pub fn reserve_settle(
+    pub(crate) fn reserve_settle(
         &mut self,
         queue: &str,
         id: MessageId,
@@ -1004,7 +1036,7 @@ impl Spool {
     /// Reserves a nack of a valid lease and returns the record to append:
     /// a retry after `delay_ms`, or a move to the failure queue once the
     /// retry count would pass `max_retries`.
-    pub fn reserve_nack(
+    pub(crate) fn reserve_nack(
         &mut self,
         queue: &str,
         id: MessageId,
@@ -1018,7 +1050,7 @@ impl Spool {
     }
 
     /// Extends a valid lease to `now` + the queue's current lease timeout.
-    pub fn renew(
+    pub(crate) fn renew(
         &mut self,
         queue: &str,
         id: MessageId,
@@ -1036,7 +1068,7 @@ impl Spool {
 
     /// Marks a message pending (out of line, its lease stale) while a record
     /// that removes or moves it is written.
-    pub fn reserve_message(&mut self, queue: &str, id: MessageId) -> Result<(), SpoolError> {
+    pub(crate) fn reserve_message(&mut self, queue: &str, id: MessageId) -> Result<(), SpoolError> {
         let q = self.queue_mut(queue).ok_or(SpoolError::QueueNotFound)?;
         let message = q.messages.get_mut(&id).ok_or(SpoolError::MessageNotFound)?;
         if message.pending {
@@ -1051,7 +1083,7 @@ impl Spool {
     }
 
     /// Undoes a reservation whose record could not be written.
-    pub fn release(&mut self, queue: &str, id: MessageId) {
+    pub(crate) fn release(&mut self, queue: &str, id: MessageId) {
         let Some(q) = self.queue_mut(queue) else {
             return;
         };
@@ -1071,7 +1103,7 @@ impl Spool {
     /// is back in line at its old place, retry count unchanged. For a
     /// lease whose payload could not be read (the spool's fault, not the
     /// message's).
-    pub fn return_lease(&mut self, queue: &str, id: MessageId, serial: u64) {
+    pub(crate) fn return_lease(&mut self, queue: &str, id: MessageId, serial: u64) {
         let Some(q) = self.queue_mut(queue) else {
             return;
         };
@@ -1089,7 +1121,8 @@ impl Spool {
 
     /// Drops every lease (a new epoch): their messages are visible at once,
     /// in their old place in line, retry counts unchanged.
-    pub fn drop_leases(&mut self) {
+    #[cfg(test)]
+    pub(crate) fn drop_leases(&mut self) {
         for q in self.queues.values_mut() {
             for (id, _) in q.leases.drain() {
                 let message = q.messages[&id];
@@ -1102,7 +1135,7 @@ impl Spool {
     /// Picks up to `max` messages of `queue`'s failure queue to redrive
     /// (oldest first, or only `ids`), skipping leased and pending ones. With
     /// `reserve`, marks them pending.
-    pub fn redrive_candidates(
+    pub(crate) fn redrive_candidates(
         &mut self,
         queue: &str,
         max: usize,
@@ -1151,7 +1184,7 @@ impl Spool {
     /// Finds what is due at `now` (expired leases, messages past retention),
     /// reserves each and returns the records to append, at most `max`.
     /// Also forgets dedup keys that left their window.
-    pub fn due(&mut self, now: Millis, max: usize) -> Vec<Command<'static>> {
+    pub(crate) fn due(&mut self, now: Millis, max: usize) -> Vec<Command<'static>> {
         let mut out = Vec::new();
         let mut qids: Vec<QueueId> = self.queues.keys().copied().collect();
         qids.sort();
@@ -1212,7 +1245,7 @@ impl Spool {
     /// could have something new. Only deadlines that can be acted on count:
     /// a leased message past its retention waits for its lease to end, and
     /// one being removed or moved (pending) for its record.
-    pub fn next_deadline(&self, now: Millis) -> Option<Millis> {
+    pub(crate) fn next_deadline(&self, now: Millis) -> Option<Millis> {
         self.queues
             .values()
             .flat_map(|q| {
@@ -1238,7 +1271,7 @@ impl Spool {
     }
 
     /// When the next delayed message of `queue` becomes visible.
-    pub fn next_visible_at(&self, queue: &str, now: Millis) -> Option<Millis> {
+    pub(crate) fn next_visible_at(&self, queue: &str, now: Millis) -> Option<Millis> {
         let q = self.queue(queue)?;
         q.ready
             .range((now + 1, MessageId(0))..)
@@ -1246,7 +1279,7 @@ impl Spool {
             .map(|&(t, _)| t)
     }
 
-    pub fn stats(&self, queue: &str, now: Millis) -> Option<QueueStats> {
+    pub(crate) fn stats(&self, queue: &str, now: Millis) -> Option<QueueStats> {
         let q = self.queue(queue)?;
         let delayed = q.ready.range((now + 1, MessageId(0))..).count() as u64;
         let oldest = q
@@ -1281,7 +1314,7 @@ impl Spool {
     }
 
     /// Up to `limit` messages after `after`, oldest first, without leasing.
-    pub fn peek(
+    pub(crate) fn peek(
         &self,
         queue: &str,
         after: Option<MessageId>,
@@ -1300,14 +1333,19 @@ impl Spool {
             .collect())
     }
 
-    pub fn get(&self, queue: &str, id: MessageId, now: Millis) -> Result<MessageView, SpoolError> {
+    pub(crate) fn get(
+        &self,
+        queue: &str,
+        id: MessageId,
+        now: Millis,
+    ) -> Result<MessageView, SpoolError> {
         let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
         let m = q.messages.get(&id).ok_or(SpoolError::MessageNotFound)?;
         Ok(Spool::view(q, id, m, now))
     }
 
     /// Every message of every queue, for checks in tests and tools.
-    pub fn all_messages(&self) -> Vec<(String, MessageId, Message)> {
+    pub(crate) fn all_messages(&self) -> Vec<(String, MessageId, Message)> {
         let mut out: Vec<_> = self
             .queues
             .values()

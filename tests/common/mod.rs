@@ -1,16 +1,18 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod api;
 pub mod process;
+pub mod server;
 pub mod sink;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use spoold::engine::{Engine, EngineOptions, SendRequest};
-use spoold::journal::JournalError;
-use spoold::journal::sim::SimStorage;
 use spoold::spool::{Payload, QueueSettings};
+use spoold::testing::JournalError;
+use spoold::testing::SimStorage;
 use spoold::time::ManualClock;
 
 pub const START_MS: i64 = 1_800_000_000_000;
@@ -32,6 +34,7 @@ pub fn sim_options(sim: &SimStorage, clock: &ManualClock) -> EngineOptions {
         preallocate: false,
         max_bytes: u64::MAX,
         quarantine_corruption: false,
+        policy: Default::default(),
     }
 }
 
@@ -52,33 +55,35 @@ pub fn body(text: &str) -> SendRequest {
 
 pub async fn make_queue(engine: &Engine, name: &str, settings: QueueSettings) {
     engine
-        .upsert_queue(name, settings, false)
+        .upsert_queue(name, settings, spoold::engine::Origin::Api)
         .await
         .expect("create queue");
 }
 
-/// Starts the server in this process on 127.0.0.1:0 with its spool in
-/// `dir`; `toml` follows the `listen` line (more `[server]` keys, then
-/// tables). Returns once `/readyz` answers 200.
-pub async fn serve_in_process(
-    dir: &std::path::Path,
-    toml: &str,
-) -> (spoold::serve::Running, String) {
-    let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{toml}\n");
-    let mut config = spoold::config::Config::parse(&text).unwrap();
-    config.spool.dir = dir.to_path_buf();
-    config.spool.segment_bytes = 1 << 20;
-    let running = spoold::serve::start(config, None).await.unwrap();
-    let base = format!("http://{}", running.addr);
-    spoold::delivery::client::install_crypto_provider();
-    let client = reqwest::Client::new();
-    while !client
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
+/// Polls `check` until it gives a value (every 20 ms, at most `timeout`):
+/// how a test waits for something to happen instead of sleeping.
+pub async fn eventually<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    (running, base)
+}
+
+/// Waits (at most 30 s) until `check` holds.
+pub async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    eventually(what, std::time::Duration::from_secs(30), async || {
+        check().await.then_some(())
+    })
+    .await
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::{Client, StatusCode};
@@ -11,10 +12,65 @@ use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_spoold");
 
+/// The binary under test: this build's, or another named by
+/// `SPOOLD_TEST_BIN` (to show a regression test fails on an older release).
+pub fn bin() -> PathBuf {
+    std::env::var_os("SPOOLD_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(BIN))
+}
+
 /// A spoold process; killed if a failing test leaves it behind.
 pub struct Spoold {
     pub child: Child,
     pub base: String,
+    /// Everything the process wrote to stderr (its log) so far.
+    pub log: Arc<Mutex<String>>,
+    /// The thread that reads the log; done once the process has exited.
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Spoold {
+    /// A client for this process (without an API key).
+    pub fn api(&self) -> super::api::Api {
+        super::api::Api::new(self.base.clone(), None)
+    }
+
+    /// The log written so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Sends a signal (`"-TERM"`, `"-INT"`) to the process.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {sig}");
+    }
+
+    /// Waits (at most 30 s) for the process to exit; its exit code. The
+    /// whole log is in [`Spoold::log`] once this returns.
+    pub fn wait_exit(&mut self) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                if let Some(reader) = self.reader.take() {
+                    reader.join().unwrap();
+                }
+                return status.code().unwrap_or(-1);
+            }
+            assert!(Instant::now() < deadline, "spoold did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, then waits for the exit; its exit code.
+    pub fn stop(&mut self) -> i32 {
+        self.signal("-TERM");
+        self.wait_exit()
+    }
 }
 
 impl Drop for Spoold {
@@ -39,14 +95,23 @@ pub async fn start_with(dir: &Path, server_keys: &str, tables: &str) -> Spoold {
 /// Like [`start_with`], with the `[spool]` keys (but `dir`) given too.
 pub async fn start_config(dir: &Path, server_keys: &str, spool_keys: &str, tables: &str) -> Spoold {
     let config = write_config(dir, server_keys, spool_keys, tables);
-    start_command(Command::new(BIN).args(["run", "--config"]).arg(&config)).await
+    start_command(Command::new(bin()).args(["run", "--config"]).arg(&config)).await
+}
+
+/// Starts the binary with `args` in the working directory `cwd` and returns
+/// once it is ready.
+pub async fn start_in(cwd: &Path, args: &[&str]) -> Spoold {
+    start_command(Command::new(bin()).args(args).current_dir(cwd)).await
 }
 
 /// Starts `command` (a `spoold run`, with its environment) and returns once
-/// the process is ready.
+/// the process is ready. Logs at `info` unless the command sets
+/// `SPOOLD_LOG`.
 pub async fn start_command(command: &mut Command) -> Spoold {
+    if !command.get_envs().any(|(name, _)| name == "SPOOLD_LOG") {
+        command.env("SPOOLD_LOG", "info");
+    }
     let mut child = command
-        .env("SPOOLD_LOG", "info")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -54,8 +119,14 @@ pub async fn start_command(command: &mut Command) -> Spoold {
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let log = Arc::new(Mutex::new(String::new()));
+    let sink = log.clone();
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut log = sink.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+            drop(log);
             if let Some(rest) = line.split("addr=").nth(1) {
                 let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
                 let _ = tx.send(addr);
@@ -69,6 +140,8 @@ pub async fn start_command(command: &mut Command) -> Spoold {
     let spoold = Spoold {
         child,
         base: format!("http://{addr}"),
+        log,
+        reader: Some(reader),
     };
     let client = client();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -100,7 +173,7 @@ pub fn write_config(dir: &Path, server_keys: &str, spool_keys: &str, tables: &st
 
 /// An HTTP client for talking to spoold (the crypto provider installed).
 pub fn client() -> Client {
-    spoold::delivery::client::install_crypto_provider();
+    spoold::testing::install_crypto_provider();
     Client::new()
 }
 

@@ -1,0 +1,94 @@
+# Shell helpers shared by bench/run.sh and bench/formats.sh (sourced).
+#
+# Every spoold a script starts gets a fresh directory under $work, listens
+# on $PORT, and is stopped by the script's exit trap.
+
+# install_missing TOOL=PACKAGE...: apt-installs the packages of the tools
+# that are not on PATH.
+install_missing() {
+  local need=() pair
+  for pair in "$@"; do
+    command -v "${pair%%=*}" >/dev/null || need+=("${pair#*=}")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+}
+
+# write_config DIR FSYNC: DIR/spoold.toml with a pull queue `bench` and a
+# push queue `hooks` (destination 127.0.0.1:$SINK_PORT, concurrency 64).
+write_config() {
+  local dir=$1 fsync=$2
+  mkdir -p "$dir"
+  cat >"$dir/spoold.toml" <<TOML
+[server]
+listen = "127.0.0.1:$PORT"
+[spool]
+dir = "$dir/spool"
+fsync = $fsync
+max_bytes = "64GiB"
+[log]
+level = "info"
+[queues.bench]
+[queues.hooks]
+destination = "http://127.0.0.1:${SINK_PORT:-9}/in"
+concurrency = 64
+TOML
+}
+
+# wait_ready PID LOG: until spoold answers /readyz (or the process died).
+wait_ready() {
+  local pid=$1 log=$2
+  for _ in $(seq 1 2400); do
+    curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; return 1; }
+    sleep 0.05
+  done
+  echo "spoold never became ready" >&2
+  return 1
+}
+
+# run_spoold BIN DIR [WRAPPER...]: starts BIN on DIR's config (as it is, a
+# spool already there is replayed); sets $spoold_pid; waits until ready.
+# The environment of the caller applies (e.g. GLIBC_TUNABLES).
+spoold_pid=""
+pids=()
+run_spoold() {
+  local bin=$1 dir=$2; shift 2
+  "$@" "$bin" run --config "$dir/spoold.toml" 2>>"$dir/log" &
+  spoold_pid=$!
+  pids+=("$spoold_pid")
+  wait_ready "$spoold_pid" "$dir/log"
+}
+
+# stop_spoold: SIGTERM to the spoold of this script (under a wrapper such
+# as strace, $spoold_pid is the wrapper, which would only detach).
+stop_spoold() {
+  pkill -TERM -f -- "--config $work/.*/spoold.toml" 2>/dev/null || true
+  wait "$spoold_pid" 2>/dev/null || true
+  spoold_pid=""
+}
+
+# the_spoold_pid: the pid of spoold itself (not of a wrapper).
+the_spoold_pid() { pgrep -f -- "--config $work/.*/spoold.toml" | tail -1; }
+
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+
+# cpu_ticks PID: user + system CPU time in clock ticks (1/100 s).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# field KEY LINE: the value of KEY=value in LINE (colour codes stripped).
+field() {
+  sed 's/\x1b\[[0-9;]*m//g' <<<" $2" | sed -n "s/.*[ ^]$1=\([^ ]*\).*/\1/p"
+}
+
+# median N...: the lower middle of the numbers.
+median() {
+  printf '%s\n' "$@" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
+}
+
+kill_all() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}

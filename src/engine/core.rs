@@ -1,0 +1,122 @@
+//! The engine's mutable state behind its one lock: the state machine, the
+//! reservations and waiters that live beside it, and what compaction knows
+//! of the files on disk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Notify, watch};
+
+use super::sink::SendReply;
+use crate::spool::queue::failed_queue_name;
+use crate::spool::{Command, MessageId, Record, Spool};
+use crate::time::Millis;
+
+/// The mutable state, behind one mutex shared by handlers and the sink.
+pub(super) struct Core {
+    pub spool: Spool,
+    /// The last `now` handed out: time never runs backwards for the spool,
+    /// even if the wall clock does.
+    pub last_now: Millis,
+    /// Sends with a dedup key whose first send is still being written:
+    /// later sends with the same key wait here and answer as it does.
+    pub pending_dedup: HashMap<(String, u64), Vec<SendReply>>,
+    notifies: HashMap<String, Arc<Notify>>,
+    /// What compaction needs to know of each log segment and pack, by the
+    /// file id of a [`crate::journal::RecordLoc`]. A log segment appears
+    /// once its first record is applied, so every segment below the
+    /// highest one listed is fully applied.
+    pub files: BTreeMap<u32, FileMeta>,
+    /// The checkpoint on disk: (sequence number, bytes).
+    pub checkpoint: Option<(u64, u64)>,
+    /// The next pack's id.
+    pub next_pack_id: u64,
+    /// Nominal size of a new (preallocated) segment.
+    pub segment_bytes: u64,
+}
+
+/// Compaction's view of one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FileMeta {
+    pub bytes: u64,
+}
+
+impl Core {
+    pub(super) fn new(spool: Spool, last_now: Millis, segment_bytes: u64) -> Core {
+        Core {
+            spool,
+            last_now,
+            pending_dedup: HashMap::new(),
+            notifies: HashMap::new(),
+            files: BTreeMap::new(),
+            checkpoint: None,
+            next_pack_id: 1,
+            segment_bytes,
+        }
+    }
+
+    /// The notifier long-polling receivers of `queue` wait on.
+    pub(super) fn notify_for(&mut self, queue: &str) -> Arc<Notify> {
+        if let Some(n) = self.notifies.get(queue) {
+            return n.clone();
+        }
+        self.notifies.entry(queue.to_owned()).or_default().clone()
+    }
+
+    /// Wakes one receiver of `queue`: one message became visible (or will at
+    /// a new time), so one receiver has something to do; waking them all
+    /// would send every idle push worker to the lock for nothing. A woken
+    /// receiver that goes away passes the wake-up on (tokio's `Notify`).
+    pub(super) fn wake_one(&self, queue: &str) {
+        if let Some(n) = self.notifies.get(queue) {
+            n.notify_one();
+        }
+    }
+
+    /// Wakes every receiver of `queue`: many messages became visible.
+    pub(super) fn wake_all(&self, queue: &str) {
+        if let Some(n) = self.notifies.get(queue) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Undoes what the engine reserved before appending `record`.
+    pub(super) fn release(&mut self, record: &Record<'_>) {
+        match &record.command {
+            Command::Ack { queue, id }
+            | Command::Retry { queue, id, .. }
+            | Command::Fail { queue, id, .. }
+            | Command::Expire { queue, id }
+            | Command::Cancel { queue, id } => {
+                self.spool.release(queue, *id);
+                self.wake_one(queue);
+            }
+            Command::Redrive { queue, ids } => {
+                let failed = failed_queue_name(queue);
+                for id in ids {
+                    self.spool.release(&failed, *id);
+                }
+                self.wake_all(&failed);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// State shared by the engine handle and the sink.
+pub(super) struct Shared {
+    pub core: Mutex<Core>,
+    /// Flips to true when an fsync failed; `main` exits non-zero on it.
+    pub poisoned: watch::Sender<bool>,
+    /// Every message as it arrives in a queue (sent, failed into a failure
+    /// queue, redriven), for `tail`. Slow subscribers miss events rather than
+    /// hold memory.
+    pub arrivals: tokio::sync::broadcast::Sender<Arrival>,
+}
+
+/// A message that just arrived in `queue`.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub queue: String,
+    pub id: MessageId,
+}

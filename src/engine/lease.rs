@@ -1,0 +1,246 @@
+//! Leases: receives (a pull consumer's or a delivery worker's), and acks,
+//! nacks and renewals of the leases they hand out. Leases live in memory
+//! only; a restart drops them.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::error::{LeaseError, ReadError, SettleError};
+use super::token::LeaseToken;
+use super::{Delivery, Engine, RECEIVE_BATCH_MAX};
+use crate::journal::storage::StorageFile;
+use crate::journal::{JournalError, RecordLoc};
+use crate::spool::record::decode_payload;
+use crate::spool::{Command, Leased, MessageState, MessageView, Payload, SpoolError};
+use crate::time::Millis;
+
+/// How much longer than its request timeout a delivery worker's lease lasts.
+const WORKER_LEASE_SLACK_MS: u64 = 5_000;
+
+/// Who leases: a pull consumer, or a push queue's delivery worker.
+#[derive(Debug, Clone, Copy)]
+enum Consumer {
+    Pull,
+    Worker { probe: bool },
+}
+
+/// A file's handle taken under the core lock (or why it could not be
+/// opened).
+pub(super) type PinnedFile = Result<Arc<dyn StorageFile>, JournalError>;
+
+impl Engine {
+    /// Leases up to `max` messages of a pull queue, waiting up to `wait` for
+    /// the first one.
+    pub async fn receive(
+        &self,
+        queue: &str,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Delivery>, LeaseError> {
+        self.lease_inner(queue, max, wait, Consumer::Pull).await
+    }
+
+    /// Leases one message of a push queue for a delivery worker, for the
+    /// queue's `timeout` + 5 s, waiting up to `wait`. With `probe`, an open
+    /// circuit breaker does not stop it (the breaker's probe).
+    pub async fn lease_for_delivery(
+        &self,
+        queue: &str,
+        wait: Duration,
+        probe: bool,
+    ) -> Result<Option<Delivery>, LeaseError> {
+        let mut got = self
+            .lease_inner(queue, 1, wait, Consumer::Worker { probe })
+            .await?;
+        Ok(got.pop())
+    }
+
+    async fn lease_inner(
+        &self,
+        queue: &str,
+        max: usize,
+        wait: Duration,
+        consumer: Consumer,
+    ) -> Result<Vec<Delivery>, LeaseError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let max = max.clamp(1, RECEIVE_BATCH_MAX);
+        let not_found = || LeaseError::QueueNotFound {
+            queue: queue.to_owned(),
+        };
+        loop {
+            let notify = self.core().notify_for(queue);
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (leased, next_visible) = {
+                let mut core = self.core();
+                let now = self.now(&mut core);
+                let q = core.spool.queue(queue).ok_or_else(not_found)?;
+                let (lease_ms, probe) = match consumer {
+                    Consumer::Pull if q.settings.is_push() => {
+                        return Err(LeaseError::NotPullQueue {
+                            queue: queue.to_owned(),
+                        });
+                    }
+                    Consumer::Pull => (q.settings.lease_timeout_ms, false),
+                    Consumer::Worker { .. } if !q.settings.is_push() => {
+                        return Err(LeaseError::NotPushQueue {
+                            queue: queue.to_owned(),
+                        });
+                    }
+                    // The worker's lease outlasts its request, so it cannot
+                    // lapse mid-request (docs/contract.md §3).
+                    Consumer::Worker { probe } => {
+                        (q.settings.timeout_ms + WORKER_LEASE_SLACK_MS, probe)
+                    }
+                };
+                let leased = core
+                    .spool
+                    .lease(queue, now, lease_ms, max, probe)
+                    .map_err(|_| not_found())?;
+                // Take each record's file under the lock: compaction swaps
+                // files and locations under it too.
+                let pinned: Vec<_> = leased
+                    .into_iter()
+                    .map(|l| (l, self.inner.reader.file(l.message.loc.file)))
+                    .collect();
+                let next = core.spool.next_visible_at(queue, now).map(|t| t - now);
+                (pinned, next)
+            };
+            if !leased.is_empty() {
+                return Ok(self.deliveries(queue, leased));
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let mut until = deadline;
+            if let Some(ms) = next_visible {
+                until = until.min(now + Duration::from_millis(ms.max(1) as u64));
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+
+    fn deliveries(&self, queue: &str, leased: Vec<(Leased, PinnedFile)>) -> Vec<Delivery> {
+        leased
+            .into_iter()
+            .filter_map(|(l, file)| match self.read_pinned(file, l.message.loc) {
+                Ok(payload) => Some(Delivery {
+                    id: l.id,
+                    token: self.inner.tokens.encode(LeaseToken {
+                        epoch: self.inner.epoch,
+                        id: l.id,
+                        serial: l.serial,
+                    }),
+                    expires_at: l.expires_at,
+                    retry_count: l.message.retry_count,
+                    enqueued_at: l.message.enqueued_at,
+                    payload,
+                    view: MessageView {
+                        id: l.id,
+                        state: MessageState::Leased,
+                        message: l.message,
+                        failure: l.failure,
+                    },
+                }),
+                Err(e) => {
+                    // The spool's fault, not the message's: back in line
+                    // at once with its retry count unchanged. Damage that
+                    // happened after replay takes the process down, so
+                    // that replay (and `on_corruption`) decides.
+                    tracing::error!(queue, error = %e, "cannot read a leased message's record");
+                    self.core().spool.return_lease(queue, l.id, l.serial);
+                    if matches!(e, ReadError(JournalError::Corrupt { .. })) {
+                        self.fatal(format!("a stored record is damaged: {e}"));
+                    }
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Reads a payload through a handle taken under the core lock.
+    pub(super) fn read_pinned(
+        &self,
+        file: PinnedFile,
+        loc: RecordLoc,
+    ) -> Result<Payload, ReadError> {
+        let body = self.inner.reader.read_body_from(&file?, loc)?;
+        decode_payload(&body).map_err(|e| {
+            ReadError(JournalError::BadRecord {
+                file: self
+                    .inner
+                    .dir
+                    .join(crate::journal::format::FileId::from_loc(loc.file).file_name()),
+                offset: u64::from(loc.offset),
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    /// The lease a token names, if this process issued it.
+    pub(super) fn lease_of(&self, token: &str) -> Result<LeaseToken, SettleError> {
+        let lease = self
+            .inner
+            .tokens
+            .decode(token)
+            .ok_or(SettleError::BadToken)?;
+        if lease.epoch != self.inner.epoch {
+            return Err(SettleError::StaleLease);
+        }
+        Ok(lease)
+    }
+
+    /// Acks a lease: `Ok` once the removal is durable.
+    pub async fn ack(&self, queue: &str, token: &str) -> Result<(), SettleError> {
+        let lease = self.lease_of(token)?;
+        self.write_done(|core, now| {
+            core.spool
+                .reserve_settle(queue, lease.id, lease.serial, now)
+                .map_err(|e| settle_error(queue, e))?;
+            Ok(Command::Ack {
+                queue: Cow::Owned(queue.to_owned()),
+                id: lease.id,
+            })
+        })
+        .await
+    }
+
+    /// Nacks a lease: visible again after `delay_ms`, or to the failure queue
+    /// once past `max_retries`.
+    pub async fn nack(&self, queue: &str, token: &str, delay_ms: u64) -> Result<(), SettleError> {
+        let lease = self.lease_of(token)?;
+        self.write_done(|core, now| {
+            core.spool
+                .reserve_nack(queue, lease.id, lease.serial, now, delay_ms)
+                .map_err(|e| settle_error(queue, e))
+        })
+        .await
+    }
+
+    /// Extends a lease to now + the queue's current lease timeout. Memory
+    /// only: a restart drops leases anyway.
+    pub fn renew(&self, queue: &str, token: &str) -> Result<Millis, SettleError> {
+        let lease = self.lease_of(token)?;
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        core.spool
+            .renew(queue, lease.id, lease.serial, now)
+            .map_err(|e| settle_error(queue, e))
+    }
+}
+
+/// A reservation of a lease refused by the state machine.
+pub(super) fn settle_error(queue: &str, e: SpoolError) -> SettleError {
+    match e {
+        SpoolError::QueueNotFound => SettleError::QueueNotFound {
+            queue: queue.to_owned(),
+        },
+        SpoolError::MessageNotFound | SpoolError::StaleLease => SettleError::StaleLease,
+    }
+}

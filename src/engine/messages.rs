@@ -1,0 +1,73 @@
+//! One message at a time: peek, get, its payload, cancel.
+
+use std::borrow::Cow;
+
+use super::Engine;
+use super::error::MessageError;
+use crate::spool::queue::origin_queue_name;
+use crate::spool::{Command, MessageId, MessageView, Payload, SpoolError};
+
+impl Engine {
+    /// Up to `limit` messages of `queue` after `after`, oldest first,
+    /// without leasing.
+    pub fn peek(
+        &self,
+        queue: &str,
+        after: Option<MessageId>,
+        limit: usize,
+    ) -> Result<Vec<MessageView>, MessageError> {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        core.spool
+            .peek(queue, after, limit, now)
+            .map_err(|e| self.message_error(queue, MessageId(0), e))
+    }
+
+    pub fn get(&self, queue: &str, id: MessageId) -> Result<MessageView, MessageError> {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        core.spool
+            .get(queue, id, now)
+            .map_err(|e| self.message_error(queue, id, e))
+    }
+
+    /// Reads the stored payload of a message that is here now.
+    pub fn payload(&self, queue: &str, id: MessageId) -> Result<Payload, MessageError> {
+        let (file, loc) = {
+            let core = self.core();
+            let base = origin_queue_name(queue);
+            let (_, m) = core
+                .spool
+                .find(base, id)
+                .ok_or_else(|| self.message_error(queue, id, SpoolError::MessageNotFound))?;
+            (self.inner.reader.file(m.loc.file), m.loc)
+        };
+        Ok(self.read_pinned(file, loc)?)
+    }
+
+    /// Cancels one message; a live lease on it becomes stale.
+    pub async fn cancel(&self, queue: &str, id: MessageId) -> Result<(), MessageError> {
+        self.write_done(|core, _| {
+            core.spool
+                .reserve_message(queue, id)
+                .map_err(|e| self.message_error(queue, id, e))?;
+            Ok(Command::Cancel {
+                queue: Cow::Owned(queue.to_owned()),
+                id,
+            })
+        })
+        .await
+    }
+
+    fn message_error(&self, queue: &str, id: MessageId, e: SpoolError) -> MessageError {
+        match e {
+            SpoolError::QueueNotFound => MessageError::QueueNotFound {
+                queue: queue.to_owned(),
+            },
+            SpoolError::MessageNotFound | SpoolError::StaleLease => MessageError::MessageNotFound {
+                queue: queue.to_owned(),
+                id: self.inner.tokens.format_id(id),
+            },
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The rules a queue must follow beyond each setting's own bounds
+//! ([`QueueSettings::validate`]): its name, the server's policy on
+//! destinations, who may name files on the local disk, and which changes
+//! the config file owns. The engine applies them to every change, whoever
+//! asks ([`Engine::upsert_queue`]); the config loader applies the same
+//! function at load time, so `spoold check-config` refuses exactly what
+//! `spoold run` would.
+//!
+//! [`Engine::upsert_queue`]: super::Engine::upsert_queue
+
+use std::path::Path;
+
+use crate::spool::queue::{
+    Field, QueueSettings, SettingsError, destination_host, host_allowed, valid_queue_name,
+};
+
+/// Who asks for a queue change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The config file (at start-up): it owns the queues it names.
+    Config,
+    /// The HTTP API (an operator or an application).
+    Api,
+}
+
+/// What the server's configuration allows any queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Host patterns a destination must match (`*.example.com`); `None`:
+    /// any host.
+    pub allowed_destinations: Option<Vec<String>>,
+}
+
+/// Largest TLS file (a CA bundle, a certificate, a key) spoold reads.
+pub(crate) const TLS_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// Why a queue change is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueRuleError {
+    #[error("invalid queue name {name:?}: use 1 to 128 of [A-Za-z0-9_-]")]
+    Name { name: String },
+    /// A setting out of its bounds.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// `server.allowed_destinations` does not match the destination.
+    #[error("destination host {host} is not in server.allowed_destinations")]
+    DestinationNotAllowed { host: String },
+    /// Files on the local disk are named in the config file only: over
+    /// the API a caller could make spoold read any path (a FIFO, a
+    /// device) and learn from the answer whether it exists.
+    #[error("{} can be set only in the config file", .field.json_name())]
+    FileOverApi { field: Field },
+    /// A TLS file that is not a readable regular file of at most
+    /// [`TLS_FILE_BYTES_MAX`].
+    #[error("{}: {problem}", .field.toml_name())]
+    File { field: Field, problem: String },
+}
+
+/// Checks a queue change against every rule.
+pub(crate) fn check(
+    name: &str,
+    settings: &QueueSettings,
+    origin: Origin,
+    policy: &Policy,
+) -> Result<(), QueueRuleError> {
+    if !valid_queue_name(name) {
+        return Err(QueueRuleError::Name {
+            name: name.to_string(),
+        });
+    }
+    settings.validate()?;
+    if let (Some(dest), Some(allowed)) = (&settings.destination, &policy.allowed_destinations) {
+        let host = destination_host(dest).map_err(|problem| SettingsError {
+            field: Field::Destination,
+            problem,
+        })?;
+        if !host_allowed(&host, allowed) {
+            return Err(QueueRuleError::DestinationNotAllowed { host });
+        }
+    }
+    for (field, path) in [
+        (Field::CaFile, &settings.ca_file),
+        (Field::ClientCert, &settings.client_cert),
+        (Field::ClientKey, &settings.client_key),
+    ] {
+        let Some(path) = path else { continue };
+        match origin {
+            Origin::Api => return Err(QueueRuleError::FileOverApi { field }),
+            Origin::Config => tls_file(Path::new(path))
+                .map_err(|problem| QueueRuleError::File { field, problem })?,
+        }
+    }
+    Ok(())
+}
+
+/// A TLS file must be a regular file (not a FIFO, a device, a directory)
+/// of at most [`TLS_FILE_BYTES_MAX`].
+pub(crate) fn tls_file(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.len() > TLS_FILE_BYTES_MAX {
+        return Err(format!(
+            "{} has {} bytes: allowed at most {TLS_FILE_BYTES_MAX}",
+            path.display(),
+            meta.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a TLS file after checking it as [`tls_file`] does, never more
+/// than [`TLS_FILE_BYTES_MAX`] bytes.
+pub(crate) fn read_tls_file(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    tls_file(path)?;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(TLS_FILE_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > TLS_FILE_BYTES_MAX {
+        return Err(format!(
+            "{} grew past {TLS_FILE_BYTES_MAX} bytes",
+            path.display()
+        ));
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,74 @@
+//! The timer: expired leases and retention turned into records.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::Engine;
+use super::sink::Reply;
+use crate::spool::Record;
+
+/// Most records the timer writes per tick, so one tick never holds the core
+/// lock for long; the rest waits for the next tick.
+const DUE_RECORDS_PER_TICK_MAX: usize = 4096;
+/// Longest the timer sleeps when nothing is due.
+const TIMER_IDLE_MAX: Duration = Duration::from_secs(1);
+
+impl Engine {
+    /// Turns everything due now (expired leases, retention) into records
+    /// and waits until they are durable and applied. Returns how many
+    /// records it wrote.
+    pub async fn run_due(&self) -> usize {
+        let mut waiting = Vec::new();
+        {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            for command in core.spool.due(now, DUE_RECORDS_PER_TICK_MAX) {
+                let record = Record { at: now, command };
+                let undo = record.clone();
+                let (tx, rx) = oneshot::channel();
+                match self.append(&core, record, None, Reply::Done(tx)) {
+                    Ok(()) => waiting.push(rx),
+                    Err(_) => core.release(&undo),
+                }
+            }
+        }
+        let mut written = 0;
+        for rx in waiting {
+            if let Ok(Ok(())) = rx.await {
+                written += 1;
+            }
+        }
+        written
+    }
+
+    /// Runs [`Engine::run_due`] until the engine is dropped everywhere else
+    /// (or can write no more).
+    pub fn spawn_timer(&self) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                let Some(inner) = weak.upgrade() else { return };
+                let engine = Engine { inner };
+                if engine.is_poisoned() || engine.inner.journal.is_closed() {
+                    // Nothing due can be written any more.
+                    return;
+                }
+                let written = engine.run_due().await;
+                let sleep = if written >= DUE_RECORDS_PER_TICK_MAX {
+                    Duration::from_millis(1)
+                } else {
+                    let mut core = engine.core();
+                    let now = engine.now(&mut core);
+                    core.spool
+                        .next_deadline(now)
+                        .map(|t| Duration::from_millis((t - now).clamp(1, 1000) as u64))
+                        .unwrap_or(TIMER_IDLE_MAX)
+                };
+                drop(engine);
+                tokio::time::sleep(sleep).await;
+            }
+        })
+    }
+}

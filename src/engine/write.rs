@@ -1,0 +1,111 @@
+//! The write path every operation shares: decide under the core lock,
+//! append in reservation order, undo the reservation if the journal
+//! refuses, and wait for the answer the sink sends after the fsync.
+
+use tokio::sync::oneshot;
+
+use super::Engine;
+use super::core::Core;
+use super::error::WriteError;
+use super::sink::{Op, Reply};
+use crate::journal::JournalError;
+use crate::spool::{Command, Payload, Record};
+use crate::time::Millis;
+
+impl Engine {
+    /// Appends under the core lock (the guard proves it is held).
+    pub(super) fn append(
+        &self,
+        _core: &Core,
+        record: Record<'static>,
+        payload: Option<&Payload>,
+        reply: Reply,
+    ) -> Result<(), JournalError> {
+        let kind = record.kind();
+        self.inner
+            .journal
+            .append(kind, Op { record, reply }, |op, buf| {
+                op.record.encode(payload, buf)
+            })
+    }
+
+    /// Decides one command under the core lock, appends it, and waits until
+    /// it is durable and applied.
+    pub(super) async fn write_done<E: From<WriteError>>(
+        &self,
+        decide: impl FnOnce(&mut Core, Millis) -> Result<Command<'static>, E>,
+    ) -> Result<(), E> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            let command = decide(&mut core, now)?;
+            let record = Record { at: now, command };
+            let undo = record.clone();
+            if let Err(e) = self.append(&core, record, None, Reply::Done(tx)) {
+                core.release(&undo);
+                return Err(unavailable(e).into());
+            }
+        }
+        rx.await.map_err(|_| closed())?.map_err(E::from)
+    }
+
+    /// Decides several commands under the core lock and appends them as
+    /// one batch (one write, one fsync: all or none); answers the sum of
+    /// their counts.
+    pub(super) async fn write_counts<E: From<WriteError>>(
+        &self,
+        decide: impl FnOnce(&mut Core, Millis) -> Result<Vec<Command<'static>>, E>,
+    ) -> Result<u64, E> {
+        let mut waiting = Vec::new();
+        {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            let records: Vec<Record<'static>> = decide(&mut core, now)?
+                .into_iter()
+                .map(|command| Record { at: now, command })
+                .collect();
+            let undo = records.clone();
+            let ops = records.into_iter().map(|record| {
+                let (tx, rx) = oneshot::channel();
+                waiting.push(rx);
+                (
+                    record.kind(),
+                    Op {
+                        record,
+                        reply: Reply::Count(tx),
+                    },
+                )
+            });
+            if let Err(e) = self
+                .inner
+                .journal
+                .append_many(ops, |op, buf| op.record.encode(None, buf))
+            {
+                for record in &undo {
+                    core.release(record);
+                }
+                return Err(unavailable(e).into());
+            }
+        }
+        let mut total = 0;
+        for rx in waiting {
+            total += rx.await.map_err(|_| closed())??;
+        }
+        Ok(total)
+    }
+}
+
+/// The journal refused a write: nothing was written.
+pub(super) fn unavailable(e: JournalError) -> WriteError {
+    WriteError::Unavailable {
+        reason: e.to_string(),
+    }
+}
+
+/// The journal stopped before it answered: it is shutting down.
+pub(super) fn closed() -> WriteError {
+    WriteError::Unavailable {
+        reason: "the spool is shutting down".into(),
+    }
+}

@@ -1,0 +1,512 @@
+//! The journal's record bodies: how each [`Command`] is laid out on disk,
+//! and back.
+//!
+//! # Warning
+//!
+//! The body layouts below are on disk. `docs/journal-format.md` lists them;
+//! change both, with a format-version bump, or not at all.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+use super::codec::{Reader, put_bytes32, put_i64, put_str16, put_u32, put_u64};
+use super::command::{
+    ATTEMPTS_KEPT, AttemptInfo, Command, EnqueueMeta, FailReason, Payload, Record, StoredRequest,
+};
+
+/// Record kind bytes.
+pub mod kind {
+    pub const QUEUE_UPSERT: u8 = 1;
+    pub const QUEUE_DELETE: u8 = 2;
+    pub const QUEUE_PAUSE: u8 = 3;
+    pub const ENQUEUE: u8 = 4;
+    pub const ACK: u8 = 5;
+    pub const RETRY: u8 = 6;
+    /// Reserved for delivery attempts (push queues).
+    pub const ATTEMPT: u8 = 7;
+    pub const FAIL: u8 = 8;
+    pub const EXPIRE: u8 = 9;
+    pub const CANCEL: u8 = 10;
+    pub const PURGE: u8 = 11;
+    pub const REDRIVE: u8 = 12;
+    pub const EPOCH: u8 = 13;
+    /// Format 1 only (compaction wrote it for a dropped enqueue whose key
+    /// was still in its window); read when upgrading, never written now.
+    pub const DEDUP_KEY: u8 = 14;
+}
+
+/// An enqueue's flags: it carries a dedup key hash; a stored request.
+const ENQUEUE_HAS_DEDUP: u8 = 1;
+const ENQUEUE_HAS_REQUEST: u8 = 2;
+
+/// Why a checksummed record body did not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecodeError(pub String);
+impl Record<'_> {
+    pub fn kind(&self) -> u8 {
+        match self.command {
+            Command::QueueUpsert { .. } => kind::QUEUE_UPSERT,
+            Command::QueueDelete { .. } => kind::QUEUE_DELETE,
+            Command::QueuePause { .. } => kind::QUEUE_PAUSE,
+            Command::Enqueue(_) => kind::ENQUEUE,
+            Command::Ack { .. } => kind::ACK,
+            Command::Retry { .. } => kind::RETRY,
+            Command::Fail { .. } => kind::FAIL,
+            Command::Expire { .. } => kind::EXPIRE,
+            Command::Cancel { .. } => kind::CANCEL,
+            Command::Purge { .. } => kind::PURGE,
+            Command::Redrive { .. } => kind::REDRIVE,
+            Command::Epoch { .. } => kind::EPOCH,
+            Command::DedupKey { .. } => kind::DEDUP_KEY,
+            Command::Attempt { .. } => kind::ATTEMPT,
+        }
+    }
+
+    /// Appends the record body to `out`. An enqueue needs its `payload`;
+    /// every other command ignores it.
+    pub fn encode(&self, payload: Option<&Payload>, out: &mut Vec<u8>) {
+        put_i64(out, self.at);
+        match &self.command {
+            Command::QueueUpsert {
+                name,
+                settings,
+                managed_by_config,
+            } => {
+                put_str16(out, name);
+                out.push(u8::from(*managed_by_config));
+                let json = serde_json::to_vec(settings).expect("bug: settings always serialise");
+                put_bytes32(out, &json);
+            }
+            Command::QueueDelete { name } => put_str16(out, name),
+            Command::QueuePause { name, paused } => {
+                put_str16(out, name);
+                out.push(u8::from(*paused));
+            }
+            Command::Enqueue(meta) => {
+                let payload = payload.expect("bug: enqueue encoded without its payload");
+                put_u64(out, meta.id.0);
+                put_i64(out, meta.visible_at);
+                let mut flags = 0u8;
+                if meta.dedup_hash.is_some() {
+                    flags |= ENQUEUE_HAS_DEDUP;
+                }
+                if payload.request.is_some() {
+                    flags |= ENQUEUE_HAS_REQUEST;
+                }
+                out.push(flags);
+                put_u64(out, meta.dedup_hash.unwrap_or(0));
+                put_str16(out, &meta.queue);
+                put_str16(out, &payload.content_type);
+                if let Some(req) = &payload.request {
+                    put_str16(out, &req.method);
+                    put_bytes32(out, req.path.as_bytes());
+                    put_bytes32(out, req.query.as_bytes());
+                    put_u32(out, req.headers.len() as u32);
+                    for (name, value) in &req.headers {
+                        put_str16(out, name);
+                        put_bytes32(out, value.as_bytes());
+                    }
+                }
+                put_bytes32(out, &payload.body);
+            }
+            Command::Ack { queue, id }
+            | Command::Expire { queue, id }
+            | Command::Cancel { queue, id } => {
+                put_str16(out, queue);
+                put_u64(out, id.0);
+            }
+            Command::Redrive { queue, ids } | Command::Purge { queue, ids } => {
+                put_str16(out, queue);
+                put_u32(out, ids.len() as u32);
+                for id in ids {
+                    put_u64(out, id.0);
+                }
+            }
+            Command::Retry {
+                queue,
+                id,
+                visible_at,
+                retry_count,
+            } => {
+                put_str16(out, queue);
+                put_u64(out, id.0);
+                put_i64(out, *visible_at);
+                put_u32(out, *retry_count);
+            }
+            Command::Fail {
+                queue,
+                id,
+                reason,
+                last_status,
+                retry_count,
+            } => {
+                put_str16(out, queue);
+                put_u64(out, id.0);
+                out.push(reason.code());
+                out.extend_from_slice(&last_status.unwrap_or(0).to_le_bytes());
+                put_u32(out, *retry_count);
+            }
+            Command::Epoch { epoch } => put_u64(out, *epoch),
+            Command::Attempt {
+                queue,
+                id,
+                attempts,
+            } => {
+                put_str16(out, queue);
+                put_u64(out, id.0);
+                put_u32(out, attempts.len() as u32);
+                for a in attempts {
+                    put_i64(out, a.at);
+                    out.extend_from_slice(&a.status.unwrap_or(0).to_le_bytes());
+                    put_u32(out, a.duration_ms);
+                    put_bytes32(out, a.error.as_bytes());
+                    put_bytes32(out, a.response.as_bytes());
+                }
+            }
+            Command::DedupKey {
+                queue,
+                hash,
+                first_at,
+                id,
+            } => {
+                put_str16(out, queue);
+                put_u64(out, *hash);
+                put_i64(out, *first_at);
+                put_u64(out, id.0);
+            }
+        }
+    }
+
+    /// Decodes a record body. Strings borrow from `body`; an enqueue's
+    /// payload is skipped (see [`decode_payload`]).
+    pub fn decode(kind: u8, body: &[u8]) -> Result<Record<'_>, DecodeError> {
+        let mut r = Reader { buf: body, pos: 0 };
+        let at = r.i64()?;
+        let command = match kind {
+            kind::QUEUE_UPSERT => {
+                let name = Cow::Borrowed(r.str16()?);
+                let managed_by_config = r.u8()? != 0;
+                let json = r.bytes32()?;
+                let settings = serde_json::from_slice(json)
+                    .map_err(|e| DecodeError(format!("queue settings: {e}")))?;
+                Command::QueueUpsert {
+                    name,
+                    settings: Box::new(settings),
+                    managed_by_config,
+                }
+            }
+            kind::QUEUE_DELETE => Command::QueueDelete {
+                name: Cow::Borrowed(r.str16()?),
+            },
+            kind::QUEUE_PAUSE => Command::QueuePause {
+                name: Cow::Borrowed(r.str16()?),
+                paused: r.u8()? != 0,
+            },
+            kind::ENQUEUE => Command::Enqueue(read_enqueue_head(&mut r)?.0),
+            kind::ACK => Command::Ack {
+                queue: Cow::Borrowed(r.str16()?),
+                id: r.id()?,
+            },
+            kind::RETRY => Command::Retry {
+                queue: Cow::Borrowed(r.str16()?),
+                id: r.id()?,
+                visible_at: r.i64()?,
+                retry_count: r.u32()?,
+            },
+            kind::FAIL => {
+                let queue = Cow::Borrowed(r.str16()?);
+                let id = r.id()?;
+                let code = r.u8()?;
+                let reason = FailReason::from_code(code)
+                    .ok_or_else(|| DecodeError(format!("unknown fail reason {code}")))?;
+                let status = u16::from_le_bytes([r.u8()?, r.u8()?]);
+                Command::Fail {
+                    queue,
+                    id,
+                    reason,
+                    last_status: (status != 0).then_some(status),
+                    retry_count: r.u32()?,
+                }
+            }
+            kind::EXPIRE => Command::Expire {
+                queue: Cow::Borrowed(r.str16()?),
+                id: r.id()?,
+            },
+            kind::CANCEL => Command::Cancel {
+                queue: Cow::Borrowed(r.str16()?),
+                id: r.id()?,
+            },
+            kind::PURGE | kind::REDRIVE => {
+                let queue = Cow::Borrowed(r.str16()?);
+                let n = r.u32()? as usize;
+                let mut ids = Vec::with_capacity(n.min(body.len() / 8));
+                for _ in 0..n {
+                    ids.push(r.id()?);
+                }
+                if kind == kind::PURGE {
+                    Command::Purge { queue, ids }
+                } else {
+                    Command::Redrive { queue, ids }
+                }
+            }
+            kind::EPOCH => match r.u64()? {
+                // Each start adds one to the last epoch: the last value has
+                // no successor, so no journal can carry it.
+                u64::MAX => return Err(DecodeError("epoch out of range".into())),
+                epoch => Command::Epoch { epoch },
+            },
+            kind::ATTEMPT => {
+                let queue = Cow::Borrowed(r.str16()?);
+                let id = r.id()?;
+                let n = r.u32()? as usize;
+                let mut attempts = Vec::with_capacity(n.min(ATTEMPTS_KEPT));
+                for _ in 0..n {
+                    let at = r.i64()?;
+                    let status = u16::from_le_bytes([r.u8()?, r.u8()?]);
+                    let duration_ms = r.u32()?;
+                    let error = r.str32()?.to_owned();
+                    let response = r.str32()?.to_owned();
+                    attempts.push(AttemptInfo {
+                        at,
+                        status: (status != 0).then_some(status),
+                        error,
+                        duration_ms,
+                        response,
+                    });
+                }
+                Command::Attempt {
+                    queue,
+                    id,
+                    attempts,
+                }
+            }
+            kind::DEDUP_KEY => Command::DedupKey {
+                queue: Cow::Borrowed(r.str16()?),
+                hash: r.u64()?,
+                first_at: r.i64()?,
+                id: r.id()?,
+            },
+            other => return Err(DecodeError(format!("unknown record kind {other}"))),
+        };
+        Ok(Record { at, command })
+    }
+}
+
+/// An enqueue body after its `at`: what the state machine keeps (the
+/// payload that follows stays on disk), and the flags that say what the
+/// payload part holds. The one reader of this layout.
+fn read_enqueue_head<'a>(r: &mut Reader<'a>) -> Result<(EnqueueMeta<'a>, u8), DecodeError> {
+    let id = r.id()?;
+    let visible_at = r.i64()?;
+    let flags = r.u8()?;
+    let hash = r.u64()?;
+    let queue = Cow::Borrowed(r.str16()?);
+    let meta = EnqueueMeta {
+        id,
+        queue,
+        visible_at,
+        dedup_hash: (flags & ENQUEUE_HAS_DEDUP != 0).then_some(hash),
+    };
+    Ok((meta, flags))
+}
+
+/// Decodes the attempts of an attempt record's body.
+pub fn decode_attempts(body: &[u8]) -> Result<Vec<AttemptInfo>, DecodeError> {
+    match Record::decode(kind::ATTEMPT, body)?.command {
+        Command::Attempt { attempts, .. } => Ok(attempts),
+        _ => Err(DecodeError("not an attempt record".into())),
+    }
+}
+
+/// Decodes the on-disk part of an enqueue body: content type, stored
+/// request and payload bytes.
+pub fn decode_payload(body: &[u8]) -> Result<Payload, DecodeError> {
+    let mut r = Reader { buf: body, pos: 0 };
+    r.i64()?; // at
+    let (_, flags) = read_enqueue_head(&mut r)?;
+    let content_type = r.str16()?.to_owned();
+    let request = if flags & ENQUEUE_HAS_REQUEST != 0 {
+        let method = r.str16()?.to_owned();
+        let path = r.str32()?.to_owned();
+        let query = r.str32()?.to_owned();
+        let n = r.u32()? as usize;
+        let mut headers = Vec::with_capacity(n.min(256));
+        for _ in 0..n {
+            headers.push((r.str16()?.to_owned(), r.str32()?.to_owned()));
+        }
+        Some(StoredRequest {
+            method,
+            path,
+            query,
+            headers,
+        })
+    } else {
+        None
+    };
+    let body = Bytes::copy_from_slice(r.bytes32()?);
+    Ok(Payload {
+        content_type,
+        request,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spool::MessageId;
+
+    fn round_trip(record: Record<'static>, payload: Option<&Payload>) {
+        let mut body = Vec::new();
+        record.encode(payload, &mut body);
+        let decoded = Record::decode(record.kind(), &body).unwrap();
+        assert_eq!(decoded, record);
+        for cut in 0..body.len() {
+            // A truncated body never decodes into something else silently:
+            // it either fails or (for trailing payload bytes) still yields the
+            // same command.
+            if let Ok(r) = Record::decode(record.kind(), &body[..cut]) {
+                assert_eq!(r.kind(), record.kind());
+            }
+        }
+    }
+
+    #[test]
+    fn every_command_round_trips() {
+        let q = || Cow::Borrowed("orders");
+        let commands = vec![
+            Command::QueueUpsert {
+                name: q(),
+                settings: Box::default(),
+                managed_by_config: true,
+            },
+            Command::QueueDelete { name: q() },
+            Command::QueuePause {
+                name: q(),
+                paused: true,
+            },
+            Command::Ack {
+                queue: q(),
+                id: MessageId(7),
+            },
+            Command::Retry {
+                queue: q(),
+                id: MessageId(7),
+                visible_at: 99,
+                retry_count: 3,
+            },
+            Command::Fail {
+                queue: q(),
+                id: MessageId(7),
+                reason: FailReason::PermanentStatus,
+                last_status: Some(410),
+                retry_count: 2,
+            },
+            Command::Expire {
+                queue: q(),
+                id: MessageId(7),
+            },
+            Command::Cancel {
+                queue: q(),
+                id: MessageId(7),
+            },
+            Command::Purge {
+                queue: q(),
+                ids: vec![MessageId(1), MessageId(2)],
+            },
+            Command::DedupKey {
+                queue: q(),
+                hash: 0xfeed,
+                first_at: 77,
+                id: MessageId(5),
+            },
+            Command::Attempt {
+                queue: q(),
+                id: MessageId(5),
+                attempts: vec![
+                    AttemptInfo {
+                        at: 1,
+                        status: Some(503),
+                        error: String::new(),
+                        duration_ms: 12,
+                        response: "busy".into(),
+                    },
+                    AttemptInfo {
+                        at: 2,
+                        status: None,
+                        error: "connection refused".into(),
+                        duration_ms: 1,
+                        response: String::new(),
+                    },
+                ],
+            },
+            Command::Redrive {
+                queue: q(),
+                ids: vec![MessageId(7), MessageId(9)],
+            },
+            Command::Epoch { epoch: 3 },
+        ];
+        for command in commands {
+            round_trip(Record { at: 1234, command }, None);
+        }
+    }
+
+    #[test]
+    fn enqueue_keeps_its_payload_on_disk_only() {
+        let payload = Payload {
+            content_type: "application/json".into(),
+            request: Some(StoredRequest {
+                method: "POST".into(),
+                path: "/hooks/a".into(),
+                query: "x=1".into(),
+                headers: vec![("X-A".into(), "1".into())],
+            }),
+            body: Bytes::from_static(b"{\"a\":1}"),
+        };
+        let record = Record {
+            at: 5,
+            command: Command::Enqueue(EnqueueMeta {
+                id: MessageId(42),
+                queue: Cow::Borrowed("billing"),
+                visible_at: 6,
+                dedup_hash: Some(0xdead),
+            }),
+        };
+        round_trip(record.clone(), Some(&payload));
+        let mut body = Vec::new();
+        record.encode(Some(&payload), &mut body);
+        assert_eq!(decode_payload(&body).unwrap(), payload);
+    }
+
+    #[test]
+    fn unknown_kinds_are_errors() {
+        assert!(Record::decode(200, &[0; 16]).is_err());
+    }
+
+    /// Values whose successor would overflow during replay (found by
+    /// `cargo fuzz`) are damage, not records.
+    #[test]
+    fn an_epoch_or_id_with_no_successor_does_not_decode() {
+        let encoded = |command: Command<'static>| {
+            let mut body = Vec::new();
+            Record { at: 1, command }.encode(None, &mut body);
+            body
+        };
+        let epoch = encoded(Command::Epoch { epoch: u64::MAX });
+        let err = Record::decode(kind::EPOCH, &epoch).unwrap_err();
+        assert!(err.0.contains("epoch out of range"), "{err:?}");
+        let ack = encoded(Command::Ack {
+            queue: Cow::Borrowed("q"),
+            id: MessageId(1 << 63),
+        });
+        let err = Record::decode(kind::ACK, &ack).unwrap_err();
+        assert!(err.0.contains("out of range"), "{err:?}");
+        let largest = encoded(Command::Ack {
+            queue: Cow::Borrowed("q"),
+            id: MessageId((1 << 63) - 1),
+        });
+        assert!(Record::decode(kind::ACK, &largest).is_ok());
+    }
+}

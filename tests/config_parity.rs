@@ -1,0 +1,197 @@
+//! `spoold check-config` refuses every config `spoold run` refuses, and
+//! says why with the key as the file spells it and its line: a table of
+//! bad configs, each given to both commands.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::process::bin;
+
+/// (what is wrong, the config's tables, what the error must name).
+const BAD: &[(&str, &str, &[&str])] = &[
+    (
+        "an ftp destination",
+        "[queues.q]\ndestination = \"ftp://a/b\"\n",
+        &["queues.q.destination", "line 5"],
+    ),
+    (
+        "a destination with a query",
+        "[queues.q]\ndestination = \"http://a.example.com/b?x=1\"\n",
+        &["queues.q.destination", "line 5"],
+    ),
+    (
+        "no concurrency",
+        "[queues.q]\ndestination = \"http://a.example.com/\"\nconcurrency = 0\n",
+        &["queues.q.concurrency", "line 6", "1 to 1024"],
+    ),
+    (
+        "a rate that is no period",
+        "[queues.q]\ndestination = \"http://a.example.com/\"\nrate_limit = 1e-300\n",
+        &["queues.q.rate_limit", "line 6"],
+    ),
+    (
+        "a lease of nothing",
+        "[queues.q]\nlease_timeout = \"0s\"\n",
+        &["queues.q.lease_timeout", "line 5"],
+    ),
+    (
+        "a static Host header",
+        "[queues.q]\ndestination = \"http://a.example.com/\"\nheaders = { Host = \"x\" }\n",
+        &["queues.q.headers", "line 6"],
+    ),
+    (
+        "a backoff that shrinks",
+        "[queues.q]\ndestination = \"http://a.example.com/\"\nbackoff = { multiplier = 0.5 }\n",
+        &["queues.q.backoff.multiplier", "line 6"],
+    ),
+    (
+        "a whsec_ secret that is not base64",
+        "[queues.q]\ndestination = \"http://a.example.com/\"\nsigning_secret = \"whsec_!!!\"\n",
+        &["queues.q.signing_secret", "line 6"],
+    ),
+    (
+        "a CA file that is not there",
+        "[queues.q]\ndestination = \"https://a.example.com/\"\nca_file = \"/nonexistent/ca.pem\"\n",
+        &["queues.q.ca_file", "line 6"],
+    ),
+    (
+        "a client certificate without its key",
+        "[queues.q]\ndestination = \"https://a.example.com/\"\nclient_cert = \"/etc/hostname\"\n",
+        &["queues.q.client_cert", "line 6"],
+    ),
+    (
+        "a queue name with a dot",
+        "[queues.\"a.b\"]\n",
+        &["queues.a.b", "invalid queue name"],
+    ),
+];
+
+/// Bad `[server]` or `[spool]` keys: (what, the whole file's text after
+/// `[spool] dir`, what the error must name).
+const BAD_SERVER: &[(&str, &str, &[&str])] = &[
+    (
+        "beyond loopback without a key",
+        "[server]\nlisten = \"0.0.0.0:0\"\n",
+        &["server.listen", "line 4", "API key"],
+    ),
+    (
+        "an empty API key",
+        "[server]\napi_keys = [\"\"]\n",
+        &["server.api_keys", "line 4", "empty"],
+    ),
+    (
+        "a destination the server does not allow",
+        "[server]\nallowed_destinations = [\"*.example.com\"]\n[queues.q]\ndestination = \"http://127.0.0.1/\"\n",
+        &["queues.q", "line 6", "allowed_destinations"],
+    ),
+    (
+        "a max_bytes below four segments",
+        "[spool]\nsegment_bytes = \"64KiB\"\nmax_bytes = \"128KiB\"\n",
+        &["max_bytes", "line 5"],
+    ),
+];
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `check-config`: its exit code and everything it printed.
+fn check_config(config: &std::path::Path) -> (i32, String) {
+    let out = Command::new(bin())
+        .args(["check-config", "--config"])
+        .arg(config)
+        .env_remove("SPOOLD_API_KEYS")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// `run`: Some(exit code, stderr) if it stops within 10 s, None if it
+/// serves (then it is killed).
+fn run(config: &std::path::Path) -> Option<(i32, String)> {
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(config)
+        .env_remove("SPOOLD_API_KEYS")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            return Some((
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn check_config_refuses_what_run_refuses_naming_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    let head = format!("# a config\n[spool]\ndir = \"{}\"\n", spool.display());
+    let mut cases: Vec<(String, String, &[&str])> = Vec::new();
+    for (what, tables, needles) in BAD {
+        cases.push((what.to_string(), format!("{head}{tables}"), needles));
+    }
+    for (what, text, needles) in BAD_SERVER {
+        // These replace the `[spool]` table's position: the key's line is
+        // counted in the file as written.
+        let text = if text.starts_with("[spool]") {
+            format!(
+                "# a config\n\n{}\ndir = \"{}\"\n",
+                text.trim_end(),
+                spool.display()
+            )
+        } else {
+            format!("# a config\n\n{text}")
+        };
+        cases.push((what.to_string(), text, needles));
+    }
+    for (i, (what, text, needles)) in cases.iter().enumerate() {
+        let config = write(dir.path(), &format!("bad{i}.toml"), text);
+        let (code, said) = check_config(&config);
+        assert_ne!(code, 0, "check-config accepted {what}:\n{text}");
+        for needle in needles.iter() {
+            assert!(said.contains(needle), "{what}: {needle:?} not in {said}");
+        }
+        let (code, stderr) = run(&config).unwrap_or_else(|| panic!("run served {what}"));
+        assert_ne!(code, 0, "{what}");
+        for needle in needles.iter() {
+            assert!(
+                stderr.contains(needle),
+                "run, {what}: {needle:?} not in {stderr}"
+            );
+        }
+    }
+    // And a good one: both accept it.
+    let good = write(
+        dir.path(),
+        "good.toml",
+        &format!(
+            "{head}[server]\nlisten = \"127.0.0.1:0\"\n[queues.q]\ndestination = \"http://a.example.com/\"\nheaders = {{ Authorization = \"Bearer x\" }}\n"
+        ),
+    );
+    let (code, said) = check_config(&good);
+    assert_eq!(code, 0, "{said}");
+    assert!(!said.contains("Bearer x"), "a header value printed: {said}");
+    assert!(run(&good).is_none(), "run refused a good config");
+}
