@@ -69,11 +69,8 @@ fn request(len: usize) -> SendRequest {
     }
 }
 
-/// Sends/s and p50/p99 latency (µs) with `writers` tasks for `seconds`.
-async fn sends(fsync: bool, writers: usize, seconds: u64) -> (f64, f64, f64) {
-    let dir = tempfile::tempdir_in(".").unwrap();
-    let mut options = EngineOptions::new(dir.path());
-    options.fsync = fsync;
+/// An engine on `options` with an empty queue `bench`.
+async fn with_queue(options: EngineOptions) -> Engine {
     let (engine, _) = Engine::open(options).await.unwrap();
     engine
         .upsert_queue(
@@ -83,6 +80,15 @@ async fn sends(fsync: bool, writers: usize, seconds: u64) -> (f64, f64, f64) {
         )
         .await
         .unwrap();
+    engine
+}
+
+/// Sends/s and p50/p99 latency (µs) with `writers` tasks for `seconds`.
+async fn sends(fsync: bool, writers: usize, seconds: u64) -> (f64, f64, f64) {
+    let dir = tempfile::tempdir_in(".").unwrap();
+    let mut options = EngineOptions::new(dir.path());
+    options.fsync = fsync;
+    let engine = with_queue(options).await;
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -130,15 +136,7 @@ async fn replay_and_memory(messages: u64) -> (f64, f64, f64, u64) {
     let mut options = EngineOptions::new(dir.path());
     options.fsync = false;
     {
-        let (engine, _) = Engine::open(options.clone()).await.unwrap();
-        engine
-            .upsert_queue(
-                "bench",
-                QueueSettings::default(),
-                spoold::engine::Origin::Api,
-            )
-            .await
-            .unwrap();
+        let engine = with_queue(options.clone()).await;
         let writers = 64;
         let per = messages / writers;
         let mut tasks = Vec::new();

@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::process::{Spoold, bin, client, start_command, write_config};
@@ -18,14 +18,7 @@ async fn start(dir: &Path, server_keys: &str) -> Spoold {
 }
 
 async fn put(c: &Client, base: &str, queue: &str, settings: Value) -> (StatusCode, Value) {
-    let r = c
-        .put(format!("{base}/v1/queues/{queue}"))
-        .json(&settings)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    (status, r.json().await.unwrap_or(Value::Null))
+    common::process::put(c, base, queue, &settings).await
 }
 
 /// `spoold run` on `toml` (with its spool in `dir`): Some(stderr) if it
@@ -33,27 +26,7 @@ async fn put(c: &Client, base: &str, queue: &str, settings: Value) -> (StatusCod
 fn run_refuses(dir: &Path, toml: &str) -> Option<String> {
     let config = dir.join("run.toml");
     std::fs::write(&config, toml).unwrap();
-    let mut child = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(&config)
-        .current_dir(dir)
-        .env("NO_COLOR", "1")
-        .env_remove("SPOOLD_API_KEYS")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            let out = child.wait_with_output().unwrap();
-            return Some(String::from_utf8_lossy(&out.stderr).into_owned());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
+    common::process::run_refuses(&config).map(|ran| ran.stderr)
 }
 
 #[tokio::test]
@@ -240,20 +213,16 @@ async fn echo_sink() -> String {
 async fn first_attempt(c: &Client, base: &str, queue: &str) -> (Value, Value) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let page: Value = c
-            .get(format!("{base}/v1/queues/{queue}/messages"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if let Some(m) = page["messages"].as_array().and_then(|m| m.first())
+        let messages = common::process::messages_in(c, base, queue).await;
+        if let Some(m) = messages.first()
             && let Some(a) = m["attempts"].as_array().and_then(|a| a.first())
         {
             return (m.clone(), a.clone());
         }
-        assert!(Instant::now() < deadline, "no attempt recorded: {page}");
+        assert!(
+            Instant::now() < deadline,
+            "no attempt recorded: {messages:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

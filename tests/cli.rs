@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::process::{BIN, Spoold, start_in};
+use common::process::{BIN, Ran, Spoold, run_in, start_in};
 
 /// A config in `cwd` that listens on a free port, so tests can run at once.
 fn port_zero_config(cwd: &Path) -> std::path::PathBuf {
@@ -21,6 +21,20 @@ async fn start(cwd: &Path) -> Spoold {
     start_in(cwd, &["run", "--config", "spoold.toml"]).await
 }
 
+/// Starts spoold in `dir` and stops it with SIGINT, which must exit 0.
+async fn start_and_stop(dir: &Path) {
+    let mut spoold = start(dir).await;
+    spoold.signal("-INT");
+    assert_eq!(spoold.wait_exit(), 0);
+}
+
+/// Asserts a run's exit code and that `stream` (its stdout or stderr)
+/// holds `text`.
+fn expect(ran: &Ran, code: i32, stream: &str, text: &str) {
+    assert_eq!(ran.code, code, "{}{}", ran.stdout, ran.stderr);
+    assert!(stream.contains(text), "{stream}");
+}
+
 #[tokio::test]
 async fn runs_on_embedded_defaults_refuses_a_second_process_and_stops_on_sigint() {
     let dir = tempfile::tempdir().unwrap();
@@ -30,37 +44,27 @@ async fn runs_on_embedded_defaults_refuses_a_second_process_and_stops_on_sigint(
         "spool in ./spool"
     );
 
-    let second = Command::new(BIN).current_dir(dir.path()).output().unwrap();
-    assert_eq!(second.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert!(
-        stderr.contains("in use by another spoold process"),
-        "{stderr}"
+    let second = run_in(dir.path(), &[]);
+    expect(
+        &second,
+        1,
+        &second.stderr,
+        "in use by another spoold process",
     );
 
     first.signal("-INT");
     assert_eq!(first.wait_exit(), 0);
 
-    let verify = Command::new(BIN)
-        .args(["journal", "verify", "--dir", "spool"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&verify.stdout);
-    assert_eq!(verify.status.code(), Some(0), "{out}");
-    assert!(out.contains("clean"), "{out}");
+    let verify = run_in(dir.path(), &["journal", "verify", "--dir", "spool"]);
+    expect(&verify, 0, &verify.stdout, "clean");
 }
 
 #[tokio::test]
 async fn verify_exits_1_and_names_the_offset_of_damage() {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = start(dir.path()).await;
-    first.signal("-INT");
-    first.wait_exit();
+    start_and_stop(dir.path()).await;
     // A second start appends a second epoch record after the first one.
-    let mut again = start(dir.path()).await;
-    again.signal("-INT");
-    again.wait_exit();
+    start_and_stop(dir.path()).await;
 
     let segment = dir.path().join("spool/0000000000000001.seg");
     let mut bytes = std::fs::read(&segment).unwrap();
@@ -68,85 +72,42 @@ async fn verify_exits_1_and_names_the_offset_of_damage() {
     bytes[64 + 24] ^= 0x01;
     std::fs::write(&segment, &bytes).unwrap();
 
-    let verify = Command::new(BIN)
-        .args(["journal", "verify", "--dir"])
-        .arg(dir.path().join("spool"))
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&verify.stdout);
-    assert_eq!(verify.status.code(), Some(1), "{out}");
-    assert!(out.contains("offset 64"), "{out}");
-
-    let start_again = Command::new(BIN)
-        .args(["run", "--config", "spoold.toml"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&start_again.stderr);
-    assert_eq!(start_again.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("0000000000000001.seg at offset 64"),
-        "{stderr}"
+    let verify = run_in(dir.path(), &["journal", "verify", "--dir", "spool"]);
+    expect(&verify, 1, &verify.stdout, "offset 64");
+    let refused = run_in(dir.path(), &["run", "--config", "spoold.toml"]);
+    expect(
+        &refused,
+        1,
+        &refused.stderr,
+        "0000000000000001.seg at offset 64",
     );
-
-    let repair = Command::new(BIN)
-        .args(["journal", "repair", "--dir", "spool"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&repair.stdout);
-    assert_eq!(repair.status.code(), Some(0), "{out}");
-    assert!(out.contains("quarantined"), "{out}");
+    let repair = run_in(dir.path(), &["journal", "repair", "--dir", "spool"]);
+    expect(&repair, 0, &repair.stdout, "quarantined");
     assert!(
         dir.path()
             .join("spool/0000000000000001.seg.64.quarantine")
             .exists()
     );
-
-    let compact = Command::new(BIN)
-        .args(["journal", "compact", "--dir", "spool"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(
-        compact.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&compact.stderr)
-    );
-
-    let verify = Command::new(BIN)
-        .args(["journal", "verify", "--dir", "spool"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&verify.stdout);
-    assert_eq!(verify.status.code(), Some(0), "{out}");
-    let mut started = start(dir.path()).await;
-    started.signal("-INT");
-    assert_eq!(started.wait_exit(), 0);
+    let compact = run_in(dir.path(), &["journal", "compact", "--dir", "spool"]);
+    expect(&compact, 0, &compact.stdout, "");
+    let verify = run_in(dir.path(), &["journal", "verify", "--dir", "spool"]);
+    expect(&verify, 0, &verify.stdout, "clean");
+    start_and_stop(dir.path()).await;
 }
 
 #[test]
 fn verify_of_an_empty_directory_is_clean_and_bad_config_names_key_and_line() {
     let dir = tempfile::tempdir().unwrap();
-    let verify = Command::new(BIN)
-        .args(["journal", "verify", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(verify.status.code(), Some(0));
+    let verify = run_in(dir.path(), &["journal", "verify", "--dir", "."]);
+    expect(&verify, 0, &verify.stdout, "");
 
-    let config = dir.path().join("bad.toml");
-    std::fs::write(&config, "[spool]\ndir = \"x\"\nsegment_bytes = \"huge\"\n").unwrap();
-    let out = Command::new(BIN)
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("line 3"), "{stderr}");
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[spool]\ndir = \"x\"\nsegment_bytes = \"huge\"\n",
+    )
+    .unwrap();
+    let bad = run_in(dir.path(), &["check-config", "--config", "bad.toml"]);
+    expect(&bad, 1, &bad.stderr, "line 3");
 }
 
 #[test]

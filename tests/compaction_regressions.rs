@@ -25,19 +25,28 @@ async fn start(dir: &Path, spool_keys: &str) -> Spoold {
     start_command(Command::new(bin()).args(["run", "--config"]).arg(&config)).await
 }
 
+/// [`start`], then creates `queues` over the API; a client for it.
+async fn start_with_queues(
+    dir: &Path,
+    spool_keys: &str,
+    queues: &[(&str, serde_json::Value)],
+) -> (Spoold, reqwest::Client) {
+    let s = start(dir, spool_keys).await;
+    let c = client();
+    for (name, settings) in queues {
+        put_queue(&c, &s.base, name, settings.clone()).await;
+    }
+    (s, c)
+}
+
 /// Stops a spoold the way a supervisor does (SIGTERM) and waits for it.
 fn stop(mut spoold: Spoold) {
     assert_eq!(spoold.stop(), 0, "spoold's exit code");
 }
 
 async fn put_queue(c: &Client, base: &str, name: &str, settings: Value) {
-    let r = c
-        .put(format!("{base}/v1/queues/{name}"))
-        .json(&settings)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "PUT {name}: {}", r.status());
+    let (status, answer) = common::process::put(c, base, name, &settings).await;
+    assert!(status.is_success(), "PUT {name}: {status} {answer}");
 }
 
 async fn send(c: &Client, base: &str, queue: &str, body: Vec<u8>, delay_s: Option<u64>) -> String {
@@ -128,10 +137,12 @@ fn pull_queue() -> Value {
 #[tokio::test]
 async fn delayed_messages_survive_a_re_put_compaction_and_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(dir.path(), SPOOL_KEYS).await;
-    let c = client();
-    put_queue(&c, &s.base, "q", pull_queue()).await;
-    put_queue(&c, &s.base, "churn", pull_queue()).await;
+    let (s, c) = start_with_queues(
+        dir.path(),
+        SPOOL_KEYS,
+        &[("q", pull_queue()), ("churn", pull_queue())],
+    )
+    .await;
     let mut delayed = BTreeSet::new();
     for _ in 0..3 {
         delayed.insert(send(&c, &s.base, "q", b"later".to_vec(), Some(3600)).await);
@@ -149,10 +160,12 @@ async fn delayed_messages_survive_a_re_put_compaction_and_restart() {
 #[tokio::test]
 async fn a_pause_survives_a_settings_change_compaction_and_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(dir.path(), SPOOL_KEYS).await;
-    let c = client();
-    put_queue(&c, &s.base, "q", pull_queue()).await;
-    put_queue(&c, &s.base, "churn", pull_queue()).await;
+    let (s, c) = start_with_queues(
+        dir.path(),
+        SPOOL_KEYS,
+        &[("q", pull_queue()), ("churn", pull_queue())],
+    )
+    .await;
     let held = send(&c, &s.base, "q", b"held".to_vec(), None).await;
     let r = c
         .post(format!("{}/v1/queues/q/pause", s.base))
@@ -182,11 +195,16 @@ async fn a_pause_survives_a_settings_change_compaction_and_restart() {
 #[tokio::test]
 async fn an_acked_dead_letter_stays_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(dir.path(), SPOOL_KEYS).await;
-    let c = client();
-    put_queue(&c, &s.base, "q", json!({"maxRetries": 0})).await;
-    put_queue(&c, &s.base, "keep", pull_queue()).await;
-    put_queue(&c, &s.base, "churn", pull_queue()).await;
+    let (s, c) = start_with_queues(
+        dir.path(),
+        SPOOL_KEYS,
+        &[
+            ("q", json!({"maxRetries": 0})),
+            ("keep", pull_queue()),
+            ("churn", pull_queue()),
+        ],
+    )
+    .await;
     let victim = send(&c, &s.base, "q", b"dead letter".to_vec(), None).await;
     // Live messages next to it, so its segment is never worth compacting.
     for _ in 0..70 {
@@ -213,9 +231,7 @@ async fn an_acked_dead_letter_stays_gone() {
 #[tokio::test]
 async fn ids_are_never_handed_out_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(dir.path(), SPOOL_KEYS).await;
-    let c = client();
-    put_queue(&c, &s.base, "q", pull_queue()).await;
+    let (s, c) = start_with_queues(dir.path(), SPOOL_KEYS, &[("q", pull_queue())]).await;
     let mut seen = BTreeSet::new();
     for _ in 0..2000 {
         seen.insert(send(&c, &s.base, "q", vec![b'x'; 1024], None).await);
@@ -246,9 +262,7 @@ async fn a_torn_last_batch_with_a_hole_is_a_torn_tail() {
 
     let dir = tempfile::tempdir().unwrap();
     let spool_keys = "segment_bytes = \"1MiB\"";
-    let s = start(dir.path(), spool_keys).await;
-    let c = client();
-    put_queue(&c, &s.base, "q", pull_queue()).await;
+    let (s, c) = start_with_queues(dir.path(), spool_keys, &[("q", pull_queue())]).await;
     let before: BTreeSet<String> = {
         let mut ids = BTreeSet::new();
         for _ in 0..5 {
@@ -320,9 +334,7 @@ async fn a_torn_last_batch_with_a_hole_is_a_torn_tail() {
 async fn a_full_spool_at_the_minimum_size_sends_again_once_settled() {
     let dir = tempfile::tempdir().unwrap();
     let keys = "segment_bytes = \"64KiB\"\nmax_bytes = \"256KiB\"";
-    let s = start(dir.path(), keys).await;
-    let c = client();
-    put_queue(&c, &s.base, "q", pull_queue()).await;
+    let (s, c) = start_with_queues(dir.path(), keys, &[("q", pull_queue())]).await;
     let mut sent = 0;
     loop {
         let r = c
@@ -452,10 +464,15 @@ fn segment_inodes(dir: &Path) -> std::collections::BTreeMap<String, u64> {
 /// garbage (sent and acked on `churn`), followed by a segment of live
 /// messages of `keep`: compaction's work is waiting.
 async fn spool_with_live_messages_among_garbage(dir: &Path) -> BTreeSet<String> {
-    let s = start(dir, SPOOL_KEYS).await;
-    let c = client();
-    put_queue(&c, &s.base, "q", json!({"leaseTimeoutSeconds": 1})).await;
-    put_queue(&c, &s.base, "churn", pull_queue()).await;
+    let (s, c) = start_with_queues(
+        dir,
+        SPOOL_KEYS,
+        &[
+            ("q", json!({"leaseTimeoutSeconds": 1})),
+            ("churn", pull_queue()),
+        ],
+    )
+    .await;
     let mut live = BTreeSet::new();
     for _ in 0..40 {
         live.insert(send(&c, &s.base, "q", vec![b'l'; 1024], None).await);
@@ -629,12 +646,7 @@ async fn a_rolled_back_write_is_fsynced_before_the_next_write() {
     .await;
     let c = client();
     put_queue(&c, &s.base, "q", pull_queue()).await;
-    let r = c
-        .post(format!("{}/v1/queues/q/messages", s.base))
-        .body("rolled back")
-        .send()
-        .await
-        .unwrap();
+    let r = s.api().send("q", "rolled back").await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     send(&c, &s.base, "q", b"after".to_vec(), None).await;
     let pid = traced(&s).to_string();

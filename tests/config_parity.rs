@@ -4,11 +4,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-use common::process::bin;
-
 /// (what is wrong, the config's tables, what the error must name).
 const BAD: &[(&str, &str, &[&str])] = &[
     (
@@ -101,46 +96,18 @@ fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
 
 /// `check-config`: its exit code and everything it printed.
 fn check_config(config: &std::path::Path) -> (i32, String) {
-    let out = Command::new(bin())
-        .args(["check-config", "--config"])
-        .arg(config)
-        .env_remove("SPOOLD_API_KEYS")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let name = config.file_name().unwrap().to_str().unwrap();
+    let ran = common::process::run_in(
+        config.parent().unwrap(),
+        &["check-config", "--config", name],
     );
-    (out.status.code().unwrap_or(-1), text)
+    (ran.code, format!("{}{}", ran.stdout, ran.stderr))
 }
 
 /// `run`: Some(exit code, stderr) if it stops within 10 s, None if it
 /// serves (then it is killed).
 fn run(config: &std::path::Path) -> Option<(i32, String)> {
-    let mut child = Command::new(bin())
-        .args(["run", "--config"])
-        .arg(config)
-        .env_remove("SPOOLD_API_KEYS")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            let out = child.wait_with_output().unwrap();
-            return Some((
-                out.status.code().unwrap_or(-1),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
+    common::process::run_refuses(config).map(|ran| (ran.code, ran.stderr))
 }
 
 #[test]

@@ -9,10 +9,9 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::process::{BIN, client, messages_in, queue_json, start_config, write_config};
+use common::process::{client, messages_in, queue_json, start_config, write_config};
 use reqwest::StatusCode;
 use spoold::testing::kind;
 use spoold::testing::{FILE_HEADER_BYTES, FRAME_HEADER_BYTES, FrameHeader};
@@ -72,32 +71,21 @@ fn segment_names(spool: &Path) -> Vec<String> {
 
 async fn template() -> Template {
     let dir = tempfile::tempdir().unwrap();
-    let client = client();
     let mut spoold = start_config(dir.path(), "", SPOOL_KEYS, TABLES).await;
     let mut tags = BTreeSet::new();
     let pad = "x".repeat(300);
     for i in 0..MESSAGES {
         let tag = format!("m{i:04}");
-        let r = client
-            .post(format!("{}/v1/queues/q/messages", spoold.base))
-            .body(format!("{tag} {pad}"))
-            .send()
-            .await
-            .unwrap();
+        let r = spoold.api().send("q", &format!("{tag} {pad}")).await;
         assert_eq!(r.status(), StatusCode::CREATED);
         tags.insert(tag);
     }
     // The last record of the journal is a short message, so that tearing
     // it at every offset stays quick.
-    let r = client
-        .post(format!("{}/v1/queues/q/messages", spoold.base))
-        .body("last")
-        .send()
-        .await
-        .unwrap();
+    let r = spoold.api().send("q", "last").await;
     assert_eq!(r.status(), StatusCode::CREATED);
     tags.insert("last".to_string());
-    stop(&mut spoold.child);
+    assert_eq!(spoold.stop(), 0, "a clean exit");
 
     let spool = dir.path().join("spool");
     let segments: Vec<(String, Vec<Frame>)> = segment_names(&spool)
@@ -115,15 +103,6 @@ async fn template() -> Template {
         segments,
         tags,
     }
-}
-
-/// SIGTERM, then wait for a clean exit.
-fn stop(child: &mut std::process::Child) {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(child.wait().unwrap().success());
 }
 
 impl Template {
@@ -185,26 +164,9 @@ fn edit(dir: &Path, name: &str, f: impl FnOnce(&mut Vec<u8>)) {
 /// `spoold run` must refuse to start: exit 1 within 20 s; returns stderr.
 fn run_refuses(dir: &Path) -> String {
     let config = write_config(dir, "", SPOOL_KEYS, TABLES);
-    let mut child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("spoold started on a damaged spool");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    stderr
+    let ran = common::process::run_refuses(&config).expect("spoold started on a damaged spool");
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    ran.stderr
 }
 
 /// `spoold run` starts; returns the tags of every message in queue `q`.
@@ -228,17 +190,8 @@ async fn run_and_count(dir: &Path) -> u64 {
 }
 
 fn journal(dir: &Path, verb: &str) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(["journal", verb, "--dir"])
-        .arg(dir.join("spool"))
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap(), text)
+    let ran = common::process::run_in(dir, &["journal", verb, "--dir", "spool"]);
+    (ran.code, format!("{}{}", ran.stdout, ran.stderr))
 }
 
 /// A refused spool: verify exits 1 naming `needle`; `on_corruption =
@@ -441,21 +394,18 @@ async fn compacted(t: &Template) -> Template {
     let dir = t.copy();
     let (code, out) = journal(dir.path(), "compact");
     assert_eq!(code, 0, "{out}");
-    let client = client();
     let mut spoold = start_config(dir.path(), "", SPOOL_KEYS, TABLES).await;
     let mut tags = t.tags.clone();
     for i in 0..5 {
         let tag = format!("after{i}");
-        let r = client
-            .post(format!("{}/v1/queues/q/messages", spoold.base))
-            .body(format!("{tag} {}", "x".repeat(300)))
-            .send()
-            .await
-            .unwrap();
+        let r = spoold
+            .api()
+            .send("q", &format!("{tag} {}", "x".repeat(300)))
+            .await;
         assert_eq!(r.status(), StatusCode::CREATED);
         tags.insert(tag);
     }
-    stop(&mut spoold.child);
+    assert_eq!(spoold.stop(), 0, "a clean exit");
     Template {
         dir,
         segments: Vec::new(),

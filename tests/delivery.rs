@@ -27,8 +27,7 @@ fn h(seen: &Seen, name: &str) -> String {
 #[tokio::test]
 async fn forwarded_requests_arrive_as_sent_and_are_acked() {
     let (sink, sink_url) = Sink::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.queue(
         "hooks",
         json!({"destination": format!("{sink_url}/in"), "headers": {"X-Static": "queue", "X-Source": "spoold"}}),
@@ -67,25 +66,16 @@ async fn forwarded_requests_arrive_as_sent_and_are_acked() {
     assert_eq!(&got.body[..], b"{\"n\":1}");
 
     // A plain send to a push queue is POSTed to the destination itself.
-    s.client
-        .post(format!("{}/v1/queues/hooks/messages", s.base))
-        .header("Content-Type", "text/plain")
-        .body("plain")
-        .send()
-        .await
-        .unwrap();
+    s.send("hooks", "plain").await;
     let seen = sink.wait_for(2).await;
     assert_eq!(seen[1].method, Method::POST);
     assert_eq!(seen[1].uri, "/in");
     assert_eq!(h(&seen[1], "content-type"), "text/plain");
     // A path that looks like another host stays below the destination.
     let r = s
-        .client
-        .post(format!("{}/v1/forward/hooks//evil.example.com/x", s.base))
-        .body("escape?")
-        .send()
-        .await
-        .unwrap();
+        .api()
+        .forward("hooks", "/evil.example.com/x", "escape?")
+        .await;
     assert_eq!(r.status(), 202);
     let seen = sink.wait_for(3).await;
     assert_eq!(seen[2].uri, "/in/evil.example.com/x");
@@ -108,19 +98,13 @@ async fn forwarded_requests_arrive_as_sent_and_are_acked() {
 async fn retries_keep_the_delivery_id_and_count_up() {
     let (sink, sink_url) = Sink::start().await;
     sink.script([(500, vec![]), (500, vec![])]);
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.queue(
         "hooks",
         json!({"destination": sink_url, "backoff": fast_backoff()}),
     )
     .await;
-    s.client
-        .post(format!("{}/v1/queues/hooks/messages", s.base))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
+    s.send("hooks", "x").await;
     let seen = sink.wait_for(3).await;
     let ids: Vec<String> = seen.iter().map(|r| h(r, "spooler-delivery-id")).collect();
     assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
@@ -144,19 +128,13 @@ async fn retry_after_is_honoured_and_redirects_are_not_followed() {
         (503, vec![("retry-after", "1".to_string())]),
         (301, vec![("location", "/elsewhere".to_string())]),
     ]);
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.queue(
         "hooks",
         json!({"destination": format!("{sink_url}/in"), "backoff": fast_backoff()}),
     )
     .await;
-    s.client
-        .post(format!("{}/v1/queues/hooks/messages", s.base))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
+    s.send("hooks", "x").await;
     let seen = sink.wait_for(3).await;
     let gap = seen[1].at - seen[0].at;
     assert!(
@@ -175,15 +153,9 @@ async fn retry_after_is_honoured_and_redirects_are_not_followed() {
 async fn a_permanent_status_goes_to_the_failure_queue_at_once_with_its_attempt() {
     let (sink, sink_url) = Sink::start().await;
     sink.script([(404, vec![])]);
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.queue("hooks", json!({"destination": sink_url})).await;
-    s.client
-        .post(format!("{}/v1/queues/hooks/messages", s.base))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
+    s.send("hooks", "x").await;
     wait_until("failed", async || {
         s.get_json("/v1/queues/hooks.failed").await["stats"]["visible"] == 1
     })
@@ -232,8 +204,7 @@ async fn signatures_verify_with_an_independent_implementation() {
     use base64::Engine as _;
     use base64::engine::general_purpose::STANDARD;
     let (sink, sink_url) = Sink::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     let key = b"a very secret key";
     let secret = format!("whsec_{} rotated-plain-secret", STANDARD.encode(key));
     s.queue(
@@ -246,12 +217,7 @@ async fn signatures_verify_with_an_independent_implementation() {
         !settings.to_string().contains("rotated-plain-secret"),
         "write-only"
     );
-    s.client
-        .post(format!("{}/v1/queues/hooks/messages", s.base))
-        .body("signed body")
-        .send()
-        .await
-        .unwrap();
+    s.send("hooks", "signed body").await;
     let got = &sink.wait_for(1).await[0];
     let id = h(got, "webhook-id");
     assert_eq!(id, h(got, "spooler-delivery-id"));
@@ -269,20 +235,14 @@ async fn signatures_verify_with_an_independent_implementation() {
 async fn the_breaker_opens_probes_and_closes() {
     let (sink, sink_url) = Sink::start().await;
     sink.script([(500, vec![]), (500, vec![]), (500, vec![])]);
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.queue(
         "hooks",
         json!({"destination": sink_url, "breakerFailures": 2, "concurrency": 1, "backoff": fast_backoff()}),
     )
     .await;
     for i in 0..3 {
-        s.client
-            .post(format!("{}/v1/queues/hooks/messages", s.base))
-            .body(format!("m{i}"))
-            .send()
-            .await
-            .unwrap();
+        s.send("hooks", &format!("m{i}")).await;
     }
     wait_until("breaker open", async || {
         s.get_json("/v1/queues/hooks").await["stats"]["paused"] == true
@@ -398,12 +358,7 @@ async fn https_to_a_self_signed_sink_works_once_its_certificate_is_trusted() {
         json!({"destination": url, "backoff": fast_backoff()}),
     )
     .await;
-    s.client
-        .post(format!("{}/v1/queues/untrusted/messages", s.base))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
+    s.send("untrusted", "x").await;
     wait_until("a failed TLS attempt", async || {
         s.get_json("/v1/queues/untrusted").await["stats"]["deliveryFailuresTotal"] != 0
     })
@@ -419,12 +374,7 @@ async fn https_to_a_self_signed_sink_works_once_its_certificate_is_trusted() {
         "{error}"
     );
 
-    s.client
-        .post(format!("{}/v1/queues/trusted/messages", s.base))
-        .body("y")
-        .send()
-        .await
-        .unwrap();
+    s.send("trusted", "y").await;
     wait_until("delivered over TLS", async || {
         served.load(Ordering::SeqCst) == 1
     })
@@ -440,19 +390,13 @@ async fn https_to_a_self_signed_sink_works_once_its_certificate_is_trusted() {
 async fn only_the_last_ten_attempts_are_kept() {
     let (sink, sink_url) = Sink::start().await;
     sink.script((0..100).map(|_| (503, vec![])));
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.queue(
         "hooks",
         json!({"destination": sink_url, "maxRetries": 50, "breakerFailures": 100, "backoff": fast_backoff()}),
     )
     .await;
-    s.client
-        .post(format!("{}/v1/queues/hooks/messages", s.base))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
+    s.send("hooks", "x").await;
     sink.wait_for(13).await;
     let peek = s.get_json("/v1/queues/hooks/messages").await;
     let m = &peek["messages"][0];
@@ -517,20 +461,14 @@ async fn chaotic_sink() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsiz
 async fn a_chaotic_destination_still_gets_everything_at_least_once() {
     use std::sync::atomic::Ordering;
     let (url, served) = chaotic_sink().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.queue(
         "hooks",
         json!({"destination": url, "timeoutSeconds": 0.5, "backoff": fast_backoff(), "breakerFailures": 1000, "maxRetries": 100}),
     )
     .await;
     for i in 0..12 {
-        s.client
-            .post(format!("{}/v1/queues/hooks/messages", s.base))
-            .body(format!("m{i}"))
-            .send()
-            .await
-            .unwrap();
+        s.send("hooks", &format!("m{i}")).await;
     }
     wait_until("all delivered", async || {
         let st = s.get_json("/v1/queues/hooks").await["stats"].clone();

@@ -174,12 +174,10 @@ async fn a_flapping_destination_gets_everything_with_bounded_resources() {
     };
     let body_pad = "b".repeat(1000);
     for i in 0..MESSAGES {
-        let r = client
-            .post(format!("{}/v1/forward/hooks/e", spoold.base))
-            .body(format!("m{i:04} {body_pad}"))
-            .send()
-            .await
-            .unwrap();
+        let r = spoold
+            .api()
+            .forward("hooks", "e", &format!("m{i:04} {body_pad}"))
+            .await;
         assert_eq!(r.status(), StatusCode::ACCEPTED);
     }
     let stats =

@@ -23,8 +23,25 @@ fn inject(pid: u32, syscall: &str, error: &str) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("strace: install Debian's strace (see .ci/run)");
-    // strace needs a moment to attach to every thread.
-    std::thread::sleep(Duration::from_millis(700));
+    // Wait until strace has attached to every thread of spoold.
+    let traced = |task: std::fs::DirEntry| {
+        std::fs::read_to_string(task.path().join("status"))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .all(traced)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "strace never attached"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     child
 }
 

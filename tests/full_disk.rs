@@ -66,12 +66,7 @@ async fn a_full_file_system_refuses_sends_without_losing_acknowledged_ones() {
     let mut acknowledged = Vec::new();
     let mut refused = None;
     for n in 0..20_000 {
-        let r = client
-            .post(format!("{}/v1/queues/q/messages", spoold.base))
-            .body(format!("{n:0>4000}"))
-            .send()
-            .await
-            .unwrap();
+        let r = spoold.api().send("q", &format!("{n:0>4000}")).await;
         match r.status().as_u16() {
             201 => acknowledged.push(
                 r.json::<serde_json::Value>().await.unwrap()["id"]
@@ -111,11 +106,6 @@ async fn a_full_file_system_refuses_sends_without_losing_acknowledged_ones() {
         lost.len()
     );
     assert!(lost.is_empty(), "lost after a full disk: {lost:?}");
-    let r = client
-        .post(format!("{}/v1/queues/q/messages", spoold.base))
-        .body("room again")
-        .send()
-        .await
-        .unwrap();
+    let r = spoold.api().send("q", "room again").await;
     assert_eq!(r.status(), 201);
 }

@@ -34,6 +34,17 @@ async fn raw_status(s: &Server, request_line: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// The probes and `/metrics` answer without a key.
+async fn assert_probes_open(s: &Server) {
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(
+            s.bare(Method::GET, path).await.status(),
+            StatusCode::OK,
+            "{path}"
+        );
+    }
+}
+
 async fn json_of(r: Response) -> Value {
     r.json().await.unwrap()
 }
@@ -59,8 +70,7 @@ fn header(r: &Response, name: &str) -> String {
 
 #[tokio::test]
 async fn send_receive_ack_with_spooler_headers_and_location() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     assert_eq!(
         s.put_queue("orders", json!({})).await.status(),
         StatusCode::CREATED
@@ -78,7 +88,7 @@ async fn send_receive_ack_with_spooler_headers_and_location() {
     assert_eq!(body["queue"], "orders");
     assert_eq!(location, format!("/v1/queues/orders/messages/{id}"));
 
-    let peeked = json_of(s.req(Method::GET, &location).send().await.unwrap()).await;
+    let peeked = json_of(s.call(Method::GET, &location).await).await;
     assert_eq!(peeked["state"], "visible");
     assert_eq!(peeked["body"], "hello");
     assert_eq!(peeked["retryCount"], 0);
@@ -98,52 +108,23 @@ async fn send_receive_ack_with_spooler_headers_and_location() {
     );
     assert_eq!(got.text().await.unwrap(), "hello");
 
-    let renew = s
-        .req(
-            Method::POST,
-            &format!("/v1/queues/orders/leases/{token}/renew"),
-        )
-        .send()
-        .await
-        .unwrap();
+    let renew = s.settle("orders", &token, "renew").await;
     assert_eq!(renew.status(), StatusCode::OK);
     assert!(json_of(renew).await["leaseExpiresAt"].is_string());
-    let ack = s
-        .req(
-            Method::POST,
-            &format!("/v1/queues/orders/leases/{token}/ack"),
-        )
-        .send()
-        .await
-        .unwrap();
+    let ack = s.settle("orders", &token, "ack").await;
     assert_eq!(ack.status(), StatusCode::NO_CONTENT);
-    let again = s
-        .req(
-            Method::POST,
-            &format!("/v1/queues/orders/leases/{token}/ack"),
-        )
-        .send()
-        .await
-        .unwrap();
+    let again = s.settle("orders", &token, "ack").await;
     assert_error(again, StatusCode::CONFLICT, "stale_lease").await;
     let garbled = s
-        .req(Method::POST, "/v1/queues/orders/leases/garbage/ack")
-        .send()
-        .await
-        .unwrap();
+        .call(Method::POST, "/v1/queues/orders/leases/garbage/ack")
+        .await;
     assert_error(garbled, StatusCode::BAD_REQUEST, "bad_request").await;
     assert_eq!(
         s.receive("orders", "").await.status(),
         StatusCode::NO_CONTENT
     );
 
-    let stats = json_of(
-        s.req(Method::GET, "/v1/queues/orders")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let stats = json_of(s.call(Method::GET, "/v1/queues/orders").await).await;
     assert_eq!(stats["name"], "orders");
     assert_eq!(stats["stats"]["sentTotal"], 1);
     assert_eq!(stats["stats"]["ackedTotal"], 1);
@@ -153,8 +134,7 @@ async fn send_receive_ack_with_spooler_headers_and_location() {
 
 #[tokio::test]
 async fn a_long_poll_is_woken_by_a_send() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.put_queue("q", json!({})).await;
     let started = Instant::now();
     let poll = s.receive("q", "?wait=20");
@@ -172,10 +152,8 @@ async fn a_long_poll_is_woken_by_a_send() {
     assert_eq!(got.text().await.unwrap(), "wake up");
 
     let batch = s
-        .req(Method::POST, "/v1/queues/q/receive-batch?max=5&wait=0.2")
-        .send()
-        .await
-        .unwrap();
+        .call(Method::POST, "/v1/queues/q/receive-batch?max=5&wait=0.2")
+        .await;
     assert_eq!(json_of(batch).await["messages"], json!([]));
     for bad in ["?wait=21", "?wait=-1", "?wait=soon"] {
         assert_error(
@@ -186,18 +164,15 @@ async fn a_long_poll_is_woken_by_a_send() {
         .await;
     }
     let bad_max = s
-        .req(Method::POST, "/v1/queues/q/receive-batch?max=101")
-        .send()
-        .await
-        .unwrap();
+        .call(Method::POST, "/v1/queues/q/receive-batch?max=101")
+        .await;
     assert_error(bad_max, StatusCode::BAD_REQUEST, "bad_request").await;
     s.stop().await;
 }
 
 #[tokio::test]
 async fn lease_expiry_redelivers_with_a_higher_retry_count_then_fails_and_redrives() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.put_queue("q", json!({"leaseTimeoutSeconds": 0.3, "maxRetries": 1}))
         .await;
     let id = json_of(s.send("q", "job").await).await["id"]
@@ -216,19 +191,11 @@ async fn lease_expiry_redelivers_with_a_higher_retry_count_then_fails_and_redriv
     assert_eq!(header(&second, "spooler-retry-count"), "1");
     let token = header(&second, "spooler-lease-token");
     let nack = s
-        .req(Method::POST, &format!("/v1/queues/q/leases/{token}/nack"))
-        .send()
-        .await
-        .unwrap();
+        .call(Method::POST, &format!("/v1/queues/q/leases/{token}/nack"))
+        .await;
     assert_eq!(nack.status(), StatusCode::NO_CONTENT);
 
-    let failed = json_of(
-        s.req(Method::GET, "/v1/queues/q.failed/messages")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let failed = json_of(s.call(Method::GET, "/v1/queues/q.failed/messages").await).await;
     let entry = &failed["messages"][0];
     assert_eq!(entry["id"], id.as_str());
     assert_eq!(entry["originQueue"], "q");
@@ -237,18 +204,14 @@ async fn lease_expiry_redelivers_with_a_higher_retry_count_then_fails_and_redriv
     assert!(entry["failedAt"].is_string());
 
     let dry = json_of(
-        s.req(Method::POST, "/v1/queues/q/redrive?dryRun=true")
-            .send()
-            .await
-            .unwrap(),
+        s.call(Method::POST, "/v1/queues/q/redrive?dryRun=true")
+            .await,
     )
     .await;
     assert_eq!(dry["moved"], 1);
     let moved = json_of(
-        s.req(Method::POST, &format!("/v1/queues/q/redrive?id={id}"))
-            .send()
-            .await
-            .unwrap(),
+        s.call(Method::POST, &format!("/v1/queues/q/redrive?id={id}"))
+            .await,
     )
     .await;
     assert_eq!(moved["moved"], 1);
@@ -291,10 +254,8 @@ async fn dedup_holds_across_a_restart_and_old_leases_go_stale() {
     assert_eq!(header(&again, "spooler-deduplicated"), "true");
     assert_eq!(json_of(again).await["id"], id);
     let stale = s
-        .req(Method::POST, &format!("/v1/queues/q/leases/{token}/ack"))
-        .send()
-        .await
-        .unwrap();
+        .call(Method::POST, &format!("/v1/queues/q/leases/{token}/ack"))
+        .await;
     assert_error(stale, StatusCode::CONFLICT, "stale_lease").await;
     let redelivered = s.receive("q", "").await;
     assert_eq!(
@@ -318,8 +279,7 @@ async fn dedup_holds_across_a_restart_and_old_leases_go_stale() {
 
 #[tokio::test]
 async fn forward_stores_the_request_and_checks_the_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "redact_headers = [\"X-Secret\"]\n").await;
+    let s = Server::temp("redact_headers = [\"X-Secret\"]\n").await;
     s.put_queue(
         "hooks",
         json!({"destination": "https://hooks.example.com/in", "dedupWindowSeconds": 60}),
@@ -351,13 +311,11 @@ async fn forward_stores_the_request_and_checks_the_path() {
     assert_eq!(json_of(r).await["id"], delivery_id.as_str());
 
     let m = json_of(
-        s.req(
+        s.call(
             Method::GET,
             &format!("/v1/queues/hooks/messages/{delivery_id}"),
         )
-        .send()
-        .await
-        .unwrap(),
+        .await,
     )
     .await;
     assert_eq!(m["request"]["method"], "PATCH");
@@ -383,11 +341,7 @@ async fn forward_stores_the_request_and_checks_the_path() {
         delivery_id,
         "deduplicated"
     );
-    let to_pull = s
-        .req(Method::POST, "/v1/forward/pull/x")
-        .send()
-        .await
-        .unwrap();
+    let to_pull = s.call(Method::POST, "/v1/forward/pull/x").await;
     assert_error(to_pull, StatusCode::CONFLICT, "not_push_queue").await;
     let receive_push = s.receive("hooks", "").await;
     assert_error(receive_push, StatusCode::CONFLICT, "not_pull_queue").await;
@@ -396,10 +350,9 @@ async fn forward_stores_the_request_and_checks_the_path() {
 
 #[tokio::test]
 async fn queues_can_be_listed_changed_paused_peeked_cancelled_purged_and_deleted() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "[queues.fromconfig]\nmax_retries = 2\n").await;
+    let s = Server::temp("[queues.fromconfig]\nmax_retries = 2\n").await;
     s.put_queue("q", json!({"maxRetries": 3})).await;
-    let list = json_of(s.req(Method::GET, "/v1/queues").send().await.unwrap()).await;
+    let list = json_of(s.call(Method::GET, "/v1/queues").await).await;
     let names: Vec<&str> = list["queues"]
         .as_array()
         .unwrap()
@@ -417,11 +370,7 @@ async fn queues_can_be_listed_changed_paused_peeked_cancelled_purged_and_deleted
         "queue_managed_by_config",
     )
     .await;
-    let del = s
-        .req(Method::DELETE, "/v1/queues/fromconfig")
-        .send()
-        .await
-        .unwrap();
+    let del = s.call(Method::DELETE, "/v1/queues/fromconfig").await;
     assert_error(del, StatusCode::CONFLICT, "queue_managed_by_config").await;
     assert_error(
         s.put_queue("q.failed", json!({})).await,
@@ -460,13 +409,7 @@ async fn queues_can_be_listed_changed_paused_peeked_cancelled_purged_and_deleted
                 .to_string(),
         );
     }
-    let page = json_of(
-        s.req(Method::GET, "/v1/queues/q/messages?limit=2")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let page = json_of(s.call(Method::GET, "/v1/queues/q/messages?limit=2").await).await;
     let page_ids: Vec<&str> = page["messages"]
         .as_array()
         .unwrap()
@@ -475,42 +418,30 @@ async fn queues_can_be_listed_changed_paused_peeked_cancelled_purged_and_deleted
         .collect();
     assert_eq!(page_ids, vec![ids[0].as_str(), ids[1].as_str()]);
     let next = json_of(
-        s.req(
+        s.call(
             Method::GET,
             &format!("/v1/queues/q/messages?limit=2&after={}", ids[1]),
         )
-        .send()
-        .await
-        .unwrap(),
+        .await,
     )
     .await;
     assert_eq!(next["messages"][0]["id"], ids[2].as_str());
     let too_many = s
-        .req(Method::GET, "/v1/queues/q/messages?limit=1001")
-        .send()
-        .await
-        .unwrap();
+        .call(Method::GET, "/v1/queues/q/messages?limit=1001")
+        .await;
     assert_error(too_many, StatusCode::BAD_REQUEST, "bad_request").await;
 
     let cancel = s
-        .req(Method::DELETE, &format!("/v1/queues/q/messages/{}", ids[0]))
-        .send()
-        .await
-        .unwrap();
+        .call(Method::DELETE, &format!("/v1/queues/q/messages/{}", ids[0]))
+        .await;
     assert_eq!(cancel.status(), StatusCode::NO_CONTENT);
     let gone = s
-        .req(Method::GET, &format!("/v1/queues/q/messages/{}", ids[0]))
-        .send()
-        .await
-        .unwrap();
+        .call(Method::GET, &format!("/v1/queues/q/messages/{}", ids[0]))
+        .await;
     assert_error(gone, StatusCode::NOT_FOUND, "message_not_found").await;
 
     assert_eq!(
-        s.req(Method::POST, "/v1/queues/q/pause")
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        s.call(Method::POST, "/v1/queues/q/pause").await.status(),
         StatusCode::NO_CONTENT
     );
     assert_eq!(
@@ -518,35 +449,21 @@ async fn queues_can_be_listed_changed_paused_peeked_cancelled_purged_and_deleted
         StatusCode::NO_CONTENT,
         "paused"
     );
-    let stats = json_of(s.req(Method::GET, "/v1/queues/q").send().await.unwrap()).await;
+    let stats = json_of(s.call(Method::GET, "/v1/queues/q").await).await;
     assert_eq!(stats["stats"]["paused"], true);
     assert_eq!(
-        s.req(Method::POST, "/v1/queues/q/resume")
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        s.call(Method::POST, "/v1/queues/q/resume").await.status(),
         StatusCode::NO_CONTENT
     );
     assert_eq!(s.receive("q", "").await.status(), StatusCode::OK);
 
-    let purged = json_of(
-        s.req(Method::DELETE, "/v1/queues/q/messages")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let purged = json_of(s.call(Method::DELETE, "/v1/queues/q/messages").await).await;
     assert_eq!(purged["purged"], 4);
     assert_eq!(
-        s.req(Method::DELETE, "/v1/queues/q")
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        s.call(Method::DELETE, "/v1/queues/q").await.status(),
         StatusCode::NO_CONTENT
     );
-    let missing = s.req(Method::GET, "/v1/queues/q").send().await.unwrap();
+    let missing = s.call(Method::GET, "/v1/queues/q").await;
     assert_error(missing, StatusCode::NOT_FOUND, "queue_not_found").await;
     assert_error(
         s.send("nope", "x").await,
@@ -559,14 +476,9 @@ async fn queues_can_be_listed_changed_paused_peeked_cancelled_purged_and_deleted
 
 #[tokio::test]
 async fn tail_streams_new_messages_as_lines() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     s.put_queue("q", json!({})).await;
-    let mut tail = s
-        .req(Method::GET, "/v1/queues/q/tail")
-        .send()
-        .await
-        .unwrap();
+    let mut tail = s.call(Method::GET, "/v1/queues/q/tail").await;
     assert_eq!(tail.status(), StatusCode::OK);
     assert_eq!(header(&tail, "content-type"), "application/x-ndjson");
     s.send("q", "first").await;
@@ -596,30 +508,24 @@ async fn tail_streams_new_messages_as_lines() {
 
 #[tokio::test]
 async fn errors_have_kinds_for_routes_methods_sizes_and_space() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        dir.path(),
+    let s = Server::temp(
         "max_body_bytes = 1000\n[spool]\nsegment_bytes = \"64KiB\"\nmax_bytes = \"256KiB\"\n",
     )
     .await;
     s.put_queue("q", json!({})).await;
     assert_error(
-        s.req(Method::GET, "/v1/nothing").send().await.unwrap(),
+        s.call(Method::GET, "/v1/nothing").await,
         StatusCode::NOT_FOUND,
         "not_found",
     )
     .await;
     assert_error(
-        s.req(Method::GET, "/elsewhere").send().await.unwrap(),
+        s.call(Method::GET, "/elsewhere").await,
         StatusCode::NOT_FOUND,
         "not_found",
     )
     .await;
-    let wrong = s
-        .req(Method::PATCH, "/v1/queues/q/messages")
-        .send()
-        .await
-        .unwrap();
+    let wrong = s.call(Method::PATCH, "/v1/queues/q/messages").await;
     assert_error(wrong, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed").await;
     assert_error(
         s.send("q", &"x".repeat(1001)).await,
@@ -645,26 +551,8 @@ async fn errors_have_kinds_for_routes_methods_sizes_and_space() {
     assert!(full.headers().contains_key("retry-after"));
     assert_error(full, StatusCode::INSUFFICIENT_STORAGE, "spool_full").await;
 
-    for path in ["/healthz", "/readyz", "/metrics"] {
-        assert_eq!(
-            s.client
-                .get(format!("{}{path}", s.base))
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            StatusCode::OK
-        );
-    }
-    let metrics = s
-        .client
-        .get(format!("{}/metrics", s.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    assert_probes_open(&s).await;
+    let metrics = s.text("/metrics").await;
     // The registry is process-wide and other tests' servers share it: check
     // the shape here; values are checked where one server runs alone.
     assert!(
@@ -713,8 +601,7 @@ const ROUTES: &[(&str, &str)] = &[
 
 #[tokio::test]
 async fn with_keys_configured_no_v1_route_answers_without_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "api_keys = [\"k1\", \"second-key\"]\n").await;
+    let s = Server::temp("api_keys = [\"k1\", \"second-key\"]\n").await;
     for (method, path) in ROUTES {
         let method = Method::from_bytes(method.as_bytes()).unwrap();
         let url = format!("{}{path}", s.base);
@@ -766,24 +653,9 @@ async fn with_keys_configured_no_v1_route_answers_without_one() {
         }
     }
     // Probes stay open.
-    for path in ["/healthz", "/readyz", "/metrics"] {
-        assert_eq!(
-            s.client
-                .get(format!("{}{path}", s.base))
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            StatusCode::OK
-        );
-    }
+    assert_probes_open(&s).await;
     // Unauthenticated callers never learn whether a queue exists.
-    let unknown = s
-        .client
-        .get(format!("{}/v1/queues/nope", s.base))
-        .send()
-        .await
-        .unwrap();
+    let unknown = s.bare(Method::GET, "/v1/queues/nope").await;
     assert_eq!(unknown.status(), StatusCode::UNAUTHORIZED);
 
     s.put_queue("hooks", json!({"destination": "https://h.example.com"}))
@@ -799,10 +671,8 @@ async fn with_keys_configured_no_v1_route_answers_without_one() {
     assert_eq!(forwarded.status(), StatusCode::ACCEPTED);
     let id = header(&forwarded, "spooler-delivery-id");
     let m = json_of(
-        s.req(Method::GET, &format!("/v1/queues/hooks/messages/{id}"))
-            .send()
-            .await
-            .unwrap(),
+        s.call(Method::GET, &format!("/v1/queues/hooks/messages/{id}"))
+            .await,
     )
     .await;
     let headers = m["request"]["headers"].as_object().unwrap();
@@ -819,12 +689,7 @@ async fn with_keys_configured_no_v1_route_answers_without_one() {
 
 #[tokio::test]
 async fn destinations_outside_allowed_destinations_are_forbidden() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(
-        dir.path(),
-        "allowed_destinations = [\"*.example.com\", \"127.0.0.1\"]\n",
-    )
-    .await;
+    let s = Server::temp("allowed_destinations = [\"*.example.com\", \"127.0.0.1\"]\n").await;
     let ok = s
         .put_queue("a", json!({"destination": "https://hooks.example.com/in"}))
         .await;
@@ -886,8 +751,7 @@ async fn listening_beyond_loopback_without_a_key_is_refused() {
 #[tokio::test]
 async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), "").await;
+    let s = Server::temp("").await;
     let addr = s.base.trim_start_matches("http://").to_string();
     let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
     slow.write_all(b"POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\n")
@@ -904,12 +768,7 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     );
     // Others were served meanwhile.
     assert_eq!(
-        s.client
-            .get(format!("{}/healthz", s.base))
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        s.bare(Method::GET, "/healthz").await.status(),
         StatusCode::OK
     );
     s.stop().await;

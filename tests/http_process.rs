@@ -11,28 +11,44 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::process::{BIN, ids_in, start, start_command, write_config};
-use reqwest::{Client, StatusCode};
+use reqwest::StatusCode;
 use serde_json::Value;
+
+/// Sends `body` to queue `q`; notes the id of a `201` in `got`. False
+/// once spoold is gone.
+async fn send_noting_id(
+    client: &reqwest::Client,
+    base: &str,
+    body: String,
+    got: &Mutex<Vec<String>>,
+) -> bool {
+    let sent = client
+        .post(format!("{base}/v1/queues/q/messages"))
+        .body(body)
+        .send()
+        .await;
+    let Ok(r) = sent else { return false };
+    if r.status() == StatusCode::CREATED {
+        let Ok(answer) = r.json::<Value>().await else {
+            return false;
+        };
+        got.lock()
+            .unwrap()
+            .push(answer["id"].as_str().unwrap().to_string());
+    }
+    true
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_sixteen_senders_loses_no_201() {
     let dir = tempfile::tempdir().unwrap();
-    let client = {
-        spoold::testing::install_crypto_provider();
-        Client::new()
-    };
+    let client = common::process::client();
     let mut acknowledged = BTreeSet::new();
     let mut attempted = 0usize;
     for round in 0..5 {
         let mut spoold = start(dir.path()).await;
         if round == 0 {
-            let r = client
-                .put(format!("{}/v1/queues/q", spoold.base))
-                .json(&serde_json::json!({}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), StatusCode::CREATED);
+            spoold.api().queue("q", serde_json::json!({})).await;
         }
         let got = Arc::new(Mutex::new(Vec::<String>::new()));
         let tried = Arc::new(Mutex::new(0usize));
@@ -47,19 +63,9 @@ async fn kill_9_under_sixteen_senders_loses_no_201() {
             senders.push(tokio::spawn(async move {
                 for n in 0.. {
                     *tried.lock().unwrap() += 1;
-                    let sent = client
-                        .post(format!("{base}/v1/queues/q/messages"))
-                        .body(format!("round {round} writer {w} n {n}"))
-                        .send()
-                        .await;
-                    let Ok(r) = sent else { return };
-                    if r.status() == StatusCode::CREATED {
-                        let Ok(body) = r.json::<Value>().await else {
-                            return;
-                        };
-                        got.lock()
-                            .unwrap()
-                            .push(body["id"].as_str().unwrap().to_string());
+                    let body = format!("round {round} writer {w} n {n}");
+                    if !send_noting_id(&client, &base, body, &got).await {
+                        return;
                     }
                 }
             }));
@@ -93,18 +99,9 @@ async fn kill_9_under_sixteen_senders_loses_no_201() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_hang_up_change_nothing_a_restart_would_not_show() {
     let dir = tempfile::tempdir().unwrap();
-    let client = {
-        spoold::testing::install_crypto_provider();
-        Client::new()
-    };
+    let client = common::process::client();
     let spoold = start(dir.path()).await;
-    let r = client
-        .put(format!("{}/v1/queues/q", spoold.base))
-        .json(&serde_json::json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
+    spoold.api().queue("q", serde_json::json!({})).await;
     let addr = spoold.base.trim_start_matches("http://").to_string();
     let mut hangups = Vec::new();
     for i in 0..200 {
@@ -155,10 +152,7 @@ async fn clients_that_hang_up_change_nothing_a_restart_would_not_show() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_exits_in_time_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let client = {
-        spoold::testing::install_crypto_provider();
-        Client::new()
-    };
+    let client = common::process::client();
     let mut spoold =
         common::process::start_with(dir.path(), "shutdown_grace = \"5s\"", "[queues.q]\n").await;
     let got = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -167,21 +161,8 @@ async fn sigterm_under_load_exits_in_time_and_loses_nothing() {
         let (client, base, got) = (client.clone(), spoold.base.clone(), got.clone());
         senders.push(tokio::spawn(async move {
             for n in 0.. {
-                let Ok(r) = client
-                    .post(format!("{base}/v1/queues/q/messages"))
-                    .body(format!("{w}-{n}"))
-                    .send()
-                    .await
-                else {
+                if !send_noting_id(&client, &base, format!("{w}-{n}"), &got).await {
                     return;
-                };
-                if r.status() == StatusCode::CREATED {
-                    let Ok(body) = r.json::<Value>().await else {
-                        return;
-                    };
-                    got.lock()
-                        .unwrap()
-                        .push(body["id"].as_str().unwrap().to_string());
                 }
             }
         }));

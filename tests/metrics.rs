@@ -57,10 +57,14 @@ async fn scrape_after_activity() -> String {
     api.settle("orders", &token, "nack").await;
     api.forward("hooks", "x", "push").await;
     let delivered = "spoold_deliveries_total{queue=\"hooks\",outcome=\"success\"} 1";
-    common::eventually("the push delivery in /metrics", Duration::from_secs(30), async || {
-        let text = api.text("/metrics").await;
-        text.contains(delivered).then_some(text)
-    })
+    common::eventually(
+        "the push delivery in /metrics",
+        Duration::from_secs(30),
+        async || {
+            let text = api.text("/metrics").await;
+            text.contains(delivered).then_some(text)
+        },
+    )
     .await
 }
 

@@ -52,14 +52,7 @@ async fn three_thousand_connections_at_once_are_all_served() {
         created += 1;
     }
     let took = started.elapsed();
-    let q: serde_json::Value = Client::new()
-        .get(format!("{base}/v1/queues/q"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let q = running.get_json("/v1/queues/q").await;
     println!("{BURST} connections at once: {created} answered 201 in {took:?}");
     assert_eq!(q["stats"]["visible"], BURST, "{q}");
     running.stop().await;
@@ -78,15 +71,9 @@ async fn slow_loris_connections_do_not_starve_other_clients() {
             .unwrap();
         slow.push(s);
     }
-    let client = Client::new();
     let started = Instant::now();
     for i in 0..50 {
-        let r = client
-            .post(format!("{base}/v1/queues/q/messages"))
-            .body(format!("{i}"))
-            .send()
-            .await
-            .unwrap();
+        let r = running.send("q", &format!("{i}")).await;
         assert_eq!(r.status(), StatusCode::CREATED);
     }
     let took = started.elapsed();

@@ -22,18 +22,7 @@ use spoold::time::ManualClock;
 
 /// A stopped spool on simulated storage with `n` messages in queue `q`.
 async fn spool_with(n: usize, segment_bytes: u64) -> (SimStorage, ManualClock) {
-    let sim = SimStorage::new();
-    let clock = ManualClock::new(START_MS);
-    let mut options = sim_options(&sim, &clock);
-    options.segment_bytes = segment_bytes;
-    let (engine, _) = Engine::open(options).await.unwrap();
-    make_queue(&engine, "q", QueueSettings::default()).await;
-    for i in 0..n {
-        engine
-            .send("q", body(&format!("message {i:0>150}")))
-            .await
-            .unwrap();
-    }
+    let (sim, clock, engine) = sent(n, segment_bytes).await;
     drop(engine);
     sim.crash(Tear::DropUnsynced);
     (sim, clock)
@@ -41,6 +30,25 @@ async fn spool_with(n: usize, segment_bytes: u64) -> (SimStorage, ManualClock) {
 
 fn segment_path(id: u64) -> PathBuf {
     sim_dir().join(segment_file_name(id))
+}
+
+/// Changes segment `seg`'s bytes in place.
+fn edit_segment(sim: &SimStorage, seg: u64, edit: impl FnOnce(&mut Vec<u8>)) {
+    let path = segment_path(seg);
+    let mut bytes = sim.file_bytes(&path).unwrap();
+    edit(&mut bytes);
+    sim.set_file_bytes(&path, bytes);
+}
+
+/// Makes `records` (offset, length) of segment `seg` one group-commit
+/// batch and zeroes the middle one: a hole in that batch. Its offset.
+fn hole_in_a_batch(sim: &SimStorage, seg: u64, records: &[(u64, u64)]) -> u64 {
+    let (hole, len) = records[1];
+    edit_segment(sim, seg, |bytes| {
+        rebatch(bytes, records, salt_of(sim));
+        bytes[hole as usize..(hole + len) as usize].fill(0);
+    });
+    hole
 }
 
 /// (segment id, frame offset, frame length) of every record, in order.
@@ -93,17 +101,24 @@ async fn a_torn_tail_at_every_offset_of_the_last_record_is_truncated() {
         );
         assert_eq!(report.summary.torn_tail.unwrap().offset, last_off);
 
-        let engine = open(&torn, &clock)
-            .await
-            .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
         // The torn record is gone, the two before it stay, and the spool
         // writes on from the cut.
-        assert_eq!(engine.all_messages().len(), 2, "cut at {cut}");
-        engine.send("q", body("after")).await.unwrap();
-        drop(engine);
-        torn.crash(Tear::DropUnsynced);
-        assert_eq!(open(&torn, &clock).await.unwrap().all_messages().len(), 3);
+        writes_on_after(&torn, &clock, 2, &format!("cut at {cut}")).await;
     }
+}
+
+/// Opens the spool, which holds `messages` messages, and writes on: a send
+/// after the recovery survives a crash of its own.
+async fn writes_on_after(sim: &SimStorage, clock: &ManualClock, messages: usize, case: &str) {
+    let engine = open(sim, clock)
+        .await
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+    assert_eq!(engine.all_messages().len(), messages, "{case}");
+    engine.send("q", body("after")).await.unwrap();
+    drop(engine);
+    sim.crash(Tear::DropUnsynced);
+    let reopened = open(sim, clock).await.unwrap();
+    assert_eq!(reopened.all_messages().len(), messages + 1, "{case}");
 }
 
 #[tokio::test]
@@ -136,10 +151,7 @@ async fn a_flipped_bit_before_good_records_refuses_start_naming_file_and_offset(
     let (sim, clock) = spool_with(5, 64 << 20).await;
     let all = records(&sim);
     let (seg, off, _) = all[3];
-    let path = segment_path(seg);
-    let mut bytes = sim.file_bytes(&path).unwrap();
-    bytes[off as usize + 30] ^= 0x04;
-    sim.set_file_bytes(&path, bytes);
+    edit_segment(&sim, seg, |bytes| bytes[off as usize + 30] ^= 0x04);
 
     let err = open_err(&sim, &clock).await;
     let text = err.to_string();
@@ -162,12 +174,11 @@ async fn a_flipped_bit_before_good_records_refuses_start_naming_file_and_offset(
 async fn every_bad_span_is_reported() {
     let (sim, _clock) = spool_with(8, 64 << 20).await;
     let all = records(&sim);
-    let path = segment_path(all[0].0);
-    let mut bytes = sim.file_bytes(&path).unwrap();
-    for i in [2, 5] {
-        bytes[all[i].1 as usize + 10] ^= 0xff;
-    }
-    sim.set_file_bytes(&path, bytes);
+    edit_segment(&sim, all[0].0, |bytes| {
+        for i in [2, 5] {
+            bytes[all[i].1 as usize + 10] ^= 0xff;
+        }
+    });
     let report = verify(&sim);
     assert_eq!(
         report.summary.problems.len(),
@@ -268,13 +279,12 @@ async fn an_empty_or_missing_spool_verifies_clean() {
     let _ = SpoolIdentity::generate();
 }
 
-/// A stopped spool of `n` messages on tiny segments, with every other
-/// message acked (so compaction has garbage), and the ids still there.
-async fn spool_with_garbage(n: usize) -> (SimStorage, ManualClock, Vec<spoold::spool::MessageId>) {
+/// An open spool with queue `q` holding `n` messages of 158 bytes.
+async fn sent(n: usize, segment_bytes: u64) -> (SimStorage, ManualClock, Engine) {
     let sim = SimStorage::new();
     let clock = ManualClock::new(START_MS);
     let mut options = sim_options(&sim, &clock);
-    options.segment_bytes = 2048;
+    options.segment_bytes = segment_bytes;
     let (engine, _) = Engine::open(options).await.unwrap();
     make_queue(&engine, "q", QueueSettings::default()).await;
     for i in 0..n {
@@ -283,6 +293,13 @@ async fn spool_with_garbage(n: usize) -> (SimStorage, ManualClock, Vec<spoold::s
             .await
             .unwrap();
     }
+    (sim, clock, engine)
+}
+
+/// A stopped spool of `n` messages on tiny segments, with every other
+/// message acked (so compaction has garbage), and the ids still there.
+async fn spool_with_garbage(n: usize) -> (SimStorage, ManualClock, Vec<spoold::spool::MessageId>) {
+    let (sim, clock, engine) = sent(n, 2048).await;
     let got = engine.receive("q", 100, Duration::ZERO).await.unwrap();
     for d in got.iter().step_by(2) {
         engine.ack("q", &d.token).await.unwrap();
@@ -406,11 +423,11 @@ async fn repair_quarantines_the_bad_span_and_keeps_every_good_record() {
     let (sim, clock) = spool_with(20, 64 << 20).await;
     let all = records(&sim);
     let (seg, off, len) = all[7];
-    let path = segment_path(seg);
-    let mut bytes = sim.file_bytes(&path).unwrap();
-    bytes[off as usize + 40] ^= 0x20;
-    let bad = bytes[off as usize..(off + len) as usize].to_vec();
-    sim.set_file_bytes(&path, bytes);
+    let mut bad = Vec::new();
+    edit_segment(&sim, seg, |bytes| {
+        bytes[off as usize + 40] ^= 0x20;
+        bad = bytes[off as usize..(off + len) as usize].to_vec();
+    });
     assert!(open(&sim, &clock).await.is_err(), "refuses by default");
 
     let storage: Arc<dyn Storage> = Arc::new(sim.clone());
@@ -441,9 +458,7 @@ async fn on_corruption_quarantine_starts_anyway_and_repairs_gaps() {
     let all = records(&sim);
     let in_missing = all.iter().filter(|r| r.0 == ids[2] && r.2 > 150).count();
     let (seg, off, _) = all[3];
-    let mut bytes = sim.file_bytes(&segment_path(seg)).unwrap();
-    bytes[off as usize + 30] ^= 1;
-    sim.set_file_bytes(&segment_path(seg), bytes);
+    edit_segment(&sim, seg, |bytes| bytes[off as usize + 30] ^= 1);
     sim.remove(&segment_path(ids[2])).unwrap();
     sim.sync_dir(&sim_dir()).unwrap();
     assert!(open(&sim, &clock).await.is_err());
@@ -507,25 +522,14 @@ fn salt_of(sim: &SimStorage) -> u64 {
 async fn a_hole_in_the_last_batch_is_a_torn_tail() {
     let (sim, clock) = spool_with(6, 64 << 20).await;
     let all = records(&sim);
-    let (seg, _, _) = all[0];
-    let path = segment_path(seg);
-    let mut bytes = sim.file_bytes(&path).unwrap();
     let last3: Vec<(u64, u64)> = all[all.len() - 3..].iter().map(|r| (r.1, r.2)).collect();
-    rebatch(&mut bytes, &last3, salt_of(&sim));
-    let (hole, len) = last3[1];
-    bytes[hole as usize..(hole + len) as usize].fill(0);
-    sim.set_file_bytes(&path, bytes);
+    let hole = hole_in_a_batch(&sim, all[0].0, &last3);
 
     let report = verify(&sim);
     assert!(report.is_clean(), "{}", report.render(&sim_dir()));
     assert_eq!(report.summary.torn_tail.unwrap().offset, hole);
-    let engine = open(&sim, &clock).await.unwrap();
     // Six messages; the batch's first record stays, the other two go.
-    assert_eq!(engine.all_messages().len(), 4);
-    engine.send("q", body("after")).await.unwrap();
-    drop(engine);
-    sim.crash(Tear::DropUnsynced);
-    assert_eq!(open(&sim, &clock).await.unwrap().all_messages().len(), 5);
+    writes_on_after(&sim, &clock, 4, "a hole in the last batch").await;
 }
 
 /// The same hole in a batch that a later, complete batch follows is
@@ -534,15 +538,9 @@ async fn a_hole_in_the_last_batch_is_a_torn_tail() {
 async fn a_hole_in_an_earlier_batch_is_corruption() {
     let (sim, clock) = spool_with(6, 64 << 20).await;
     let all = records(&sim);
-    let (seg, _, _) = all[0];
-    let path = segment_path(seg);
-    let mut bytes = sim.file_bytes(&path).unwrap();
     let n = all.len();
     let earlier: Vec<(u64, u64)> = all[n - 4..n - 1].iter().map(|r| (r.1, r.2)).collect();
-    rebatch(&mut bytes, &earlier, salt_of(&sim));
-    let (hole, len) = earlier[1];
-    bytes[hole as usize..(hole + len) as usize].fill(0);
-    sim.set_file_bytes(&path, bytes);
+    let hole = hole_in_a_batch(&sim, all[0].0, &earlier);
 
     let report = verify(&sim);
     assert!(!report.is_clean());

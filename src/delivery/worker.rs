@@ -30,8 +30,14 @@ const RESPONSE_KEPT_BYTES: usize = 1024;
 /// up to [`PROBE_INTERVAL_MAX`].
 const PROBE_INTERVAL_FIRST: Duration = Duration::from_secs(5);
 const PROBE_INTERVAL_MAX: Duration = Duration::from_secs(300);
-/// How long an idle worker waits for a message before looking around.
+/// How often a dispatcher looks again while its queue's breaker is open.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
+/// How long the dispatcher's lease waits for a message. The engine wakes
+/// it when one arrives or becomes visible, and a stop ends the wait, so an
+/// idle queue's dispatcher wakes only this often.
+const LEASE_WAIT: Duration = Duration::from_secs(30);
+/// Most messages the dispatcher leases in one call.
+const LEASE_BATCH_MAX: usize = 64;
 
 /// What every worker of one queue shares.
 pub(crate) struct QueueShared {
@@ -135,10 +141,10 @@ fn scrub(mut text: String, secrets: &[String]) -> String {
     text
 }
 
-/// The queue's dispatcher: until `stop`, lease a message whenever one of
-/// the `concurrency` slots is free and deliver it on a task of its own;
-/// with `drain`, keep going after `stop` while messages are visible. Then
-/// wait for the deliveries in flight.
+/// The queue's dispatcher: until `stop`, lease messages whenever
+/// `concurrency` slots are free (as many as are free, in one call) and
+/// deliver each on a task of its own; with `drain`, keep going after `stop`
+/// while messages are visible. Then wait for the deliveries in flight.
 pub(crate) async fn dispatch(
     shared: Arc<QueueShared>,
     mut stop: watch::Receiver<bool>,
@@ -160,29 +166,43 @@ pub(crate) async fn dispatch(
             }
             continue;
         }
-        let slot = tokio::select! {
+        // Wait for one free slot, then take every other free one.
+        let first = tokio::select! {
             slot = slots.clone().acquire_owned() => slot.expect("bug: slots closed"),
             _ = stop.changed(), if !stopping => continue,
         };
-        if let Some(limiter) = &shared.limiter {
-            limiter.until_ready().await;
+        let mut free = vec![first];
+        while free.len() < LEASE_BATCH_MAX {
+            match slots.clone().try_acquire_owned() {
+                Ok(slot) => free.push(slot),
+                Err(_) => break,
+            }
         }
-        let wait = if stopping { Duration::ZERO } else { IDLE_WAIT };
+        let mut max = free.len();
+        if let Some(limiter) = &shared.limiter {
+            // A rate-limited queue leases one at a time, each when due.
+            limiter.until_ready().await;
+            max = 1;
+        }
+        let wait = if stopping { Duration::ZERO } else { LEASE_WAIT };
         let leased = tokio::select! {
-            leased = shared.engine.lease_for_delivery(&shared.queue, wait, false) => leased,
+            leased = shared.engine.lease_for_delivery(&shared.queue, max, wait, false) => leased,
             _ = stop.changed(), if !stopping => continue,
         };
         match leased {
-            Ok(Some(d)) => {
-                let shared = shared.clone();
-                in_flight.spawn(async move {
-                    deliver(&shared, d, false).await;
-                    drop(slot);
-                });
-            }
             // Draining and nothing left: done.
-            Ok(None) if stopping => break,
-            Ok(None) => {}
+            Ok(deliveries) if deliveries.is_empty() && stopping => break,
+            Ok(deliveries) => {
+                // Each delivery holds a slot until it is settled; the slots
+                // not used go back when `free` is dropped.
+                for (d, slot) in deliveries.into_iter().zip(free.drain(..)) {
+                    let shared = shared.clone();
+                    in_flight.spawn(async move {
+                        deliver(&shared, d, false).await;
+                        drop(slot);
+                    });
+                }
+            }
             Err(LeaseError::QueueNotFound { .. } | LeaseError::NotPushQueue { .. }) => break,
             Err(e @ LeaseError::NotPullQueue { .. }) => {
                 unreachable!("bug: a worker's lease refused as a pull consumer's: {e}")
@@ -218,7 +238,7 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
                 let delay = answer
                     .retry_after
                     .as_deref()
-                    .and_then(|v| retry_after_ms(v, SystemTime::now(), settings.backoff.max_ms))
+                    .and_then(|v| retry_after_ms(v, shared.engine_now(), settings.backoff.max_ms))
                     .unwrap_or(backoff);
                 Outcome::Retry { delay_ms: delay }
             };
@@ -284,9 +304,15 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
 }
 
 impl QueueShared {
+    /// Now, by the engine's clock (never the system's directly, so that a
+    /// test's clock governs delivery too).
     fn engine_now_ms(&self) -> i64 {
-        use crate::time::Clock;
-        crate::time::SystemClock.now_ms()
+        self.engine.clock_ms()
+    }
+
+    fn engine_now(&self) -> SystemTime {
+        let ms = u64::try_from(self.engine_now_ms()).unwrap_or(0);
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
     }
 }
 
@@ -311,8 +337,9 @@ fn open_breaker(shared: &Arc<QueueShared>) {
             }
             let leased = shared
                 .engine
-                .lease_for_delivery(&shared.queue, Duration::ZERO, true)
-                .await;
+                .lease_for_delivery(&shared.queue, 1, Duration::ZERO, true)
+                .await
+                .map(|mut one| one.pop());
             let closed = match leased {
                 Ok(Some(d)) => deliver(&shared, d, true).await,
                 // Nothing to probe with: resume and let the next failures
@@ -392,9 +419,7 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
         &d.retry_count.to_string(),
     );
     if let Some(secrets) = &settings.signing_secret {
-        let timestamp = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |t| t.as_secs() as i64);
+        let timestamp = shared.engine_now_ms().div_euclid(1000);
         let signature = signature_header(secrets, &id, timestamp, &d.payload.body)?;
         put(&mut headers, "webhook-id", &id);
         put(&mut headers, "webhook-timestamp", &timestamp.to_string());

@@ -11,7 +11,7 @@ use super::token::LeaseToken;
 use super::{Delivery, Engine, RECEIVE_BATCH_MAX};
 use crate::journal::storage::StorageFile;
 use crate::journal::{JournalError, RecordLoc};
-use crate::spool::record::decode_payload;
+use crate::spool::record::{DecodeError, decode_payload};
 use crate::spool::{Command, Leased, MessageState, MessageView, Payload, SpoolError};
 use crate::time::Millis;
 
@@ -41,19 +41,19 @@ impl Engine {
         self.lease_inner(queue, max, wait, Consumer::Pull).await
     }
 
-    /// Leases one message of a push queue for a delivery worker, for the
-    /// queue's `timeout` + 5 s, waiting up to `wait`. With `probe`, an open
-    /// circuit breaker does not stop it (the breaker's probe).
+    /// Leases up to `max` messages of a push queue for delivery, each for
+    /// the queue's `timeout` + 5 s, waiting up to `wait` for the first.
+    /// With `probe`, an open circuit breaker does not stop it (the
+    /// breaker's probe).
     pub async fn lease_for_delivery(
         &self,
         queue: &str,
+        max: usize,
         wait: Duration,
         probe: bool,
-    ) -> Result<Option<Delivery>, LeaseError> {
-        let mut got = self
-            .lease_inner(queue, 1, wait, Consumer::Worker { probe })
-            .await?;
-        Ok(got.pop())
+    ) -> Result<Vec<Delivery>, LeaseError> {
+        self.lease_inner(queue, max, wait, Consumer::Worker { probe })
+            .await
     }
 
     async fn lease_inner(
@@ -170,15 +170,28 @@ impl Engine {
         file: PinnedFile,
         loc: RecordLoc,
     ) -> Result<Payload, ReadError> {
+        self.read_decoded(file, loc, "enqueue record", decode_payload)
+    }
+
+    /// Reads the record at `loc` through a handle taken under the core
+    /// lock and decodes its body; a body that does not decode is a bad
+    /// record at that file and offset.
+    pub(super) fn read_decoded<T>(
+        &self,
+        file: PinnedFile,
+        loc: RecordLoc,
+        what: &str,
+        decode: impl FnOnce(&[u8]) -> Result<T, DecodeError>,
+    ) -> Result<T, ReadError> {
         let body = self.inner.reader.read_body_from(&file?, loc)?;
-        decode_payload(&body).map_err(|e| {
+        decode(&body).map_err(|e| {
             ReadError(JournalError::BadRecord {
                 file: self
                     .inner
                     .dir
                     .join(crate::journal::format::FileId::from_loc(loc.file).file_name()),
                 offset: u64::from(loc.offset),
-                reason: e.to_string(),
+                reason: format!("{what}: {e}"),
             })
         })
     }

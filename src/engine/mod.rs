@@ -193,6 +193,13 @@ impl Engine {
             .expect("bug: core lock poisoned")
     }
 
+    /// The engine's clock (the system's, or what a test injected), in ms
+    /// since the Unix epoch: what delivery stamps attempts and signatures
+    /// with.
+    pub fn clock_ms(&self) -> Millis {
+        self.inner.clock.now_ms()
+    }
+
     /// The spool's `now`: the clock, but never earlier than a `now` already
     /// handed out.
     fn now(&self, core: &mut Core) -> Millis {

@@ -10,7 +10,6 @@ use super::error::{ReadError, SettleError};
 use super::lease::settle_error;
 use super::sink::Reply;
 use super::write::{closed, unavailable};
-use crate::journal::JournalError;
 use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};
 use crate::spool::queue::origin_queue_name;
 use crate::spool::record::decode_attempts;
@@ -46,22 +45,18 @@ impl Engine {
             }
         };
         let (file, loc) = pinned;
-        let body = self.inner.reader.read_body_from(&file?, loc)?;
-        decode_attempts(&body).map_err(|e| {
-            ReadError(JournalError::BadRecord {
-                file: self
-                    .inner
-                    .dir
-                    .join(crate::journal::format::FileId::from_loc(loc.file).file_name()),
-                offset: u64::from(loc.offset),
-                reason: format!("attempt record: {e}"),
-            })
-        })
+        self.read_decoded(file, loc, "attempt record", decode_attempts)
     }
 
     /// Opens or closes a push queue's circuit breaker.
     pub fn set_breaker(&self, queue: &str, open: bool) {
-        self.core().spool.set_breaker(queue, open);
+        let mut core = self.core();
+        core.spool.set_breaker(queue, open);
+        if !open {
+            // Like a resume: whoever waits for the queue's messages looks
+            // again.
+            core.wake_all(queue);
+        }
     }
 
     /// Settles a worker's lease by the outcome of `attempt`: `Ok` once the
@@ -90,42 +85,34 @@ impl Engine {
             let mut core = self.core();
             let now = self.now(&mut core);
             let q: Cow<'static, str> = Cow::Owned(queue.to_owned());
-            let settle = match outcome {
-                Outcome::Delivered => {
-                    core.spool
-                        .reserve_settle(queue, id, lease.serial, now)
-                        .map_err(|e| settle_error(queue, e))?;
-                    Command::Ack {
-                        queue: q.clone(),
-                        id,
-                    }
-                }
-                Outcome::Retry { delay_ms } => core
-                    .spool
+            let settle = if let Outcome::Retry { delay_ms } = outcome {
+                // A nack: the retry count rises, past `max_retries` to the
+                // failure queue (the state machine decides which).
+                core.spool
                     .reserve_nack(queue, id, lease.serial, now, delay_ms)
-                    .map_err(|e| settle_error(queue, e))?,
-                Outcome::Permanent { status } => {
-                    core.spool
-                        .reserve_settle(queue, id, lease.serial, now)
-                        .map_err(|e| settle_error(queue, e))?;
-                    Command::Fail {
-                        queue: q.clone(),
+                    .map_err(|e| settle_error(queue, e))?
+            } else {
+                core.spool
+                    .reserve_settle(queue, id, lease.serial, now)
+                    .map_err(|e| settle_error(queue, e))?;
+                let retry_count = retry_count(&core.spool, queue, id);
+                let queue = q.clone();
+                match outcome {
+                    Outcome::Delivered => Command::Ack { queue, id },
+                    Outcome::Permanent { status } => Command::Fail {
+                        queue,
                         id,
                         reason: FailReason::PermanentStatus,
                         last_status: Some(status),
-                        retry_count: retry_count(&core.spool, queue, id),
-                    }
-                }
-                Outcome::ProbeFailed { delay_ms } => {
-                    core.spool
-                        .reserve_settle(queue, id, lease.serial, now)
-                        .map_err(|e| settle_error(queue, e))?;
-                    Command::Retry {
-                        queue: q.clone(),
+                        retry_count,
+                    },
+                    Outcome::ProbeFailed { delay_ms } => Command::Retry {
+                        queue,
                         id,
                         visible_at: now + delay_ms as i64,
-                        retry_count: retry_count(&core.spool, queue, id),
-                    }
+                        retry_count,
+                    },
+                    Outcome::Retry { .. } => unreachable!("handled above"),
                 }
             };
             core.spool

@@ -107,25 +107,11 @@ pub(crate) fn write_checkpoint(
         };
         let mut frame = Vec::new();
         for (i, (kind, body)) in chunks.iter().enumerate() {
-            frame.clear();
-            frame.resize(FRAME_HEADER_BYTES, 0);
-            frame.extend_from_slice(body);
-            FrameHeader::seal(
-                &mut frame,
-                salt,
-                FrameHeader {
-                    body_len: 0,
-                    seq,
-                    term,
-                    kind: *kind,
-                    flags: if i + 1 == chunks.len() {
-                        FRAME_FLAG_BATCH_END
-                    } else {
-                        0
-                    },
-                    batch_index: u32::try_from(i).expect("bug: 2³² checkpoint chunks"),
-                },
-            );
+            let batch = Batch {
+                index: u32::try_from(i).expect("bug: 2³² checkpoint chunks"),
+                end: i + 1 == chunks.len(),
+            };
+            frame_into(&mut frame, salt, seq, term, *kind, batch, body);
             out.push(&frame)?;
         }
         out.flush()
@@ -133,22 +119,45 @@ pub(crate) fn write_checkpoint(
     Ok(file_bytes)
 }
 
+/// Where a frame stands in its group-commit batch.
+#[derive(Clone, Copy)]
+struct Batch {
+    index: u32,
+    end: bool,
+}
+
+/// Frames `body` into `frame` (cleared first).
+fn frame_into(
+    frame: &mut Vec<u8>,
+    salt: u64,
+    seq: u64,
+    term: u64,
+    kind: u8,
+    batch: Batch,
+    body: &[u8],
+) {
+    frame.clear();
+    frame.resize(FRAME_HEADER_BYTES, 0);
+    frame.extend_from_slice(body);
+    let header = FrameHeader {
+        body_len: 0,
+        seq,
+        term,
+        kind,
+        flags: if batch.end { FRAME_FLAG_BATCH_END } else { 0 },
+        batch_index: batch.index,
+    };
+    FrameHeader::seal(frame, salt, header);
+}
+
 /// A frame made anew (an upgrade re-frames format-1 records): the body
 /// framed with `seq` and `kind` as one complete batch of its own.
 pub(crate) fn frame(salt: u64, seq: u64, kind: u8, body: &[u8]) -> Vec<u8> {
-    let mut frame = vec![0u8; FRAME_HEADER_BYTES];
-    frame.extend_from_slice(body);
-    FrameHeader::seal(
-        &mut frame,
-        salt,
-        FrameHeader {
-            body_len: 0,
-            seq,
-            term: 0,
-            kind,
-            flags: FRAME_FLAG_BATCH_END,
-            batch_index: 0,
-        },
-    );
+    let mut frame = Vec::new();
+    let whole = Batch {
+        index: 0,
+        end: true,
+    };
+    frame_into(&mut frame, salt, seq, 0, kind, whole, body);
     frame
 }

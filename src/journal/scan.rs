@@ -368,6 +368,27 @@ struct CheckedFile {
     frames: Vec<CheckedFrame>,
 }
 
+/// An intact frame where it does not belong: a bad span of its own.
+fn misplaced(file: FileId, f: &super::frames::Frame<'_>, reason: String) -> Problem {
+    Problem::BadSpan {
+        file,
+        start: f.offset as u64,
+        end: f.end() as u64,
+        reason,
+    }
+}
+
+/// Passes a checked file to the applying side; false when that side has
+/// stopped (it found a problem of its own).
+fn hand_over(
+    out: &std::sync::mpsc::SyncSender<CheckedFile>,
+    id: FileId,
+    buf: Vec<u8>,
+    frames: Vec<CheckedFrame>,
+) -> bool {
+    out.send(CheckedFile { id, buf, frames }).is_ok()
+}
+
 struct CheckedFrame {
     offset: usize,
     end: usize,
@@ -390,10 +411,7 @@ fn check_files(
         checkpoint_seq,
         ..ScanSummary::default()
     };
-    let read = |path: &Path, buf: &mut Vec<u8>| -> Result<(), JournalError> {
-        let file = storage.open(path).map_err(|e| JournalError::io(path, e))?;
-        file.read_all(buf).map_err(|e| JournalError::io(path, e))
-    };
+    let read = |path: &Path, buf: &mut Vec<u8>| read_whole(storage.as_ref(), path, buf);
 
     // Segment headers, to know where the live log starts.
     let mut headers: Vec<(u64, SegmentHeader)> = Vec::new();
@@ -461,15 +479,14 @@ fn check_files(
                     summary.record_bytes += f.frame_len() as u64;
                     frames.push(checked(&f, false));
                 }
-                Piece::Frame(f) => summary.problems.push(Problem::BadSpan {
+                Piece::Frame(f) => summary.problems.push(misplaced(
                     file,
-                    start: f.offset as u64,
-                    end: f.end() as u64,
-                    reason: format!(
+                    &f,
+                    format!(
                         "pack record {} is newer than the checkpoint ({checkpoint_seq})",
                         f.header.seq
                     ),
-                }),
+                )),
                 Piece::Damage { start, end, .. } => summary.problems.push(Problem::BadSpan {
                     file,
                     start: start as u64,
@@ -478,14 +495,7 @@ fn check_files(
                 }),
             }
         }
-        if out
-            .send(CheckedFile {
-                id: file,
-                buf,
-                frames,
-            })
-            .is_err()
-        {
+        if !hand_over(&out, file, buf, frames) {
             return Ok(summary);
         }
     }
@@ -549,15 +559,14 @@ fn check_files(
                     previous = Some(f.header);
                 }
                 Piece::Frame(f) => {
-                    summary.problems.push(Problem::BadSpan {
+                    summary.problems.push(misplaced(
                         file,
-                        start: f.offset as u64,
-                        end: f.end() as u64,
-                        reason: format!(
+                        &f,
+                        format!(
                             "record carries sequence {} where {next_seq} was expected",
                             f.header.seq
                         ),
-                    });
+                    ));
                     next_seq = f.header.seq + 1;
                     end = f.end();
                 }
@@ -639,14 +648,7 @@ fn check_files(
             summary.last_segment_end = end as u64;
             summary.last_segment_len = buf.len() as u64;
         }
-        if out
-            .send(CheckedFile {
-                id: file,
-                buf,
-                frames,
-            })
-            .is_err()
-        {
+        if !hand_over(&out, file, buf, frames) {
             return Ok(summary);
         }
     }
@@ -696,6 +698,18 @@ impl CheckpointBytes {
     }
 }
 
+/// Reads the whole file at `path` into `buf`.
+pub(crate) fn read_whole(
+    storage: &dyn Storage,
+    path: &Path,
+    buf: &mut Vec<u8>,
+) -> Result<(), JournalError> {
+    storage
+        .open(path)
+        .and_then(|f| f.read_all(buf))
+        .map_err(|e| JournalError::io(path, e))
+}
+
 /// Reads the checkpoint at `seq` and checks every chunk's frame.
 /// `Ok(Err(problem))` is damage; `Err` an I/O error.
 pub(crate) fn read_checkpoint(
@@ -706,10 +720,7 @@ pub(crate) fn read_checkpoint(
 ) -> Result<Result<CheckpointBytes, Problem>, JournalError> {
     let path = dir.join(checkpoint_file_name(seq));
     let mut buf = Vec::new();
-    storage
-        .open(&path)
-        .and_then(|f| f.read_all(&mut buf))
-        .map_err(|e| JournalError::io(&path, e))?;
+    read_whole(storage.as_ref(), &path, &mut buf)?;
     let (header, frames) = match check_checkpoint(&buf, salt, seq) {
         Ok(checked) => checked,
         Err(reason) => return Ok(Err(Problem::BadCheckpoint { path, reason })),
@@ -740,10 +751,7 @@ pub(crate) fn salvage_checkpoint(
 ) -> Result<(), JournalError> {
     let path = dir.join(checkpoint_file_name(seq));
     let mut buf = Vec::new();
-    storage
-        .open(&path)
-        .and_then(|f| f.read_all(&mut buf))
-        .map_err(|e| JournalError::io(&path, e))?;
+    read_whole(storage.as_ref(), &path, &mut buf)?;
     for piece in walk(&buf, FILE_HEADER_BYTES, salt, 0) {
         if let Piece::Frame(f) = piece
             && f.header.seq == seq

@@ -127,10 +127,7 @@ pub(crate) fn read(
     for &id in &ids {
         let path = dir.join(segment_file_name(id));
         let mut buf = Vec::new();
-        storage
-            .open(&path)
-            .and_then(|f| f.read_all(&mut buf))
-            .map_err(|e| JournalError::io(&path, e))?;
+        super::scan::read_whole(storage.as_ref(), &path, &mut buf)?;
         files.push((id, buf));
     }
     let corrupt = |id: u64, offset: usize, reason: &str| JournalError::Corrupt {

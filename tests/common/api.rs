@@ -43,6 +43,12 @@ impl Api {
         self.req(method, path).send().await.unwrap()
     }
 
+    /// Like [`Api::call`], without the API key.
+    pub async fn bare(&self, method: Method, path: &str) -> Response {
+        let url = format!("{}{path}", self.base);
+        self.client.request(method, url).send().await.unwrap()
+    }
+
     pub async fn status(&self, method: Method, path: &str) -> StatusCode {
         self.call(method, path).await.status()
     }
@@ -103,8 +109,11 @@ impl Api {
 
     /// `ack`, `nack` (with its query) or `renew` of a lease.
     pub async fn settle(&self, q: &str, token: &str, verb: &str) -> Response {
-        self.call(Method::POST, &format!("/v1/queues/{q}/leases/{token}/{verb}"))
-            .await
+        self.call(
+            Method::POST,
+            &format!("/v1/queues/{q}/leases/{token}/{verb}"),
+        )
+        .await
     }
 
     pub async fn forward(&self, q: &str, path: &str, body: &str) -> Response {

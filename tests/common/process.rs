@@ -28,12 +28,13 @@ pub struct Spoold {
     pub log: Arc<Mutex<String>>,
     /// The thread that reads the log; done once the process has exited.
     reader: Option<std::thread::JoinHandle<()>>,
+    api: super::api::Api,
 }
 
 impl Spoold {
     /// A client for this process (without an API key).
-    pub fn api(&self) -> super::api::Api {
-        super::api::Api::new(self.base.clone(), None)
+    pub fn api(&self) -> &super::api::Api {
+        &self.api
     }
 
     /// The log written so far.
@@ -98,6 +99,60 @@ pub async fn start_config(dir: &Path, server_keys: &str, spool_keys: &str, table
     start_command(Command::new(bin()).args(["run", "--config"]).arg(&config)).await
 }
 
+/// What a run of the binary to its end said.
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the binary with `args` in the working directory `cwd` to its end.
+pub fn run_in(cwd: &Path, args: &[&str]) -> Ran {
+    let out = Command::new(bin())
+        .args(args)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .env_remove("SPOOLD_API_KEYS")
+        .output()
+        .unwrap();
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `spoold run --config config` (without `SPOOLD_API_KEYS`): what it said
+/// if it stopped within 20 s (it refused the config or the spool), None if
+/// it served (then it is killed).
+pub fn run_refuses(config: &Path) -> Option<Ran> {
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(config)
+        .current_dir(config.parent().unwrap())
+        .env_remove("SPOOLD_API_KEYS")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            return Some(Ran {
+                code: out.status.code().unwrap_or(-1),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
 /// Starts the binary with `args` in the working directory `cwd` and returns
 /// once it is ready.
 pub async fn start_in(cwd: &Path, args: &[&str]) -> Spoold {
@@ -137,9 +192,11 @@ pub async fn start_command(command: &mut Command) -> Spoold {
         .recv_timeout(Duration::from_secs(30))
         .expect("spoold logged its address");
     let addr = addr.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == ':' || c == '.'));
+    let base = format!("http://{addr}");
     let spoold = Spoold {
         child,
-        base: format!("http://{addr}"),
+        api: super::api::Api::new(base.clone(), None),
+        base,
         log,
         reader: Some(reader),
     };
@@ -175,6 +232,23 @@ pub fn write_config(dir: &Path, server_keys: &str, spool_keys: &str, tables: &st
 pub fn client() -> Client {
     spoold::testing::install_crypto_provider();
     Client::new()
+}
+
+/// `PUT /v1/queues/{queue}`: the status and the JSON answer (null if none).
+pub async fn put(
+    client: &Client,
+    base: &str,
+    queue: &str,
+    settings: &Value,
+) -> (StatusCode, Value) {
+    let r = client
+        .put(format!("{base}/v1/queues/{queue}"))
+        .json(settings)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
 }
 
 /// `GET /v1/queues/{queue}`: name, settings and stats.

@@ -14,6 +14,8 @@ use spoold::serve::Running;
 pub struct Server {
     running: Option<Running>,
     api: Api,
+    /// The spool's directory when the server made it ([`Server::temp`]).
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl std::ops::Deref for Server {
@@ -41,13 +43,30 @@ impl Server {
         let server = Server {
             api: Api::new(format!("http://{}", running.addr), key),
             running: Some(running),
+            _dir: None,
         };
-        super::eventually("the server to be ready", Duration::from_secs(30), async || {
-            let r = server.get("/readyz").send().await;
-            r.is_ok_and(|r| r.status() == StatusCode::OK).then_some(())
-        })
+        super::eventually(
+            "the server to be ready",
+            Duration::from_secs(30),
+            async || {
+                let r = server.get("/readyz").send().await;
+                r.is_ok_and(|r| r.status() == StatusCode::OK).then_some(())
+            },
+        )
         .await;
         server
+    }
+
+    /// Like [`Server::start`], in a temporary directory of its own.
+    pub async fn temp(toml: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Server::start(dir.path(), toml).await;
+        server._dir = Some(dir);
+        server
+    }
+
+    pub fn api(&self) -> &Api {
+        &self.api
     }
 
     pub fn running(&self) -> &Running {
