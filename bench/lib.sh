@@ -88,6 +88,34 @@ median() {
   printf '%s\n' "$@" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
 }
 
+# fresh NAME FSYNC: a new spool directory with its config; prints its path.
+fresh() {
+  local dir=$work/$1
+  rm -rf "$dir"
+  write_config "$dir" "$2"
+  echo "$dir"
+}
+
+# push_once BIN: one push run on a fresh spool ($load_bin forwards
+# $PUSH_MESSAGES to queue `hooks`, whose destination it serves on
+# $SINK_PORT); prints the load generator's result and spoold's CPU per
+# message.
+push_once() {
+  local bin=$1 dir out ticks
+  dir=$(fresh push true)
+  out=$work/push.out
+  "$load_bin" --url "http://127.0.0.1:$PORT" --queue hooks --messages "$PUSH_MESSAGES" push \
+    --sink "127.0.0.1:$SINK_PORT" >"$out" &
+  local load_pid=$!
+  pids+=("$load_pid")
+  sleep 0.3
+  run_spoold "$bin" "$dir"
+  wait "$load_pid"
+  ticks=$(cpu_ticks "$spoold_pid")
+  stop_spoold
+  echo "$(grep RESULT "$out" | sed 's/^RESULT //') push_cpu_us_per_msg=$((ticks * 10000 / PUSH_MESSAGES))"
+}
+
 kill_all() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true

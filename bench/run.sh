@@ -13,8 +13,11 @@
 #   replay    replay of a 1 M-message spool, resident memory and journal
 #             bytes per message
 #   slowdisk  durable sends with every fdatasync delayed by 2 ms (strace)
-#   alloc     the allocators side by side: glibc, glibc with the deployment's
-#             tunables, jemalloc, mimalloc (three more release builds)
+#   alloc     the allocators side by side: jemalloc (the default), glibc,
+#             glibc with a larger tcache and heap top pad, mimalloc (two more
+#             release builds)
+#
+# Every section but `alloc` measures the default build (jemalloc).
 #
 # Load generators and servers share the two cores: compare the figures of
 # one run with each other, not across runs. Each section's result lines
@@ -50,12 +53,6 @@ run_section() { [[ " $ONLY " == *" $1 "* && " $SKIP " != *" $1 "* ]]; }
 
 install_missing wrk=wrk redis-server=redis-server redis-benchmark=redis-tools strace=strace curl=curl
 
-# The allocator settings the deployment files give spoold
-# (deploy/allocator.env): every section but `alloc` runs with them.
-set -a
-. deploy/allocator.env
-set +a
-
 work=$(mktemp -d "$root/target/bench.XXXXXX")
 trap 'kill_all; rm -rf "$work"' EXIT
 echo "== building (release)" >&2
@@ -70,14 +67,6 @@ run_id=$(date -u +%Y-%m-%dT%H:%M)
 new=$work/results.txt
 : >"$new"
 result() { echo "$* date=${run_id%T*} run=$run_id" | tee -a "$new" >&2; }
-
-# fresh NAME FSYNC: a new spool directory with its config; prints its path.
-fresh() {
-  local dir=$work/$1
-  rm -rf "$dir"
-  write_config "$dir" "$2"
-  echo "$dir"
-}
 
 run_section floor && { echo "== the HTTP floor: GET /healthz at 64 connections" >&2
   dir=$(fresh floor true)
@@ -147,24 +136,6 @@ run_section pull && { echo "== pull: receive-batch + ack" >&2
   done
 }
 
-# push_once BIN: one push run on a fresh spool; prints the load
-# generator's RESULT line and spoold's CPU per message.
-push_once() {
-  local bin=$1 dir out ticks
-  dir=$(fresh push true)
-  out=$work/push.out
-  "$load_bin" --url "http://127.0.0.1:$PORT" --queue hooks --messages "$PUSH_MESSAGES" push \
-    --sink "127.0.0.1:$SINK_PORT" >"$out" &
-  local load_pid=$!
-  pids+=("$load_pid")
-  sleep 0.3
-  run_spoold "$bin" "$dir"
-  wait "$load_pid"
-  ticks=$(cpu_ticks "$spoold_pid")
-  stop_spoold
-  echo "$(grep RESULT "$out" | sed 's/^RESULT //') push_cpu_us_per_msg=$((ticks * 10000 / PUSH_MESSAGES))"
-}
-
 run_section push && { echo "== push end to end ($TRIALS trials)" >&2
   for trial in $(seq 1 "$TRIALS"); do
     result "push trial=$trial $(push_once "$spoold_bin")"
@@ -228,22 +199,26 @@ run_section slowdisk && { echo "== durable sends with a 2 ms fdatasync (strace d
 }
 
 run_section alloc && { echo "== allocators side by side ($TRIALS trials, interleaved)" >&2
-  for feature in jemalloc mimalloc; do
-    echo "== building (release, --features $feature)" >&2
-    cargo build --release --quiet --bin spoold --features "$feature"
-    cp target/release/spoold "$work/bin/spoold-$feature"
+  for build in "glibc --no-default-features" "mimalloc --features mimalloc"; do
+    read -r name flags <<<"$build"
+    echo "== building (release, $flags)" >&2
+    # shellcheck disable=SC2086
+    cargo build --release --quiet --bin spoold $flags
+    cp target/release/spoold "$work/bin/spoold-$name"
   done
   # Put the default build back where a user expects it.
   cargo build --release --quiet --bin spoold
-  deployed=${GLIBC_TUNABLES:-}
+  # glibc's tcache at 1 000 chunks of each size and a 16 MiB heap top pad:
+  # what spoold once set by re-executing itself.
+  tuned="glibc.malloc.tcache_count=1000:glibc.malloc.top_pad=16777216"
   for trial in $(seq 1 "$TRIALS"); do
-    for variant in glibc glibc-tuned jemalloc mimalloc; do
-      bin=$spoold_bin
+    for variant in jemalloc glibc glibc-tuned mimalloc; do
       case $variant in
-        glibc) unset GLIBC_TUNABLES ;;
-        glibc-tuned) export GLIBC_TUNABLES=$deployed ;;
-        *) bin=$work/bin/spoold-$variant; unset GLIBC_TUNABLES ;;
+        jemalloc) bin=$spoold_bin ;;
+        glibc-tuned) bin=$work/bin/spoold-glibc ;;
+        *) bin=$work/bin/spoold-$variant ;;
       esac
+      if [ "$variant" = glibc-tuned ]; then export GLIBC_TUNABLES=$tuned; else unset GLIBC_TUNABLES; fi
       dir=$(fresh alloc true)
       run_spoold "$bin" "$dir"
       sends=$(BODY_BYTES=1024 wrk -t2 -c64 -d"${DURATION}s" --latency -s bench/post.lua \
@@ -254,7 +229,7 @@ run_section alloc && { echo "== allocators side by side ($TRIALS trials, interle
       result "alloc variant=$variant trial=$trial sends_per_s=$(field sends_per_s "$sends") push_cpu_us_per_msg=$(field push_cpu_us_per_msg "$push") push_delivered_per_s=$(field push_delivered_per_s "$push") $memory"
     done
   done
-  export GLIBC_TUNABLES=$deployed
+  unset GLIBC_TUNABLES
 }
 
 # Merge: this run's sections replace theirs in bench/results.txt.

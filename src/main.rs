@@ -298,10 +298,11 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     runtime.block_on(serve(config))
 }
 
-/// The allocator is chosen when the binary is built (features `mimalloc`,
-/// `jemalloc`; glibc's otherwise); its settings come from how the binary is
-/// deployed (`GLIBC_TUNABLES` in `deploy/`). Both are logged at start-up,
-/// so a profile can be matched to them. `bench/allocators.sh` compares them.
+/// The allocator is chosen when the binary is built: jemalloc (the default
+/// feature), mimalloc (feature `mimalloc`), or the system's
+/// (`--no-default-features`); `docs/performance.md` has the comparison that
+/// chose jemalloc. Its settings, if any, come from how the binary is
+/// deployed; both are logged at start-up.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -194,17 +194,18 @@ async fn sigterm_under_load_exits_in_time_and_loses_nothing() {
 
 /// `spoold run` is the process it was started as (no re-execution: a
 /// debugger, profiler or supervisor sees one exec) and says which
-/// allocator settings are in force, the deployment's or the defaults.
+/// allocator and which of its settings are in force.
 #[tokio::test]
 async fn run_logs_the_allocator_settings_and_never_re_executes_itself() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "", "", "");
-    let tunables = "glibc.malloc.tcache_count=1000";
+    // What jemalloc (tikv-jemallocator's prefixed build) reads.
+    let settings = "narenas:2";
     let spoold = start_command(
         Command::new(BIN)
             .args(["run", "--config"])
             .arg(&config)
-            .env("GLIBC_TUNABLES", tunables),
+            .env("_RJEM_MALLOC_CONF", settings),
     )
     .await;
     let log = spoold.log();
@@ -212,13 +213,15 @@ async fn run_logs_the_allocator_settings_and_never_re_executes_itself() {
         .lines()
         .find(|l| l.contains("allocator="))
         .unwrap_or_else(|| panic!("no allocator line: {log}"));
+    assert!(line.contains("allocator=\"jemalloc\""), "{line}");
     assert!(
-        line.contains(&format!("GLIBC_TUNABLES={tunables}")),
+        line.contains(&format!("_RJEM_MALLOC_CONF={settings}")),
         "{line}"
     );
     let environ = std::fs::read(format!("/proc/{}/environ", spoold.child.id())).unwrap();
     let environ = String::from_utf8_lossy(&environ);
     assert!(!environ.contains("SPOOLD_ALLOCATOR_TUNED"), "{environ}");
+    assert!(!environ.contains("GLIBC_TUNABLES"), "{environ}");
     drop(spoold);
 
     let dir = tempfile::tempdir().unwrap();
@@ -227,9 +230,12 @@ async fn run_logs_the_allocator_settings_and_never_re_executes_itself() {
         Command::new(BIN)
             .args(["run", "--config"])
             .arg(&config)
-            .env_remove("GLIBC_TUNABLES"),
+            .env_remove("_RJEM_MALLOC_CONF"),
     )
     .await;
     let log = spoold.log();
-    assert!(log.contains("defaults (no GLIBC_TUNABLES* set)"), "{log}");
+    assert!(
+        log.contains("defaults (no _RJEM_MALLOC_CONF* set)"),
+        "{log}"
+    );
 }

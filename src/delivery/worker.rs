@@ -143,8 +143,13 @@ fn scrub(mut text: String, secrets: &[String]) -> String {
 
 /// The queue's dispatcher: until `stop`, lease messages whenever
 /// `concurrency` slots are free (as many as are free, in one call) and
-/// deliver each on a task of its own; with `drain`, keep going after `stop`
-/// while messages are visible. Then wait for the deliveries in flight.
+/// start a worker for each on a task of its own; with `drain`, keep going
+/// after `stop` while messages are visible. Then wait for the workers.
+///
+/// A worker holds its slot while the queue has work: after each delivery
+/// it leases the next message itself (without waiting), so a busy queue
+/// runs `concurrency` leases in parallel; when nothing is visible it ends
+/// and gives its slot back. Nothing waits per slot while the queue is idle.
 pub(crate) async fn dispatch(
     shared: Arc<QueueShared>,
     mut stop: watch::Receiver<bool>,
@@ -196,9 +201,9 @@ pub(crate) async fn dispatch(
                 // Each delivery holds a slot until it is settled; the slots
                 // not used go back when `free` is dropped.
                 for (d, slot) in deliveries.into_iter().zip(free.drain(..)) {
-                    let shared = shared.clone();
+                    let (shared, stop) = (shared.clone(), stop.clone());
                     in_flight.spawn(async move {
-                        deliver(&shared, d, false).await;
+                        work(&shared, d, &stop, drain).await;
                         drop(slot);
                     });
                 }
@@ -210,6 +215,35 @@ pub(crate) async fn dispatch(
         }
     }
     while in_flight.join_next().await.is_some() {}
+}
+
+/// A worker: delivers `first`, then the queue's next visible messages one
+/// after the other, until none is visible, the breaker opens, or `stop`
+/// (unless draining).
+async fn work(
+    shared: &Arc<QueueShared>,
+    first: Delivery,
+    stop: &watch::Receiver<bool>,
+    drain: bool,
+) {
+    let mut next = Some(first);
+    while let Some(d) = next.take() {
+        deliver(shared, d, false).await;
+        if (*stop.borrow() && !drain) || shared.breaker_open.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(limiter) = &shared.limiter {
+            limiter.until_ready().await;
+        }
+        next = match shared
+            .engine
+            .lease_for_delivery(&shared.queue, 1, Duration::ZERO, false)
+            .await
+        {
+            Ok(mut one) => one.pop(),
+            Err(_) => None,
+        };
+    }
 }
 
 /// Sends one delivery and settles it. Returns whether it was delivered.
