@@ -18,14 +18,15 @@ pub(crate) const SEGMENT_BYTES_MIN: u64 = 64 << 10;
 /// Largest segment size accepted: record offsets are 32-bit, and a segment
 /// is read whole at replay.
 pub(crate) const SEGMENT_BYTES_MAX: u64 = 1 << 30;
+/// Compaction's period: often enough that garbage does not pile up, never
+/// a busy loop.
+const COMPACTION_INTERVAL_MIN_MS: u64 = 10;
+const COMPACTION_INTERVAL_MAX_MS: u64 = 86_400_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot read config file {}: {reason}", path.display())]
+    Read { path: PathBuf, reason: String },
     /// The TOML is malformed, a key is unknown or a value is out of range;
     /// the message names the key and the line.
     #[error("{}: {message}", path.display())]
@@ -57,6 +58,10 @@ pub struct ServerConfig {
     pub drain_on_shutdown: bool,
     pub allowed_destinations: Option<Vec<String>>,
     pub redact_headers: Vec<String>,
+    /// A second listener for `/metrics`, `/healthz` and `/readyz` only, so
+    /// that `/v1` can stay on loopback while Prometheus and the kubelet
+    /// reach these (no API key: they carry no messages).
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +75,7 @@ impl Default for ServerConfig {
             drain_on_shutdown: false,
             allowed_destinations: None,
             redact_headers: Vec::new(),
+            metrics_listen: None,
         }
     }
 }
@@ -91,6 +97,9 @@ pub struct SpoolConfig {
     pub segment_bytes: u64,
     pub fsync: bool,
     pub on_corruption: OnCorruption,
+    /// How often compaction looks for files worth compacting.
+    #[serde(rename = "compaction_interval", deserialize_with = "de_duration")]
+    pub compaction_interval_ms: u64,
 }
 
 impl Default for SpoolConfig {
@@ -101,6 +110,7 @@ impl Default for SpoolConfig {
             segment_bytes: 64 << 20,
             fsync: true,
             on_corruption: OnCorruption::Refuse,
+            compaction_interval_ms: 1_000,
         }
     }
 }
@@ -206,9 +216,13 @@ impl QueueConfig {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".into(),
+                std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+                _ => e.to_string(),
+            },
         })?;
         Config::parse(&text).map_err(|message| ConfigError::Invalid {
             path: path.to_path_buf(),
@@ -232,6 +246,77 @@ impl Config {
             }
         }
         c
+    }
+
+    /// The effective config as TOML, defaults filled in and secrets
+    /// hidden (API keys, signing secrets, static header values): what
+    /// `spoold check-config` prints. It parses back to the same config
+    /// (secrets aside).
+    pub fn effective_toml(&self) -> String {
+        use toml::{Table, Value};
+        let c = self.redacted();
+        let strings =
+            |v: &[String]| Value::Array(v.iter().map(|s| Value::from(s.as_str())).collect());
+        let mut server = Table::new();
+        server.insert("listen".into(), c.server.listen.as_str().into());
+        if let Some(m) = &c.server.metrics_listen {
+            server.insert("metrics_listen".into(), m.as_str().into());
+        }
+        server.insert("api_keys".into(), strings(&c.server.api_keys));
+        server.insert(
+            "allow_unauthenticated".into(),
+            c.server.allow_unauthenticated.into(),
+        );
+        server.insert(
+            "max_body_bytes".into(),
+            format_size(c.server.max_body_bytes).into(),
+        );
+        server.insert(
+            "shutdown_grace".into(),
+            format_duration_ms(c.server.shutdown_grace_ms).into(),
+        );
+        server.insert(
+            "drain_on_shutdown".into(),
+            c.server.drain_on_shutdown.into(),
+        );
+        if let Some(allowed) = &c.server.allowed_destinations {
+            server.insert("allowed_destinations".into(), strings(allowed));
+        }
+        server.insert("redact_headers".into(), strings(&c.server.redact_headers));
+        let mut spool = Table::new();
+        spool.insert("dir".into(), c.spool.dir.display().to_string().into());
+        spool.insert("max_bytes".into(), format_size(c.spool.max_bytes).into());
+        spool.insert(
+            "segment_bytes".into(),
+            format_size(c.spool.segment_bytes).into(),
+        );
+        spool.insert("fsync".into(), c.spool.fsync.into());
+        let on_corruption = match c.spool.on_corruption {
+            OnCorruption::Refuse => "refuse",
+            OnCorruption::Quarantine => "quarantine",
+        };
+        spool.insert("on_corruption".into(), on_corruption.into());
+        spool.insert(
+            "compaction_interval".into(),
+            format_duration_ms(c.spool.compaction_interval_ms).into(),
+        );
+        let mut log = Table::new();
+        let format = match c.log.format {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        };
+        log.insert("format".into(), format.into());
+        log.insert("level".into(), c.log.level.as_str().into());
+        let mut queues = Table::new();
+        for (name, q) in &c.queues {
+            queues.insert(name.clone(), Value::Table(queue_table(&q.settings())));
+        }
+        let mut root = Table::new();
+        root.insert("server".into(), Value::Table(server));
+        root.insert("spool".into(), Value::Table(spool));
+        root.insert("log".into(), Value::Table(log));
+        root.insert("queues".into(), Value::Table(queues));
+        toml::to_string_pretty(&root).expect("a table of plain values serializes")
     }
 
     /// Parses and validates config text; the error names key and line.
@@ -259,6 +344,14 @@ impl Config {
                  compaction always fit",
                 at("max_bytes"),
                 self.spool.max_bytes
+            ));
+        }
+        let every = self.spool.compaction_interval_ms;
+        if !(COMPACTION_INTERVAL_MIN_MS..=COMPACTION_INTERVAL_MAX_MS).contains(&every) {
+            return Err(format!(
+                "{}spool.compaction_interval = {} is out of range: allowed 10ms to 1d",
+                at("compaction_interval"),
+                format_duration_ms(every)
             ));
         }
         if let Some(i) = self
@@ -394,10 +487,24 @@ fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
-/// Parses `"30s"`, `"250ms"`, `"10m"`, `"2h"`, `"7d"` or `"1.5s"` into
+/// Parses `"30s"`, `"250ms"`, `"10m"`, `"2h"`, `"7d"`, `"1.5s"`, or
+/// several spans as `humantime` reads them (`"1h30m"`, `"2h 15min"`) into
 /// milliseconds.
 pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let text = text.trim();
+    match parse_one_span_ms(text) {
+        Ok(ms) => Ok(ms),
+        Err(e) => match humantime::parse_duration(text) {
+            Ok(d) => {
+                u64::try_from(d.as_millis()).map_err(|_| format!("duration {text:?} is too long"))
+            }
+            Err(_) => Err(e),
+        },
+    }
+}
+
+/// One number and unit, the number possibly fractional.
+fn parse_one_span_ms(text: &str) -> Result<u64, String> {
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .ok_or_else(|| format!("duration {text:?} needs a unit: ms, s, m, h or d"))?;
@@ -418,6 +525,94 @@ pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
         }
     };
     Ok((value * scale).round() as u64)
+}
+
+/// One queue's effective settings as a `[queues.NAME]` table (delivery
+/// settings only for a push queue).
+fn queue_table(s: &QueueSettings) -> toml::Table {
+    use toml::Value;
+    let mut t = toml::Table::new();
+    let ms = |v: u64| Value::from(format_duration_ms(v));
+    t.insert("lease_timeout".into(), ms(s.lease_timeout_ms));
+    t.insert("max_retries".into(), i64::from(s.max_retries).into());
+    t.insert("retention".into(), ms(s.retention_ms));
+    t.insert("dedup_window".into(), ms(s.dedup_window_ms));
+    let on_expire = match s.on_expire {
+        OnExpire::Discard => "discard",
+        OnExpire::Fail => "fail",
+    };
+    t.insert("on_expire".into(), on_expire.into());
+    let Some(destination) = &s.destination else {
+        return t;
+    };
+    t.insert("destination".into(), destination.as_str().into());
+    t.insert("concurrency".into(), i64::from(s.concurrency).into());
+    if let Some(rate) = s.rate_limit {
+        t.insert("rate_limit".into(), rate.into());
+    }
+    t.insert("timeout".into(), ms(s.timeout_ms));
+    let mut backoff = toml::Table::new();
+    backoff.insert("initial".into(), ms(s.backoff.initial_ms));
+    backoff.insert("multiplier".into(), s.backoff.multiplier.into());
+    backoff.insert("max".into(), ms(s.backoff.max_ms));
+    backoff.insert("jitter".into(), s.backoff.jitter.into());
+    t.insert("backoff".into(), Value::Table(backoff));
+    let headers: toml::Table = s
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+        .collect();
+    t.insert("headers".into(), Value::Table(headers));
+    if let Some(secret) = &s.signing_secret {
+        t.insert("signing_secret".into(), secret.as_str().into());
+    }
+    let statuses = s
+        .permanent_failure_statuses
+        .iter()
+        .map(|&c| Value::from(i64::from(c)))
+        .collect();
+    t.insert("permanent_failure_statuses".into(), Value::Array(statuses));
+    t.insert(
+        "breaker_failures".into(),
+        i64::from(s.breaker_failures).into(),
+    );
+    for (key, file) in [
+        ("ca_file", &s.ca_file),
+        ("client_cert", &s.client_cert),
+        ("client_key", &s.client_key),
+    ] {
+        if let Some(f) = file {
+            t.insert(key.into(), f.as_str().into());
+        }
+    }
+    t
+}
+
+/// Milliseconds in the largest unit that holds them exactly (`"90m"`,
+/// `"250ms"`), as the config file spells durations.
+pub(crate) fn format_duration_ms(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1_000, "s"),
+    ];
+    for (scale, unit) in UNITS {
+        if ms != 0 && ms.is_multiple_of(scale) {
+            return format!("{}{unit}", ms / scale);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// Bytes in the largest binary unit that holds them exactly (`"64MiB"`).
+fn format_size(bytes: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes != 0 && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
 }
 
 /// Parses `"64MiB"`, `"1GiB"`, `"512KiB"`, `"10MB"` or `"1000"` into bytes.
@@ -488,7 +683,13 @@ mod tests {
         assert_eq!(parse_duration_ms("250ms"), Ok(250));
         assert_eq!(parse_duration_ms("1.5s"), Ok(1_500));
         assert_eq!(parse_duration_ms("7d"), Ok(604_800_000));
+        assert_eq!(parse_duration_ms("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration_ms("2h 15min"), Ok(8_100_000));
+        assert_eq!(parse_duration_ms("1d12h"), Ok(129_600_000));
         assert!(parse_duration_ms("30").is_err());
+        for ms in [250, 1_000, 90_000, 5_400_000, 604_800_000, 1_500] {
+            assert_eq!(parse_duration_ms(&format_duration_ms(ms)), Ok(ms));
+        }
         assert!(parse_duration_ms("30x").is_err());
         assert_eq!(parse_size_bytes("64MiB"), Ok(64 << 20));
         assert_eq!(parse_size_bytes("1000"), Ok(1000));
@@ -534,6 +735,21 @@ mod tests {
 #[cfg(test)]
 mod example_file {
     use super::*;
+
+    #[test]
+    fn the_effective_config_parses_back_to_the_same_config() {
+        let text = include_str!("../config.example.toml");
+        let config = Config::parse(text).unwrap().redacted();
+        let printed = config.effective_toml();
+        let back = Config::parse(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+        assert_eq!(back.server, config.server);
+        assert_eq!(back.spool, config.spool);
+        assert_eq!(back.log, config.log);
+        for (name, q) in &config.queues {
+            assert_eq!(back.queues[name].settings(), q.settings(), "{name}");
+        }
+        assert!(!printed.contains("whsec_"), "{printed}");
+    }
 
     #[test]
     fn config_example_toml_parses() {

@@ -32,3 +32,13 @@ pub mod serve;
 pub mod spool;
 pub mod testing;
 pub mod time;
+
+/// The global allocator the `spoold` binary is built with (`src/main.rs`
+/// installs it; `docs/performance.md` says why jemalloc is the default).
+pub const ALLOCATOR: &str = if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else if cfg!(feature = "jemalloc") {
+    "jemalloc"
+} else {
+    "system"
+};

@@ -1,12 +1,14 @@
 //! The `spoold` binary: parse the command line, load the config, set up
 //! logging, and hand over to the library.
 
+use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+use spoold::cli::ops::{self, DeadLetterArgs};
 use spoold::config::{Config, LogFormat};
 use spoold::serve::Outcome;
 
@@ -28,20 +30,32 @@ struct Cli {
     /// API key for the operator commands (never logged).
     #[arg(long, global = true, env = "SPOOLD_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Serving options when no command is given (`spoold --listen …`).
+    #[command(flatten)]
+    run: RunArgs,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+#[derive(clap::Args, Clone, Default)]
+struct RunArgs {
+    /// The config file (TOML); without one, the embedded defaults.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen on this address instead of the config's `server.listen`.
+    #[arg(long, env = "SPOOLD_LISTEN", value_name = "ADDR")]
+    listen: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Serve (the default command).
-    Run {
-        #[arg(long)]
-        config: Option<PathBuf>,
-    },
-    /// Validate a config file and print the effective config.
+    Run(RunArgs),
+    /// Validate a config file and print the effective config as TOML
+    /// (defaults filled in, secrets hidden).
     CheckConfig {
-        #[arg(long)]
+        /// The config file to check.
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
     /// Offline journal tools (the spool must not be running).
@@ -50,26 +64,39 @@ enum Command {
         command: JournalCommand,
     },
     /// List queues with their stats.
-    Queues,
-    /// Follow new messages of a queue, like `tail -f`.
+    Queues {
+        /// One JSON object per queue, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow new messages of a queue, like `tail -f`; ends when the server
+    /// stops.
     Tail {
+        /// The queue (a failure queue too: `hooks.failed`).
         queue: String,
+        /// First print the N newest messages.
+        #[arg(short = 'n', long = "lines", value_name = "N", default_value_t = 0)]
+        lines: usize,
         /// Print the raw JSON lines.
         #[arg(long)]
         json: bool,
     },
     /// Send one message (the body from --data, else standard input).
     Send {
+        /// The queue.
         queue: String,
+        /// The body (else standard input).
         #[arg(long)]
         data: Option<String>,
+        /// The body's content type.
         #[arg(long, default_value = "application/octet-stream")]
         content_type: String,
         /// Idempotency key (the queue needs a dedup window).
         #[arg(long)]
         key: Option<String>,
     },
-    /// Dead letters: the failure queue of QUEUE.
+    /// Dead letters: the failure queue of QUEUE (name either `hooks` or
+    /// `hooks.failed`).
     Dlq {
         #[command(subcommand)]
         command: DlqCommand,
@@ -78,21 +105,60 @@ enum Command {
 
 #[derive(Subcommand)]
 enum DlqCommand {
-    /// Failed messages with reason, last status, attempts and time.
-    List { queue: String },
-    /// Move failed messages back into QUEUE (retry counts reset).
-    Redrive {
+    /// Dead letters with reason, last status, attempts and time.
+    List {
+        /// The queue, or its failure queue.
         queue: String,
+        #[command(flatten)]
+        filter: DeadLetterArgs,
+        /// Show at most N (oldest first).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// One JSON object per dead letter, one per line.
         #[arg(long)]
+        json: bool,
+    },
+    /// One dead letter: every attempt, the destination's answers, the
+    /// stored request and the body.
+    Show {
+        /// The queue, or its failure queue.
+        queue: String,
+        /// The message id.
+        id: String,
+        /// The message as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move dead letters back into QUEUE (retry counts reset, same ids).
+    Redrive {
+        /// The queue, or its failure queue.
+        queue: String,
+        #[command(flatten)]
+        filter: DeadLetterArgs,
+        /// Move at most N (oldest first; the server's default is 1000);
+        /// the answer says how many more match.
+        #[arg(long, value_name = "N")]
         max: Option<u64>,
+        /// Only count what would move; change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// The server's answer as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
-    /// Delete every failed message (asks first unless --yes).
+    /// Delete dead letters (all, or those the filters select); asks first
+    /// unless --yes.
     Purge {
+        /// The queue, or its failure queue.
         queue: String,
+        #[command(flatten)]
+        filter: DeadLetterArgs,
+        /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// The server's answer as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -125,22 +191,21 @@ enum JournalCommand {
 fn main() -> ExitCode {
     crash_on_panic();
     let cli = Cli::parse();
-    let target = spoold::cli::ops::Target {
-        url: cli.url.clone(),
-        api_key: cli.api_key.clone(),
-    };
-    let result = match cli.command.unwrap_or(Command::Run { config: None }) {
-        Command::Queues => ops(|| async { spoold::cli::ops::queues(&target).await }),
-        Command::Tail { queue, json } => ops(|| async {
-            spoold::cli::ops::tail(&target, &queue, json, &mut std::io::stdout()).await?;
-            Ok(String::new())
+    let target = ops::Target::new(&cli.url, cli.api_key.clone());
+    let result = match cli.command.unwrap_or(Command::Run(cli.run)) {
+        Command::Queues { json } => ops(ops::queues(&target, json, &mut stdout())),
+        Command::Tail { queue, lines, json } => ops(async {
+            let ops::TailEnd::ServerStopped =
+                ops::tail(&target, &queue, lines, json, &mut stdout()).await?;
+            eprintln!("spoold: the server stopped; tail ends");
+            Ok(())
         }),
         Command::Send {
             queue,
             data,
             content_type,
             key,
-        } => ops(|| async {
+        } => ops(async {
             let body = match data {
                 Some(d) => d.into_bytes(),
                 None => {
@@ -149,35 +214,59 @@ fn main() -> ExitCode {
                     buf
                 }
             };
-            let id = spoold::cli::ops::send(&target, &queue, body, &content_type, key.as_deref())
-                .await?;
-            Ok(format!("{id}\n"))
+            let id = ops::send(&target, &queue, body, &content_type, key.as_deref()).await?;
+            writeln!(stdout(), "{id}")?;
+            Ok(())
         }),
         Command::Dlq { command } => match command {
-            DlqCommand::List { queue } => {
-                ops(|| async { spoold::cli::ops::dlq_list(&target, &queue).await })
+            DlqCommand::List {
+                queue,
+                filter,
+                limit,
+                json,
+            } => ops(ops::dlq_list(
+                &target,
+                &queue,
+                &filter,
+                limit,
+                json,
+                &mut stdout(),
+            )),
+            DlqCommand::Show { queue, id, json } => {
+                ops(ops::dlq_show(&target, &queue, &id, json, &mut stdout()))
             }
             DlqCommand::Redrive {
                 queue,
+                filter,
                 max,
                 dry_run,
-            } => ops(|| async {
-                Ok(spoold::cli::ops::dlq_redrive(&target, &queue, max, dry_run).await? + "\n")
-            }),
-            DlqCommand::Purge { queue, yes } => ops(|| async {
-                let stdin = std::io::stdin();
-                let line = spoold::cli::ops::dlq_purge(
-                    &target,
-                    &queue,
-                    yes,
-                    &mut stdin.lock(),
-                    &mut std::io::stderr(),
-                )
-                .await?;
-                Ok(line + "\n")
-            }),
+                json,
+            } => ops(ops::dlq_redrive(
+                &target,
+                &queue,
+                &filter,
+                max,
+                dry_run,
+                json,
+                &mut stdout(),
+            )),
+            DlqCommand::Purge {
+                queue,
+                filter,
+                yes,
+                json,
+            } => ops(ops::dlq_purge(
+                &target,
+                &queue,
+                &filter,
+                yes,
+                json,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stderr(),
+                &mut stdout(),
+            )),
         },
-        Command::Run { config } => run(config),
+        Command::Run(args) => run(args),
         Command::CheckConfig { config } => check_config(config),
         Command::Journal { command } => match command {
             JournalCommand::Verify { dir } => verify(dir),
@@ -188,25 +277,53 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader of our output went away (`spoold dlq list q | head`):
+        // nothing is wrong and nobody is left to tell.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("spoold: {e:#}");
-            ExitCode::from(1)
+            match e.downcast_ref::<ops::OpsError>() {
+                Some(ops::OpsError::Usage(_)) => ExitCode::from(2),
+                _ => ExitCode::from(1),
+            }
         }
     }
 }
 
-/// Runs an operator command on a small runtime and prints what it returns.
-fn ops<F, Fut>(command: F) -> anyhow::Result<ExitCode>
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<String, spoold::cli::ops::OpsError>>,
-{
+fn stdout() -> std::io::StdoutLock<'static> {
+    std::io::stdout().lock()
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
+            match cause.downcast_ref::<ops::OpsError>() {
+                Some(ops::OpsError::Io(io)) => Some(io),
+                _ => None,
+            }
+        });
+        io.is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Prints `text` to standard output (a closed pipe surfaces as an error
+/// that `main` treats as a quiet end).
+fn print_out(text: &str) -> anyhow::Result<()> {
+    let mut out = stdout();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Runs an operator command on a small runtime.
+fn ops(
+    command: impl std::future::Future<Output = Result<(), ops::OpsError>>,
+) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let text = runtime.block_on(command())?;
-    print!("{text}");
+    runtime.block_on(command)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -220,8 +337,11 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 fn init_tracing(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SPOOLD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    // Colour only for a person at a terminal: not in files or journald.
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match config.log.format {
         LogFormat::Json => builder.json().init(),
@@ -237,13 +357,13 @@ fn check_config(path: PathBuf) -> anyhow::Result<ExitCode> {
     config
         .check_exposure(std::env::var("SPOOLD_API_KEYS").ok().as_deref())
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    println!("{:#?}", config.redacted());
+    print_out(&config.effective_toml())?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn verify(dir: PathBuf) -> anyhow::Result<ExitCode> {
     let report = spoold::cli::journal::verify(&dir)?;
-    print!("{}", report.render(&dir));
+    print_out(&report.render(&dir))?;
     Ok(if report.is_clean() {
         ExitCode::SUCCESS
     } else {
@@ -253,13 +373,13 @@ fn verify(dir: PathBuf) -> anyhow::Result<ExitCode> {
 
 fn repair(dir: PathBuf) -> anyhow::Result<ExitCode> {
     let report = spoold::cli::journal::repair(&dir)?;
-    print!("{}", report.render(&dir));
+    print_out(&report.render(&dir))?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn upgrade(dir: PathBuf) -> anyhow::Result<ExitCode> {
     let report = spoold::cli::journal::upgrade(&dir)?;
-    print!("{}", report.render(&dir));
+    print_out(&report.render(&dir))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -283,12 +403,16 @@ fn compact(dir: PathBuf) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let text = runtime.block_on(spoold::cli::journal::compact(&dir))?;
-    print!("{text}");
+    print_out(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn run(config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let config = load_config(config_path.as_ref())?;
+fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut config = load_config(args.config.as_ref())?;
+    if let Some(listen) = args.listen {
+        config.server.listen = listen;
+        config.listen_line = None;
+    }
     init_tracing(&config);
     log_allocator();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -311,18 +435,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-const ALLOCATOR_NAME: &str = if cfg!(feature = "mimalloc") {
-    "mimalloc"
-} else if cfg!(feature = "jemalloc") {
-    "jemalloc"
-} else {
-    "system"
-};
-
 fn log_allocator() {
     // Each allocator reads its settings from the environment, once, at
     // start-up (tikv-jemallocator's jemalloc has prefixed symbols).
-    let prefix = match ALLOCATOR_NAME {
+    let prefix = match spoold::ALLOCATOR {
         "mimalloc" => "MIMALLOC_",
         "jemalloc" => "_RJEM_MALLOC_CONF",
         _ => "GLIBC_TUNABLES",
@@ -336,7 +452,7 @@ fn log_allocator() {
     } else {
         settings.join(" ")
     };
-    tracing::info!(allocator = ALLOCATOR_NAME, %settings, "allocator");
+    tracing::info!(allocator = spoold::ALLOCATOR, %settings, "allocator");
 }
 
 async fn serve(config: Config) -> anyhow::Result<ExitCode> {

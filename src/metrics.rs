@@ -28,7 +28,10 @@ pub(crate) const MESSAGES_EXPIRED: &str = "spoold_messages_expired_total";
 pub(crate) const MESSAGES_DEDUPLICATED: &str = "spoold_messages_deduplicated_total";
 pub(crate) const QUEUE_MESSAGES: &str = "spoold_queue_messages";
 pub(crate) const QUEUE_OLDEST_AGE: &str = "spoold_queue_oldest_message_age_seconds";
+pub(crate) const QUEUE_RETRYING: &str = "spoold_queue_retrying_messages";
+pub(crate) const QUEUE_OLDEST_RETRYING_AGE: &str = "spoold_queue_oldest_retrying_age_seconds";
 pub(crate) const QUEUE_PAUSED: &str = "spoold_queue_paused";
+pub(crate) const BUILD_INFO: &str = "spoold_build_info";
 pub(crate) const DELIVERIES: &str = "spoold_deliveries_total";
 pub(crate) const DELIVERY_DURATION: &str = "spoold_delivery_duration_seconds";
 pub(crate) const FSYNC_DURATION: &str = "spoold_journal_fsync_duration_seconds";
@@ -87,6 +90,8 @@ pub(crate) fn install() -> &'static PrometheusHandle {
             .install_recorder()
             .expect("bug: a metrics recorder was installed elsewhere");
         describe();
+        gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "allocator" => crate::ALLOCATOR)
+            .set(1.0);
         handle
     })
 }
@@ -131,6 +136,20 @@ fn describe() {
         QUEUE_OLDEST_AGE,
         Unit::Seconds,
         "How long the oldest visible message of a queue has waited."
+    );
+    describe_gauge!(
+        QUEUE_RETRYING,
+        Unit::Count,
+        "Messages of a queue that failed at least once and wait for another try (any state)."
+    );
+    describe_gauge!(
+        QUEUE_OLDEST_RETRYING_AGE,
+        Unit::Seconds,
+        "Since when the oldest message still retrying was sent (0 when none): a message stuck retrying."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1; the labels say which spoold runs (version, allocator)."
     );
     describe_gauge!(
         QUEUE_PAUSED,
@@ -257,6 +276,11 @@ pub(crate) fn refresh(engine: &Engine) {
             .oldest_visible_age_ms
             .map_or(0.0, |ms| ms as f64 / 1000.0);
         gauge!(QUEUE_OLDEST_AGE, LABEL_QUEUE => q()).set(age);
+        gauge!(QUEUE_RETRYING, LABEL_QUEUE => q()).set(stats.retrying as f64);
+        let retrying_age = stats
+            .oldest_retrying_age_ms
+            .map_or(0.0, |ms| ms as f64 / 1000.0);
+        gauge!(QUEUE_OLDEST_RETRYING_AGE, LABEL_QUEUE => q()).set(retrying_age);
         gauge!(QUEUE_PAUSED, LABEL_QUEUE => q()).set(if stats.paused { 1.0 } else { 0.0 });
     }
 }

@@ -13,14 +13,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::{ApiConfig, AppState, router, server};
+use crate::api::{ApiConfig, AppState, probe_router, router, server};
 use crate::config::{Config, OnCorruption};
 use crate::engine::{Engine, EngineOptions, Origin, QueueError};
 use crate::journal::JournalError;
 use crate::spool::QueueSettings;
-
-/// How often the background compactor looks for garbage.
-const COMPACTION_PERIOD: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -62,6 +59,8 @@ pub enum Outcome {
 /// A running server.
 pub struct Running {
     pub addr: SocketAddr,
+    /// Where `server.metrics_listen` is bound, if set.
+    pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<Outcome, ServeError>>,
 }
@@ -145,30 +144,57 @@ pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Runni
     if !config.spool.fsync {
         tracing::warn!("spool.fsync = false: acknowledged messages can be lost on a crash");
     }
-    tracing::info!(%addr, "listening");
+    let (probes, metrics_addr) = match &config.server.metrics_listen {
+        Some(listen) => {
+            let bad = |error| ServeError::Bind {
+                listen: listen.clone(),
+                error,
+            };
+            let bound = bind(listen).await.map_err(bad)?;
+            let addr = bound.local_addr().map_err(bad)?;
+            (Some(bound), Some(addr))
+        }
+        None => (None, None),
+    };
+    tracing::info!(%addr, metrics = ?metrics_addr, "listening");
     let state = AppState::new(api_config);
     let (stop, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(run(config, listener, state, stop_rx));
-    Ok(Running { addr, stop, task })
+    let task = tokio::spawn(run(config, listener, probes, state, stop_rx));
+    Ok(Running {
+        addr,
+        metrics_addr,
+        stop,
+        task,
+    })
 }
 
 async fn run(
     config: Config,
     listener: TcpListener,
+    probes: Option<TcpListener>,
     state: std::sync::Arc<AppState>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Outcome, ServeError> {
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
-    // The listener stops on a stop request and on a poisoned journal alike.
-    let (close_listener, mut listener_closed) = watch::channel(false);
+    // The listeners stop on a stop request and on a poisoned journal alike.
+    let (close_listener, listener_closed) = watch::channel(false);
+    let closed = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
     let server = tokio::spawn(server::serve(
         listener,
         router(state.clone()),
-        async move {
-            let _ = listener_closed.wait_for(|s| *s).await;
-        },
+        closed(listener_closed.clone()),
         grace,
     ));
+    let probe_server = probes.map(|l| {
+        tokio::spawn(server::serve(
+            l,
+            probe_router(state.clone()),
+            closed(listener_closed),
+            grace,
+        ))
+    });
 
     let mut options = EngineOptions::new(&config.spool.dir);
     options.segment_bytes = config.spool.segment_bytes;
@@ -201,7 +227,8 @@ async fn run(
         .collect();
     reconcile_config_queues(&engine, &wanted).await?;
     let _timer = engine.spawn_timer();
-    let _compactor = engine.spawn_compactor(COMPACTION_PERIOD);
+    let _compactor =
+        engine.spawn_compactor(Duration::from_millis(config.spool.compaction_interval_ms));
     let (stop_delivery, delivery_stop) = watch::channel(false);
     let delivery = tokio::spawn(crate::delivery::run(
         engine.clone(),
@@ -245,6 +272,9 @@ async fn run(
         tracing::warn!("deliveries still in flight after the grace period: released");
     }
     let _ = server.await;
+    if let Some(probes) = probe_server {
+        let _ = probes.await;
+    }
     engine.close();
     Ok(outcome)
 }

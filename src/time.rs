@@ -73,6 +73,14 @@ pub fn format_rfc3339(ms: Millis) -> String {
     )
 }
 
+/// Parses an RFC 3339 time (`2026-01-02T03:04:05Z`, fractions and offsets
+/// allowed) to milliseconds since the epoch.
+pub fn parse_rfc3339(text: &str) -> Option<Millis> {
+    let t =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 /// Howard Hinnant's `civil_from_days`: days since 1970-01-01 to (y, m, d).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -90,6 +98,18 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_parses_what_it_formats_and_offsets() {
+        for ms in [0, 951_782_400_123, 1_798_761_599_999] {
+            assert_eq!(parse_rfc3339(&format_rfc3339(ms)), Some(ms));
+        }
+        assert_eq!(parse_rfc3339("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:01Z"), Some(1000));
+        for bad in ["", "yesterday", "1970-01-01", "1970-01-01T00:00:00"] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn rfc3339_formats_known_instants() {

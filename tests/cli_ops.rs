@@ -4,7 +4,7 @@ mod common;
 
 use common::server::Server;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -22,20 +22,8 @@ async fn server(dir: &std::path::Path, keys: &str) -> (Server, String) {
 /// Runs the binary with `args` (off the async runtime's threads).
 async fn run(args: Vec<String>, stdin: &'static str) -> Output {
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(BIN)
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::process::run_input(&args, stdin)
     })
     .await
     .unwrap()

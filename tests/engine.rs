@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use spoold::engine::{MessageError, Origin, SendError, SendRequest, SettleError, WriteError};
-use spoold::spool::{Payload, QueueSettings, StoredRequest};
+use spoold::spool::{DeadLetterFilter, Payload, QueueSettings, StoredRequest};
 use spoold::testing::{SimStorage, Tear};
 use spoold::time::ManualClock;
 
@@ -217,7 +217,9 @@ async fn lease_expiry_is_an_auto_nack() {
     clock.advance_ms(1_000);
     engine.run_due().await;
     assert_eq!(engine.stats("q.failed").unwrap().visible, 1);
-    let failed = engine.peek("q.failed", None, 10).unwrap();
+    let failed = engine
+        .peek("q.failed", &DeadLetterFilter::default(), None, 10)
+        .unwrap();
     assert_eq!(
         failed[0].failure.unwrap().reason.as_str(),
         "retries_exhausted"
@@ -346,8 +348,18 @@ async fn cancel_purge_redrive_and_queue_changes_survive_restarts() {
         engine.nack("q", &d.token, 0).await.unwrap();
     }
     assert_eq!(engine.stats("q.failed").unwrap().visible, 2);
-    assert_eq!(engine.redrive("q", 10, Some(&[c]), true).await.unwrap(), 1);
-    assert_eq!(engine.redrive("q", 10, Some(&[c]), false).await.unwrap(), 1);
+    let only_c = DeadLetterFilter {
+        ids: Some([c].into()),
+        ..DeadLetterFilter::default()
+    };
+    assert_eq!(
+        engine.redrive("q", &only_c, 10, true).await.unwrap().done,
+        1
+    );
+    assert_eq!(
+        engine.redrive("q", &only_c, 10, false).await.unwrap().done,
+        1
+    );
     engine.set_paused("q", true).await.unwrap();
     engine.delete_queue("gone", Origin::Api).await.unwrap();
     drop(engine);
@@ -357,14 +369,14 @@ async fn cancel_purge_redrive_and_queue_changes_survive_restarts() {
     assert!(engine.stats("q").unwrap().paused);
     assert!(engine.stats("gone").is_err());
     let in_q: Vec<_> = engine
-        .peek("q", None, 10)
+        .peek("q", &DeadLetterFilter::default(), None, 10)
         .unwrap()
         .iter()
         .map(|v| v.id)
         .collect();
     assert_eq!(in_q, vec![c]);
     let in_failed: Vec<_> = engine
-        .peek("q.failed", None, 10)
+        .peek("q.failed", &DeadLetterFilter::default(), None, 10)
         .unwrap()
         .iter()
         .map(|v| v.id)
@@ -378,7 +390,11 @@ async fn cancel_purge_redrive_and_queue_changes_survive_restarts() {
             .is_empty(),
         "paused"
     );
-    assert_eq!(engine.purge("q.failed").await.unwrap(), 1);
+    let purged = engine
+        .purge("q.failed", &DeadLetterFilter::default(), usize::MAX, false)
+        .await
+        .unwrap();
+    assert_eq!(purged.done, 1);
 }
 
 #[tokio::test]

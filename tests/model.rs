@@ -30,10 +30,13 @@ use std::time::Duration;
 use common::*;
 use proptest::prelude::*;
 use spoold::engine::{
-    Engine, LeaseError, Origin, QueueError, SendError, SendRequest, SettleError, WriteError,
+    BulkOutcome, Engine, LeaseError, Origin, QueueError, SendError, SendRequest, SettleError,
+    WriteError,
 };
 use spoold::spool::OnExpire;
-use spoold::spool::{FailReason, MessageId, QueueSettings, SpoolState};
+use spoold::spool::{
+    DeadLetterFilter, FailReason, MessageId, QueueSettings, SpoolState, StatusMatch,
+};
 use spoold::testing::FailInfo;
 use spoold::testing::{MessageEntry, QueueState};
 use spoold::testing::{SimStorage, Tear};
@@ -157,15 +160,27 @@ enum Op {
     },
     Renew(usize),
     Cancel(usize),
+    /// Purge a queue, or the part of it `filter` selects, up to `max`.
     Purge {
         queue: usize,
         failed: bool,
+        filter: Filter,
+        max: Option<usize>,
     },
     /// `pick`: redrive the failure queue's oldest (None) or the messages
-    /// at these places among all messages.
+    /// at these places among all messages, those `filter` selects, up to
+    /// `max`; named by the queue or (`by_failed_name`) its failure queue.
     Redrive {
         queue: usize,
         pick: Option<Vec<usize>>,
+        filter: Filter,
+        max: usize,
+        by_failed_name: bool,
+    },
+    /// Peek of a failure queue with a filter: exactly the model's matches.
+    PeekFailed {
+        queue: usize,
+        filter: Filter,
     },
     Upsert {
         queue: usize,
@@ -219,6 +234,69 @@ fn change() -> impl Strategy<Value = Change> {
     ]
 }
 
+/// The failure terms of a dead-letter filter, times relative to now.
+#[derive(Debug, Clone, Copy, Default)]
+struct Filter {
+    reason: Option<FailReason>,
+    /// A status filter: nothing in the model fails with a status, so it
+    /// selects nothing.
+    status: bool,
+    since_ago: Option<i64>,
+    until_ago: Option<i64>,
+}
+
+impl Filter {
+    fn at(self, now: i64, ids: Option<&[MessageId]>) -> DeadLetterFilter {
+        DeadLetterFilter {
+            reason: self.reason,
+            status: self.status.then_some(StatusMatch::Class(5)),
+            since: self.since_ago.map(|a| now - a),
+            until: self.until_ago.map(|a| now - a),
+            ids: ids.map(|ids| ids.iter().copied().collect()),
+        }
+    }
+
+    fn has_terms(self) -> bool {
+        self.reason.is_some() || self.status || self.since_ago.is_some() || self.until_ago.is_some()
+    }
+
+    /// Whether the model's message matches the failure terms.
+    fn matches(self, now: i64, m: &ModelMessage) -> bool {
+        if !self.has_terms() {
+            return true;
+        }
+        let Some((reason, at)) = m.failed else {
+            return false;
+        };
+        !self.status
+            && self.reason.is_none_or(|r| r == reason)
+            && self.since_ago.is_none_or(|a| at >= now - a)
+            && self.until_ago.is_none_or(|a| at < now - a)
+    }
+}
+
+fn filter() -> impl Strategy<Value = Filter> {
+    let ago = proptest::option::weighted(0.25, prop_oneof![Just(0i64), Just(5_000), Just(40_000)]);
+    (
+        proptest::option::weighted(
+            0.3,
+            prop_oneof![
+                Just(FailReason::RetriesExhausted),
+                Just(FailReason::Expired)
+            ],
+        ),
+        proptest::bool::weighted(0.1),
+        ago.clone(),
+        ago,
+    )
+        .prop_map(|(reason, status, since_ago, until_ago)| Filter {
+            reason,
+            status,
+            since_ago,
+            until_ago,
+        })
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let queue = 0..QUEUES.len();
     prop_oneof![
@@ -232,10 +310,13 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(lease, delay_ms)| Op::Nack { lease, delay_ms }),
         1 => (0..8usize).prop_map(Op::Renew),
         1 => (0..16usize).prop_map(Op::Cancel),
-        1 => (queue.clone(), proptest::bool::weighted(0.6))
-            .prop_map(|(queue, failed)| Op::Purge { queue, failed }),
-        2 => (queue.clone(), proptest::option::weighted(0.4, proptest::collection::vec(0..16usize, 1..4)))
-            .prop_map(|(queue, pick)| Op::Redrive { queue, pick }),
+        1 => (queue.clone(), proptest::bool::weighted(0.6), filter(),
+              proptest::option::weighted(0.3, 1..4usize))
+            .prop_map(|(queue, failed, filter, max)| Op::Purge { queue, failed, filter, max }),
+        2 => (queue.clone(), proptest::option::weighted(0.4, proptest::collection::vec(0..16usize, 1..4)),
+              filter(), prop_oneof![Just(10usize), Just(1), Just(2)], proptest::bool::weighted(0.3))
+            .prop_map(|(queue, pick, filter, max, by_failed_name)| Op::Redrive { queue, pick, filter, max, by_failed_name }),
+        1 => (queue.clone(), filter()).prop_map(|(queue, filter)| Op::PeekFailed { queue, filter }),
         3 => (queue.clone(), change()).prop_map(|(queue, change)| Op::Upsert { queue, change }),
         1 => queue.clone().prop_map(Op::Delete),
         2 => (queue.clone(), proptest::bool::ANY)
@@ -779,76 +860,118 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 w.engine.cancel(&queue, id).await.unwrap();
                 w.model.remove(id);
             }
-            Op::Purge { queue, failed } => {
+            Op::Purge {
+                queue,
+                failed,
+                filter,
+                max,
+            } => {
                 let base = QUEUES[queue];
                 let name = if failed {
                     format!("{base}.failed")
                 } else {
                     base.to_string()
                 };
-                let purged = w.engine.purge(&name).await;
-                if !w.model.queues.contains_key(base) {
-                    assert!(
-                        matches!(purged, Err(QueueError::NotFound { .. })),
-                        "{label}"
-                    );
+                let f = filter.at(now, None);
+                let limit = max.unwrap_or(usize::MAX);
+                let dry = w.engine.purge(&name, &f, limit, true).await;
+                let purged = w.engine.purge(&name, &f, limit, false).await;
+                if filter.has_terms() && !failed {
+                    for answer in [dry, purged] {
+                        assert!(
+                            matches!(answer, Err(QueueError::NotAFailureQueue { .. })),
+                            "{label}: {answer:?}"
+                        );
+                    }
                     continue;
                 }
-                let ids: Vec<MessageId> = w
+                if !w.model.queues.contains_key(base) {
+                    for answer in [dry, purged] {
+                        assert!(
+                            matches!(answer, Err(QueueError::NotFound { .. })),
+                            "{label}"
+                        );
+                    }
+                    continue;
+                }
+                let matched: Vec<MessageId> = w
                     .model
                     .messages
                     .iter()
-                    .filter(|(_, m)| m.queue_name() == name)
+                    .filter(|(_, m)| m.queue_name() == name && filter.matches(now, m))
                     .map(|(id, _)| *id)
                     .collect();
-                assert_eq!(purged.unwrap(), ids.len() as u64, "{label}");
-                for id in ids {
+                let picked: Vec<MessageId> = matched
+                    .iter()
+                    .copied()
+                    .take(max.unwrap_or(usize::MAX))
+                    .collect();
+                let expected = BulkOutcome {
+                    done: picked.len() as u64,
+                    matched: matched.len() as u64,
+                    remaining: (matched.len() - picked.len()) as u64,
+                };
+                assert_eq!(dry.unwrap(), expected, "{label}: dry run");
+                assert_eq!(purged.unwrap(), expected, "{label}");
+                for id in picked {
                     w.model.remove(id);
                 }
             }
-            Op::Redrive { queue, pick } => {
+            Op::Redrive {
+                queue,
+                pick,
+                filter,
+                max,
+                by_failed_name,
+            } => {
                 let base = QUEUES[queue];
                 let failed = format!("{base}.failed");
+                let named = if by_failed_name {
+                    failed.as_str()
+                } else {
+                    base
+                };
                 let ids: Option<Vec<MessageId>> = pick.map(|places| {
                     places
                         .iter()
                         .filter_map(|&i| w.model.messages.keys().nth(i).copied())
                         .collect()
                 });
-                let dry = w.engine.redrive(base, 10, ids.as_deref(), true).await;
+                let f = filter.at(now, ids.as_deref());
+                let dry = w.engine.redrive(named, &f, max, true).await;
                 if !w.model.queues.contains_key(base) {
                     assert!(matches!(dry, Err(QueueError::NotFound { .. })), "{label}");
                     continue;
                 }
-                // The engine redrives each named id once.
-                let ids_once: Option<Vec<MessageId>> = ids.as_ref().map(|ids| {
-                    ids.iter()
-                        .copied()
-                        .collect::<BTreeSet<_>>()
-                        .into_iter()
-                        .collect()
-                });
-                let movable = |id: &MessageId| {
-                    w.model
-                        .messages
-                        .get(id)
-                        .is_some_and(|m| m.queue_name() == failed)
-                        && w.model.lease_of(*id).is_none()
+                // Each named id once; matched counts leased ones too, only
+                // unleased ones move.
+                let ids_once: Option<BTreeSet<MessageId>> =
+                    ids.as_ref().map(|ids| ids.iter().copied().collect());
+                let matched: Vec<MessageId> = w
+                    .model
+                    .messages
+                    .iter()
+                    .filter(|(id, m)| {
+                        m.queue_name() == failed
+                            && filter.matches(now, m)
+                            && ids_once.as_ref().is_none_or(|only| only.contains(id))
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
+                let expected: Vec<MessageId> = matched
+                    .iter()
+                    .copied()
+                    .filter(|id| w.model.lease_of(*id).is_none())
+                    .take(max)
+                    .collect();
+                let outcome = |done: usize| BulkOutcome {
+                    done: done as u64,
+                    matched: matched.len() as u64,
+                    remaining: (matched.len() - done) as u64,
                 };
-                let expected: Vec<MessageId> = match &ids_once {
-                    Some(ids) => ids.iter().copied().filter(movable).take(10).collect(),
-                    None => w
-                        .model
-                        .messages
-                        .keys()
-                        .copied()
-                        .filter(movable)
-                        .take(10)
-                        .collect(),
-                };
-                assert_eq!(dry.unwrap(), expected.len() as u64, "{label}: dry run");
-                let moved = w.engine.redrive(base, 10, ids.as_deref(), false).await;
-                assert_eq!(moved.unwrap(), expected.len() as u64, "{label}");
+                assert_eq!(dry.unwrap(), outcome(expected.len()), "{label}: dry run");
+                let moved = w.engine.redrive(named, &f, max, false).await;
+                assert_eq!(moved.unwrap(), outcome(expected.len()), "{label}");
                 for id in expected {
                     let m = w.model.messages.get_mut(&id).unwrap();
                     m.failed = None;
@@ -856,6 +979,24 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                     m.visible_at = now;
                     m.retention_from = now;
                 }
+            }
+            Op::PeekFailed { queue, filter } => {
+                let base = QUEUES[queue];
+                let failed = format!("{base}.failed");
+                let peeked = w.engine.peek(&failed, &filter.at(now, None), None, 1_000);
+                if !w.model.queues.contains_key(base) {
+                    assert!(peeked.is_err(), "{label}");
+                    continue;
+                }
+                let got: Vec<MessageId> = peeked.unwrap().iter().map(|v| v.id).collect();
+                let expected: Vec<MessageId> = w
+                    .model
+                    .messages
+                    .iter()
+                    .filter(|(_, m)| m.queue_name() == failed && filter.matches(now, m))
+                    .map(|(id, _)| *id)
+                    .collect();
+                assert_eq!(got, expected, "{label}");
             }
             Op::Upsert { queue, change } => {
                 let name = QUEUES[queue];

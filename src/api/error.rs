@@ -162,6 +162,7 @@ impl From<MessageError> for ApiError {
             MessageError::MessageNotFound { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, "message_not_found", message)
             }
+            MessageError::NotAFailureQueue { .. } => ApiError::bad_request(message),
             MessageError::Read(r) => r.into(),
             MessageError::Write(w) => w.into(),
         }
@@ -182,6 +183,7 @@ impl From<QueueError> for ApiError {
             QueueError::Rule(rule) => ApiError::bad_request(rule.to_string()),
             QueueError::ManagedByConfig { .. } => conflict("queue_managed_by_config", message),
             QueueError::FailureQueue { .. } => conflict("failure_queue", message),
+            QueueError::NotAFailureQueue { .. } => ApiError::bad_request(message),
             QueueError::Write(w) => w.into(),
         }
     }

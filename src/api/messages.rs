@@ -1,6 +1,7 @@
 //! Message routes: send, forward, receive (single and batch), ack, nack,
 //! renew, peek, get, cancel, purge, tail.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,15 +9,16 @@ use axum::body::Body;
 use axum::extract::{Path, RawPathParams, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures_util::stream;
+use futures_util::{StreamExt, stream};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::error::ApiError;
+use super::filter::{BulkQuery, take_term};
 use super::forward::{resolve_path, stored_headers};
 use super::{AppState, WAIT_SECONDS_MAX, query_pairs, read_body, seconds_param, view};
 use crate::engine::{Delivery, Engine, MessageError, SendOutcome, SendRequest};
-use crate::spool::{MessageId, Payload, StoredRequest};
+use crate::spool::{DeadLetterFilter, MessageId, Payload, StoredRequest};
 use crate::time::format_rfc3339;
 
 /// Longest `Spooler-Delay` accepted: one year.
@@ -372,7 +374,11 @@ pub(crate) async fn peek(
     let engine = state.engine()?;
     let mut limit = PEEK_DEFAULT;
     let mut after = None;
+    let mut filter = DeadLetterFilter::default();
     for (k, v) in query_pairs(query.as_deref()) {
+        if take_term(engine, &mut filter, &k, &v)? {
+            continue;
+        }
         match k.as_str() {
             "limit" => {
                 limit = v
@@ -391,7 +397,7 @@ pub(crate) async fn peek(
             _ => {}
         }
     }
-    let views = engine.peek(&queue, after, limit)?;
+    let views = engine.peek(&queue, &filter, after, limit)?;
     let mut messages = Vec::with_capacity(views.len());
     for v in &views {
         match render_stored(&state, engine, &queue, v) {
@@ -426,42 +432,79 @@ pub(crate) async fn cancel(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `DELETE /v1/queues/{q}/messages`
+/// `DELETE /v1/queues/{q}/messages?max=N&dryRun=true`: every message; with
+/// the dead-letter filters, those selected; at most `max`.
 pub(crate) async fn purge(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let purged = state.engine()?.purge(&queue).await?;
-    Ok(axum::Json(json!({ "purged": purged })).into_response())
+    let engine = state.engine()?;
+    let q = BulkQuery::parse(engine, query.as_deref())?;
+    let max = q.max.unwrap_or(usize::MAX);
+    let done = engine.purge(&queue, &q.filter, max, q.dry_run).await?;
+    Ok(axum::Json(json!({
+        "purged": done.done,
+        "matched": done.matched,
+        "remaining": done.remaining,
+        "dryRun": q.dry_run,
+    }))
+    .into_response())
 }
 
-/// `GET /v1/queues/{q}/tail`: one JSON line per message as it arrives,
-/// until the client leaves. A line per arrival that is still there when the
-/// stream reads it; a subscriber that falls far behind skips ahead.
+/// `GET /v1/queues/{q}/tail?last=N`: the `N` newest messages (oldest of
+/// them first), then one JSON line per message as it arrives, until the
+/// client leaves or the server stops (the stream then ends cleanly). A
+/// line per arrival that is still there when the stream reads it; a
+/// subscriber that falls far behind skips ahead.
 pub(crate) async fn tail(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?.clone();
-    engine.stats(&queue)?;
+    let mut last = 0;
+    for (k, v) in query_pairs(query.as_deref()) {
+        if k == "last" {
+            last = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n <= PEEK_MAX)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("last = {v:?}: allowed 0 to {PEEK_MAX}"))
+                })?;
+        }
+    }
+    // Subscribe before reading the newest, so that nothing falls between.
     let arrivals = engine.arrivals();
-    let lines = stream::unfold(
-        (arrivals, engine, state, queue),
-        |(mut rx, engine, state, queue)| async move {
+    let newest = engine.newest(&queue, last)?;
+    let shown: HashSet<MessageId> = newest.iter().map(|v| v.id).collect();
+    let mut backlog: Vec<String> = Vec::with_capacity(newest.len());
+    for v in &newest {
+        if let Ok(rendered) = render_stored(&state, &engine, &queue, v) {
+            backlog.push(format!("{rendered}\n"));
+        }
+    }
+    let stop = state.shutdown_signal();
+    let follow = stream::unfold(
+        (arrivals, stop, shown, engine, state, queue),
+        |(mut rx, mut stop, mut shown, engine, state, queue)| async move {
             loop {
-                match rx.recv().await {
-                    Ok(a) if a.queue == queue => {
+                let arrival = tokio::select! {
+                    _ = stop.wait_for(|stopping| *stopping) => return None,
+                    a = rx.recv() => a,
+                };
+                match arrival {
+                    Ok(a) if a.queue == queue && !shown.remove(&a.id) => {
                         let Ok(v) = engine.get(&queue, a.id) else {
                             continue;
                         };
                         let Ok(rendered) = render_stored(&state, &engine, &queue, &v) else {
                             continue;
                         };
-                        let mut line = rendered.to_string();
-                        line.push('\n');
                         return Some((
-                            Ok::<_, std::convert::Infallible>(line),
-                            (rx, engine, state, queue),
+                            format!("{rendered}\n"),
+                            (rx, stop, shown, engine, state, queue),
                         ));
                     }
                     Ok(_) | Err(RecvError::Lagged(_)) => continue,
@@ -470,6 +513,9 @@ pub(crate) async fn tail(
             }
         },
     );
+    let lines = stream::iter(backlog)
+        .chain(follow)
+        .map(Ok::<_, std::convert::Infallible>);
     let mut response = Response::new(Body::from_stream(lines));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -7,6 +7,7 @@
 
 pub(crate) mod auth;
 pub(crate) mod error;
+pub(crate) mod filter;
 pub(crate) mod forward;
 pub(crate) mod messages;
 pub(crate) mod queues;
@@ -14,7 +15,6 @@ pub(crate) mod server;
 pub(crate) mod settings;
 pub(crate) mod view;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 use crate::config::Config;
 use crate::engine::Engine;
@@ -72,7 +72,9 @@ impl ApiConfig {
 pub(crate) struct AppState {
     engine: OnceLock<Engine>,
     pub config: ApiConfig,
-    shutting_down: AtomicBool,
+    /// True once the server is stopping: `/readyz` fails and open tails
+    /// end.
+    shutting_down: watch::Sender<bool>,
     long_polls: Arc<Semaphore>,
 }
 
@@ -81,7 +83,7 @@ impl AppState {
         Arc::new(AppState {
             engine: OnceLock::new(),
             config,
-            shutting_down: AtomicBool::new(false),
+            shutting_down: watch::Sender::new(false),
             long_polls: Arc::new(Semaphore::new(LONG_POLLS_MAX)),
         })
     }
@@ -91,9 +93,15 @@ impl AppState {
         let _ = self.engine.set(engine);
     }
 
-    /// Marks the server as stopping: `/readyz` fails from now on.
+    /// Marks the server as stopping: `/readyz` fails from now on, and
+    /// open tails end.
     pub(crate) fn begin_shutdown(&self) {
-        self.shutting_down.store(true, Ordering::SeqCst);
+        self.shutting_down.send_replace(true);
+    }
+
+    /// Becomes true when the server starts stopping.
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutting_down.subscribe()
     }
 
     pub(crate) fn engine(&self) -> Result<&Engine, ApiError> {
@@ -109,8 +117,7 @@ impl AppState {
     }
 
     pub(crate) fn is_ready(&self) -> bool {
-        !self.shutting_down.load(Ordering::SeqCst)
-            && self.engine.get().is_some_and(|e| !e.is_poisoned())
+        !*self.shutting_down.borrow() && self.engine.get().is_some_and(|e| !e.is_poisoned())
     }
 }
 
@@ -156,6 +163,18 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         // `layer`, not `route_layer`: the fallbacks are behind it too, so
         // that an unknown `/v1` path also needs a key.
         .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
+        .with_state(state)
+}
+
+/// The routes of `server.metrics_listen`: metrics and probes only, without
+/// a key (they carry no messages), so that `/v1` can stay on loopback
+/// while Prometheus and the kubelet reach these.
+pub(crate) fn probe_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
         .with_state(state)
 }
 
@@ -263,43 +282,35 @@ pub(crate) async fn read_body(
     }
 }
 
-/// The pairs of a query string, percent-decoded.
+/// The pairs of a query string, percent-decoded (`application/x-www-form-urlencoded`).
 pub(crate) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
+    url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .into_owned()
         .collect()
 }
 
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match u8::from_str_radix(
-                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
-                    16,
-                ) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
+/// Most messages one redrive moves when `max` is not given (`remaining`
+/// says what is left); a purge takes all unless told.
+pub(crate) const BULK_DEFAULT: usize = 1000;
+
+/// `max=N`: a positive number.
+pub(crate) fn max_param(value: &str) -> Result<usize, ApiError> {
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|m| *m >= 1)
+        .ok_or_else(|| ApiError::bad_request(format!("max = {value:?}: a positive number")))
+}
+
+/// A flag: `true`, `1` or empty (`?dryRun`), `false` or `0`.
+pub(crate) fn bool_param(name: &str, value: &str) -> Result<bool, ApiError> {
+    match value {
+        "true" | "1" | "" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(ApiError::bad_request(format!(
+            "{name} = {value:?}: true or false"
+        ))),
     }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A number of seconds from a query parameter or header: finite, ≥ 0 and at
@@ -329,9 +340,15 @@ mod tests {
                 ("x".into(), "".into())
             ]
         );
-        assert_eq!(percent_decode("%"), "%");
-        assert_eq!(percent_decode("%4"), "%4");
-        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(
+            query_pairs(Some("a=%&b=%4&c=%zz&d=x+y")),
+            vec![
+                ("a".into(), "%".into()),
+                ("b".into(), "%4".into()),
+                ("c".into(), "%zz".into()),
+                ("d".into(), "x y".into())
+            ]
+        );
     }
 
     #[test]

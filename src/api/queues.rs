@@ -9,12 +9,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
+use super::filter::BulkQuery;
 use super::settings::{SettingsBody, render, render_stats};
-use super::{AppState, query_pairs, read_body};
+use super::{AppState, BULK_DEFAULT, read_body};
 use crate::engine::{Engine, Origin};
-
-/// Most messages one redrive moves when `max` is not given.
-const REDRIVE_DEFAULT: usize = 1000;
 
 fn queue_json(engine: &Engine, name: &str) -> Result<Value, ApiError> {
     let (settings, managed) = engine.queue_settings(name)?;
@@ -85,45 +83,24 @@ pub(crate) async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /v1/queues/{q}/redrive?max=N&id=…&dryRun=true`
+/// `POST /v1/queues/{q}/redrive?max=N&dryRun=true` and the dead-letter
+/// filters; `{q}` may name the failure queue too.
 pub(crate) async fn redrive(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    let mut max = REDRIVE_DEFAULT;
-    let mut ids = Vec::new();
-    let mut dry_run = false;
-    for (k, v) in query_pairs(query.as_deref()) {
-        match k.as_str() {
-            "max" => {
-                max = v.parse::<usize>().ok().filter(|m| *m >= 1).ok_or_else(|| {
-                    ApiError::bad_request(format!("max = {v:?}: a positive number"))
-                })?;
-            }
-            "id" => {
-                ids.push(engine.tokens().parse_id(&v).ok_or_else(|| {
-                    ApiError::bad_request(format!("id = {v:?} is not a message id"))
-                })?)
-            }
-            "dryRun" => {
-                dry_run = match v.as_str() {
-                    "true" | "1" | "" => true,
-                    "false" | "0" => false,
-                    _ => {
-                        return Err(ApiError::bad_request(format!(
-                            "dryRun = {v:?}: true or false"
-                        )));
-                    }
-                };
-            }
-            _ => {}
-        }
-    }
-    let only = (!ids.is_empty()).then_some(ids.as_slice());
-    let moved = engine.redrive(&queue, max, only, dry_run).await?;
-    Ok(axum::Json(json!({ "moved": moved, "dryRun": dry_run })).into_response())
+    let q = BulkQuery::parse(engine, query.as_deref())?;
+    let max = q.max.unwrap_or(BULK_DEFAULT);
+    let done = engine.redrive(&queue, &q.filter, max, q.dry_run).await?;
+    Ok(axum::Json(json!({
+        "moved": done.done,
+        "matched": done.matched,
+        "remaining": done.remaining,
+        "dryRun": q.dry_run,
+    }))
+    .into_response())
 }
 
 /// `POST /v1/queues/{q}/pause`

@@ -79,6 +79,8 @@ pub(crate) fn render_stats(st: &QueueStats, push: bool) -> Value {
         "failedTotal": c.failed,
         "deduplicatedTotal": c.deduplicated,
         "oldestVisibleAgeSeconds": st.oldest_visible_age_ms.map_or(0.0, |ms| ms as f64 / 1000.0),
+        "retrying": st.retrying,
+        "oldestRetryingAgeSeconds": st.oldest_retrying_age_ms.map_or(0.0, |ms| ms as f64 / 1000.0),
         "paused": st.paused,
     });
     if push {

@@ -1,8 +1,11 @@
 //! Operator subcommands that talk to a running server over its HTTP API:
-//! `queues`, `tail`, `send`, `dlq list|redrive|purge`.
+//! `queues`, `tail`, `send`, `dlq list|show|redrive|purge`.
 //!
-//! Every failure is one readable line (`spoold: <kind>: <message>`) and a
-//! non-zero exit; `main` prints it.
+//! Each writes what it has to say to `out` (a table for people, or with
+//! `--json` one JSON object per line); every failure is one readable line
+//! (`spoold: <kind>: <message>`, with the cause) and a non-zero exit;
+//! `main` prints it. A dead-letter command accepts the queue's name or its
+//! failure queue's (`hooks` or `hooks.failed`).
 
 use std::fmt::Write as _;
 use std::io::{BufRead, Write};
@@ -10,6 +13,10 @@ use std::io::{BufRead, Write};
 use futures_util::StreamExt;
 use reqwest::{Client, Method, RequestBuilder, Response};
 use serde_json::Value;
+
+use crate::spool::queue::{failed_queue_name, origin_queue_name};
+use crate::spool::{FailReason, StatusMatch};
+use crate::time::{Millis, format_rfc3339, parse_rfc3339};
 
 /// Where the server is and how to authenticate.
 #[derive(Debug, Clone)]
@@ -24,16 +31,46 @@ pub enum OpsError {
     /// The server answered with an error body.
     #[error("{kind}: {message}")]
     Server { kind: String, message: String },
-    /// The server could not be reached, or answered something unreadable.
+    /// The server could not be reached, or answered something unreadable;
+    /// `reason` carries the whole chain of causes.
     #[error("cannot talk to {url}: {reason}")]
     Transport { url: String, reason: String },
+    /// A flag's value is wrong: exit 2.
     #[error("{0}")]
     Usage(String),
+    /// The operator did not confirm.
+    #[error("{0}")]
+    Declined(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
 
+/// An error and its causes, `: `-separated (reqwest's own message is only
+/// "error sending request"; the cause says "connection refused").
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            let _ = write!(text, ": {more}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
 impl Target {
+    /// `url` may leave out the scheme (`127.0.0.1:8787`): HTTP is meant.
+    pub fn new(url: &str, api_key: Option<String>) -> Target {
+        let url = if url.contains("://") {
+            url.to_owned()
+        } else {
+            format!("http://{url}")
+        };
+        Target { url, api_key }
+    }
+
     fn client() -> Client {
         crate::delivery::client::install_crypto_provider();
         Client::new()
@@ -48,11 +85,15 @@ impl Target {
         }
     }
 
-    async fn send(&self, request: RequestBuilder) -> Result<Response, OpsError> {
-        let response = request.send().await.map_err(|e| OpsError::Transport {
+    fn transport(&self, e: reqwest::Error) -> OpsError {
+        OpsError::Transport {
             url: self.url.clone(),
-            reason: e.without_url().to_string(),
-        })?;
+            reason: with_causes(&e.without_url()),
+        }
+    }
+
+    async fn send(&self, request: RequestBuilder) -> Result<Response, OpsError> {
+        let response = request.send().await.map_err(|e| self.transport(e))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -70,7 +111,7 @@ impl Target {
         let response = self.send(self.request(method, path)).await?;
         response.json().await.map_err(|e| OpsError::Transport {
             url: self.url.clone(),
-            reason: format!("unreadable answer: {e}"),
+            reason: format!("unreadable answer: {}", with_causes(&e)),
         })
     }
 }
@@ -113,13 +154,22 @@ fn num(v: &Value) -> String {
     }
 }
 
-/// `spoold queues`: every queue with its stats, as a table.
-pub async fn queues(target: &Target) -> Result<String, OpsError> {
+/// Writes one JSON object per line.
+fn json_lines(out: &mut impl Write, items: &[Value]) -> Result<(), OpsError> {
+    for item in items {
+        writeln!(out, "{item}")?;
+    }
+    Ok(())
+}
+
+/// `spoold queues`: every queue with its stats, as a table (or JSON lines).
+pub async fn queues(target: &Target, json: bool, out: &mut impl Write) -> Result<(), OpsError> {
     let list = target.json(Method::GET, "/v1/queues").await?;
-    let rows: Vec<Vec<String>> = list["queues"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    let queues = list["queues"].as_array().cloned().unwrap_or_default();
+    if json {
+        return json_lines(out, &queues);
+    }
+    let rows: Vec<Vec<String>> = queues
         .iter()
         .map(|q| {
             let st = &q["stats"];
@@ -142,46 +192,68 @@ pub async fn queues(target: &Target) -> Result<String, OpsError> {
             ]
         })
         .collect();
-    Ok(table(
-        &[
-            "QUEUE", "TYPE", "VISIBLE", "LEASED", "DELAYED", "OLDEST", "PAUSED",
-        ],
-        &rows,
-    ))
+    write!(
+        out,
+        "{}",
+        table(
+            &[
+                "QUEUE", "TYPE", "VISIBLE", "LEASED", "DELAYED", "OLDEST", "PAUSED"
+            ],
+            &rows,
+        )
+    )?;
+    Ok(())
 }
 
-/// One message as a line for people.
+/// One message as a line for people; a dead letter also says why it
+/// failed.
 fn message_line(m: &Value) -> String {
     let body = m["body"]
         .as_str()
         .map(|b| b.chars().take(80).collect::<String>().replace('\n', "\\n"))
         .unwrap_or_else(|| "<binary>".into());
-    format!(
-        "{} {} retry={} {}",
+    let mut line = format!(
+        "{} {} retry={}",
         num(&m["enqueuedAt"]),
         num(&m["id"]),
         num(&m["retryCount"]),
-        body
-    )
+    );
+    if let Some(reason) = m["reason"].as_str() {
+        let _ = write!(line, " reason={reason}");
+        if let Some(status) = m.get("lastStatus") {
+            let _ = write!(line, " status={}", num(status));
+        }
+    }
+    let _ = write!(line, " {body}");
+    line
 }
 
-/// `spoold tail QUEUE`: follows new messages until interrupted (or the
-/// server goes away), one line each, or the raw JSON lines with `json`.
+/// How a `tail` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailEnd {
+    /// The server ended the stream: it is stopping.
+    ServerStopped,
+}
+
+/// `spoold tail QUEUE`: the `last` newest messages, then new ones as they
+/// arrive, one line each (or the raw JSON lines), until interrupted or the
+/// server stops.
 pub async fn tail(
     target: &Target,
     queue: &str,
+    last: usize,
     json: bool,
     out: &mut impl Write,
-) -> Result<(), OpsError> {
+) -> Result<TailEnd, OpsError> {
     let response = target
-        .send(target.request(Method::GET, &format!("/v1/queues/{queue}/tail")))
+        .send(target.request(Method::GET, &format!("/v1/queues/{queue}/tail?last={last}")))
         .await?;
     let mut stream = response.bytes_stream();
     let mut pending = Vec::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| OpsError::Transport {
             url: target.url.clone(),
-            reason: e.to_string(),
+            reason: format!("the stream broke off: {}", with_causes(&e.without_url())),
         })?;
         pending.extend_from_slice(&chunk);
         while let Some(end) = pending.iter().position(|&b| b == b'\n') {
@@ -196,7 +268,7 @@ pub async fn tail(
             out.flush()?;
         }
     }
-    Ok(())
+    Ok(TailEnd::ServerStopped)
 }
 
 /// `spoold send QUEUE`: sends `body`; returns the new message's id.
@@ -222,103 +294,356 @@ pub async fn send(
             .await
             .map_err(|e| OpsError::Transport {
                 url: target.url.clone(),
-                reason: format!("unreadable answer: {e}"),
+                reason: format!("unreadable answer: {}", with_causes(&e)),
             })?;
     Ok(num(&answer["id"]))
 }
 
-/// `spoold dlq list QUEUE`: the failure queue's messages with why they
-/// failed.
-pub async fn dlq_list(target: &Target, queue: &str) -> Result<String, OpsError> {
-    let mut rows = Vec::new();
-    let mut after = String::new();
-    loop {
+/// The dead-letter filters of docs/contract.md §4 as the CLI takes them.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DeadLetterArgs {
+    /// Only dead letters that failed for this reason: retries_exhausted,
+    /// permanent_status or expired.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Only those whose last HTTP status was this code (503) or in this
+    /// class (5xx).
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only those that failed at or after this time: RFC 3339
+    /// (2026-11-30T10:00:00Z) or a duration ago (2h, 1d12h).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only those that failed before this time: RFC 3339 or a duration ago.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only this message id (repeat for several).
+    #[arg(long = "id", value_name = "ID")]
+    pub ids: Vec<String>,
+}
+
+impl DeadLetterArgs {
+    /// The filter as query pairs, checked here so that a typo is a usage
+    /// error before anything is sent; relative times count back from `now`.
+    pub fn query(&self, now: Millis) -> Result<Vec<(&'static str, String)>, OpsError> {
+        let mut pairs = Vec::new();
+        if let Some(reason) = &self.reason {
+            if FailReason::parse(reason).is_none() {
+                let names: Vec<&str> = FailReason::ALL.iter().map(|r| r.as_str()).collect();
+                return Err(OpsError::Usage(format!(
+                    "--reason {reason:?}: one of {}",
+                    names.join(", ")
+                )));
+            }
+            pairs.push(("reason", reason.clone()));
+        }
+        if let Some(status) = &self.status {
+            if StatusMatch::parse(status).is_none() {
+                return Err(OpsError::Usage(format!(
+                    "--status {status:?}: an HTTP status (500) or a class (5xx)"
+                )));
+            }
+            pairs.push(("status", status.clone()));
+        }
+        for (name, value) in [("since", &self.since), ("until", &self.until)] {
+            if let Some(text) = value {
+                pairs.push((name, format_rfc3339(point_in_time(name, text, now)?)));
+            }
+        }
+        for id in &self.ids {
+            pairs.push(("id", id.clone()));
+        }
+        Ok(pairs)
+    }
+
+    /// The filter as people read it, for confirmations and reports.
+    fn describe(&self) -> String {
+        let mut terms = Vec::new();
+        for (name, value) in [
+            ("reason", &self.reason),
+            ("status", &self.status),
+            ("since", &self.since),
+            ("until", &self.until),
+        ] {
+            if let Some(v) = value {
+                terms.push(format!("{name} {v}"));
+            }
+        }
+        if !self.ids.is_empty() {
+            terms.push(format!("id {}", self.ids.join(", ")));
+        }
+        if terms.is_empty() {
+            String::new()
+        } else {
+            format!(" matching {}", terms.join(", "))
+        }
+    }
+}
+
+/// An RFC 3339 time, or a duration (`2h`) before `now`.
+fn point_in_time(flag: &str, text: &str, now: Millis) -> Result<Millis, OpsError> {
+    if let Some(at) = parse_rfc3339(text) {
+        return Ok(at);
+    }
+    match crate::config::parse_duration_ms(text) {
+        Ok(ago) => Ok(now - ago as Millis),
+        Err(_) => Err(OpsError::Usage(format!(
+            "--{flag} {text:?}: an RFC 3339 time (2026-11-30T10:00:00Z) or a duration ago (2h)"
+        ))),
+    }
+}
+
+fn encode(pairs: &[(&str, String)]) -> String {
+    let mut q = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        q.append_pair(k, v);
+    }
+    q.finish()
+}
+
+fn now_ms() -> Millis {
+    crate::time::Clock::now_ms(&crate::time::SystemClock)
+}
+
+/// `spoold dlq list QUEUE`: the dead letters the filter selects (all by
+/// default, at most `limit`), with why they failed.
+pub async fn dlq_list(
+    target: &Target,
+    queue: &str,
+    filter: &DeadLetterArgs,
+    limit: Option<usize>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let failed = failed_queue_name(origin_queue_name(queue));
+    let terms = filter.query(now_ms())?;
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut all = Vec::new();
+    let mut after: Option<String> = None;
+    while all.len() < limit {
+        let mut pairs = terms.clone();
+        pairs.push(("limit", (limit - all.len()).min(1000).to_string()));
+        if let Some(a) = &after {
+            pairs.push(("after", a.clone()));
+        }
         let page = target
             .json(
                 Method::GET,
-                &format!("/v1/queues/{queue}.failed/messages?limit=1000{after}"),
+                &format!("/v1/queues/{failed}/messages?{}", encode(&pairs)),
             )
             .await?;
         let messages = page["messages"].as_array().cloned().unwrap_or_default();
         let Some(last) = messages.last() else { break };
-        after = format!("&after={}", num(&last["id"]));
-        for m in &messages {
-            rows.push(vec![
+        after = Some(num(&last["id"]));
+        all.extend(messages);
+    }
+    if json {
+        return json_lines(out, &all);
+    }
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|m| {
+            vec![
                 num(&m["id"]),
                 num(&m["reason"]),
                 m.get("lastStatus").map_or_else(|| "-".into(), num),
                 m["attempts"].as_array().map_or(0, Vec::len).to_string(),
-                num(&m["retryCount"]),
                 num(&m["failedAt"]),
-            ]);
-        }
-    }
-    Ok(table(
-        &[
-            "ID",
-            "REASON",
-            "LAST_STATUS",
-            "ATTEMPTS",
-            "RETRIES",
-            "FAILED_AT",
-        ],
-        &rows,
-    ))
+                m["lastError"]
+                    .as_str()
+                    .map_or_else(|| "-".into(), |e| e.chars().take(60).collect()),
+            ]
+        })
+        .collect();
+    write!(
+        out,
+        "{}",
+        table(
+            &[
+                "ID",
+                "REASON",
+                "LAST_STATUS",
+                "ATTEMPTS",
+                "FAILED_AT",
+                "LAST_ERROR"
+            ],
+            &rows
+        )
+    )?;
+    Ok(())
 }
 
-/// `spoold dlq redrive QUEUE`: moves failed messages back; returns a line
-/// saying how many.
+/// `spoold dlq show QUEUE ID`: one dead letter with every attempt, what the
+/// destination answered, and the stored request.
+pub async fn dlq_show(
+    target: &Target,
+    queue: &str,
+    id: &str,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let failed = failed_queue_name(origin_queue_name(queue));
+    let path = format!(
+        "/v1/queues/{failed}/messages/{}",
+        url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()
+    );
+    let m = target.json(Method::GET, &path).await?;
+    if json {
+        return json_lines(out, &[m]);
+    }
+    let field = |name: &str| m.get(name).map_or_else(|| "-".into(), num);
+    writeln!(out, "id           {}", field("id"))?;
+    writeln!(
+        out,
+        "queue        {} (from {})",
+        field("queue"),
+        field("originQueue")
+    )?;
+    writeln!(out, "reason       {}", field("reason"))?;
+    writeln!(out, "last status  {}", field("lastStatus"))?;
+    writeln!(out, "last error   {}", field("lastError"))?;
+    writeln!(out, "failed at    {}", field("failedAt"))?;
+    writeln!(out, "enqueued at  {}", field("enqueuedAt"))?;
+    writeln!(out, "retries      {}", field("retryCount"))?;
+    if let Some(req) = m.get("request") {
+        writeln!(
+            out,
+            "request      {} {}",
+            num(&req["method"]),
+            num(&req["path"])
+        )?;
+        if let Some(headers) = req["headers"].as_object() {
+            for (name, value) in headers {
+                writeln!(out, "  {name}: {}", num(value))?;
+            }
+        }
+    }
+    let attempts = m["attempts"].as_array().cloned().unwrap_or_default();
+    writeln!(out, "attempts     {}", attempts.len())?;
+    for (i, a) in attempts.iter().enumerate() {
+        let outcome = a
+            .get("status")
+            .map_or_else(|| num(&a["error"]), |s| format!("HTTP {}", num(s)));
+        writeln!(
+            out,
+            "  {:>3}. {}  {}  {:.3}s",
+            i + 1,
+            num(&a["at"]),
+            outcome,
+            a["durationSeconds"].as_f64().unwrap_or(0.0)
+        )?;
+        if let Some(response) = a["response"].as_str() {
+            writeln!(out, "       response: {}", response.replace('\n', "\\n"))?;
+        }
+    }
+    match (m["body"].as_str(), m["bodyBase64"].as_str()) {
+        (Some(body), _) => writeln!(out, "body\n{body}")?,
+        (None, Some(b64)) => writeln!(out, "body (base64)\n{b64}")?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `spoold dlq redrive QUEUE`: moves the dead letters the filter selects
+/// back (at most `max`), or with `dry_run` says how many would move; says
+/// how many more match when `max` stopped it.
 pub async fn dlq_redrive(
     target: &Target,
     queue: &str,
+    filter: &DeadLetterArgs,
     max: Option<u64>,
     dry_run: bool,
-) -> Result<String, OpsError> {
-    let mut path = format!("/v1/queues/{queue}/redrive?dryRun={dry_run}");
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let base = origin_queue_name(queue);
+    let mut pairs = filter.query(now_ms())?;
+    pairs.push(("dryRun", dry_run.to_string()));
     if let Some(max) = max {
-        let _ = write!(path, "&max={max}");
+        pairs.push(("max", max.to_string()));
     }
-    let answer = target.json(Method::POST, &path).await?;
-    let moved = num(&answer["moved"]);
-    Ok(if dry_run {
-        format!("would move {moved} message(s) from {queue}.failed back to {queue}")
-    } else {
-        format!("moved {moved} message(s) from {queue}.failed back to {queue}")
-    })
+    let answer = target
+        .json(
+            Method::POST,
+            &format!("/v1/queues/{base}/redrive?{}", encode(&pairs)),
+        )
+        .await?;
+    if json {
+        return json_lines(out, &[answer]);
+    }
+    let verb = if dry_run { "would move" } else { "moved" };
+    writeln!(
+        out,
+        "{verb} {} of {} dead letter(s){} from {} back to {base}{}",
+        num(&answer["moved"]),
+        num(&answer["matched"]),
+        filter.describe(),
+        failed_queue_name(base),
+        more_remain(&answer, "--max")
+    )?;
+    Ok(())
 }
 
-/// `spoold dlq purge QUEUE`: deletes every failed message, after asking on
-/// `input` unless `yes`.
+/// "; N more match …" when a limit left some, else nothing.
+fn more_remain(answer: &Value, limit_flag: &str) -> String {
+    match answer["remaining"].as_u64() {
+        Some(n) if n > 0 => {
+            format!("; {n} more match (leased, or beyond {limit_flag}): run again to continue")
+        }
+        _ => String::new(),
+    }
+}
+
+/// `spoold dlq purge QUEUE`: deletes the dead letters the filter selects
+/// (all by default), after showing how many and asking on `input`, unless
+/// `yes`.
+#[allow(clippy::too_many_arguments)]
 pub async fn dlq_purge(
     target: &Target,
     queue: &str,
+    filter: &DeadLetterArgs,
     yes: bool,
+    json: bool,
     input: &mut impl BufRead,
     prompt: &mut impl Write,
-) -> Result<String, OpsError> {
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let base = origin_queue_name(queue);
+    let failed = failed_queue_name(base);
+    let pairs = filter.query(now_ms())?;
+    let path = |dry_run: bool| {
+        let mut p = pairs.clone();
+        p.push(("dryRun", dry_run.to_string()));
+        format!("/v1/queues/{failed}/messages?{}", encode(&p))
+    };
     if !yes {
+        let count = target.json(Method::DELETE, &path(true)).await?;
         write!(
             prompt,
-            "Delete every message in {queue}.failed? Type the queue name to confirm: "
+            "Delete {} dead letter(s) of {failed}{}? Type the queue name ({base}) to confirm: ",
+            num(&count["purged"]),
+            filter.describe()
         )?;
         prompt.flush()?;
         let mut answer = String::new();
         input.read_line(&mut answer)?;
-        if answer.trim() != queue {
-            return Err(OpsError::Usage("not confirmed; nothing was purged".into()));
+        if answer.trim() != base && answer.trim() != failed {
+            return Err(OpsError::Declined(
+                "not confirmed; nothing was purged".into(),
+            ));
         }
     }
-    let answer = target
-        .json(
-            Method::DELETE,
-            &format!("/v1/queues/{queue}.failed/messages"),
-        )
-        .await?;
-    Ok(format!(
-        "purged {} message(s) from {}",
+    let answer = target.json(Method::DELETE, &path(false)).await?;
+    if json {
+        return json_lines(out, &[answer]);
+    }
+    writeln!(
+        out,
+        "purged {} dead letter(s){} from {failed}",
         num(&answer["purged"]),
-        crate::spool::queue::failed_queue_name(queue)
-    ))
+        filter.describe()
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use super::backoff::{delay_ms, retry_after_ms};
 use super::signing::signature_header;
 use super::target::Destination;
-use crate::engine::settle::Outcome;
+use crate::engine::settle::{Outcome, Settled};
 use crate::engine::{Delivery, Engine, LeaseError};
 use crate::metrics::{DeliveryMetrics, DeliveryOutcome};
 use crate::spool::QueueSettings;
@@ -298,14 +298,11 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
     };
     let delivered = outcome == Outcome::Delivered;
     let retryable = matches!(outcome, Outcome::Retry { .. });
-    let labelled = match outcome {
+    let mut labelled = match outcome {
         Outcome::Delivered => DeliveryOutcome::Success,
         Outcome::Permanent { .. } => DeliveryOutcome::Failure,
         _ => DeliveryOutcome::Retry,
     };
-    shared
-        .metrics
-        .record(labelled, Duration::from_millis(u64::from(duration_ms)));
     let event_id = shared.engine.tokens().format_id(d.id);
     if delivered {
         tracing::debug!(queue = %shared.queue, delivery_id = %event_id, status = ?attempt.status,
@@ -319,13 +316,22 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
         Outcome::Retry { .. } if probe => Outcome::ProbeFailed { delay_ms: 0 },
         other => other,
     };
-    if let Err(e) = shared
+    match shared
         .engine
         .settle_delivery(&shared.queue, &d.token, attempt, outcome)
         .await
     {
-        tracing::warn!(queue = %shared.queue, error = %e, "could not settle a delivery");
+        // The label says what happened: the last retry moved the message
+        // to the failure queue.
+        Ok(Settled::Failed) => labelled = DeliveryOutcome::Failure,
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(queue = %shared.queue, error = %e, "could not settle a delivery")
+        }
     }
+    shared
+        .metrics
+        .record(labelled, Duration::from_millis(u64::from(duration_ms)));
     if delivered {
         shared.consecutive_failures.store(0, Ordering::Release);
     } else if retryable {

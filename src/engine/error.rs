@@ -99,6 +99,13 @@ pub enum MessageError {
     #[error("message {id} does not exist in queue {queue}")]
     MessageNotFound { queue: String, id: String },
 
+    /// Reason, status or time filters on a queue that holds no dead
+    /// letters.
+    #[error(
+        "{queue} is not a failure queue: only dead letters have a reason, a last status and a failure time"
+    )]
+    NotAFailureQueue { queue: String },
+
     #[error(transparent)]
     Read(#[from] ReadError),
 
@@ -126,6 +133,13 @@ pub enum QueueError {
     /// has no failure queue of its own to redrive from.
     #[error("{queue} is a failure queue: it is {what} with its queue")]
     FailureQueue { queue: String, what: &'static str },
+
+    /// Reason, status or time filters name a queue that holds no dead
+    /// letters.
+    #[error(
+        "{queue} is not a failure queue: only dead letters have a reason, a last status and a failure time"
+    )]
+    NotAFailureQueue { queue: String },
 
     #[error(transparent)]
     Write(#[from] WriteError),

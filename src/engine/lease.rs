@@ -230,7 +230,7 @@ impl Engine {
         let lease = self.lease_of(token)?;
         self.write_done(|core, now| {
             core.spool
-                .reserve_nack(queue, lease.id, lease.serial, now, delay_ms)
+                .reserve_nack(queue, lease.id, lease.serial, now, delay_ms, None)
                 .map_err(|e| settle_error(queue, e))
         })
         .await

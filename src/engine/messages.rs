@@ -4,22 +4,37 @@ use std::borrow::Cow;
 
 use super::Engine;
 use super::error::MessageError;
-use crate::spool::queue::origin_queue_name;
-use crate::spool::{Command, MessageId, MessageView, Payload, SpoolError};
+use crate::spool::queue::{FAILED_SUFFIX, origin_queue_name};
+use crate::spool::{Command, DeadLetterFilter, MessageId, MessageView, Payload, SpoolError};
 
 impl Engine {
-    /// Up to `limit` messages of `queue` after `after`, oldest first,
-    /// without leasing.
+    /// Up to `limit` messages of `queue` after `after` that `filter`
+    /// selects, oldest first, without leasing.
     pub fn peek(
         &self,
         queue: &str,
+        filter: &DeadLetterFilter,
         after: Option<MessageId>,
         limit: usize,
     ) -> Result<Vec<MessageView>, MessageError> {
+        if filter.has_failure_terms() && !queue.ends_with(FAILED_SUFFIX) {
+            return Err(MessageError::NotAFailureQueue {
+                queue: queue.to_owned(),
+            });
+        }
         let mut core = self.core();
         let now = self.now(&mut core);
         core.spool
-            .peek(queue, after, limit, now)
+            .peek(queue, filter, after, limit, now)
+            .map_err(|e| self.message_error(queue, MessageId(0), e))
+    }
+
+    /// The `n` newest messages of `queue`, oldest of them first.
+    pub fn newest(&self, queue: &str, n: usize) -> Result<Vec<MessageView>, MessageError> {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        core.spool
+            .newest(queue, n, now)
             .map_err(|e| self.message_error(queue, MessageId(0), e))
     }
 

@@ -53,6 +53,7 @@ use self::core::{Core, Shared};
 pub use error::{
     LeaseError, MessageError, QueueError, ReadError, SendError, SettleError, WriteError,
 };
+pub use queues::BulkOutcome;
 pub use rules::{Origin, Policy};
 use sink::Op;
 pub use sink::SendOutcome;

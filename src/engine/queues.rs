@@ -6,11 +6,12 @@
 use std::borrow::Cow;
 
 use super::Engine;
+use super::core::Core;
 use super::error::QueueError;
 use super::rules::{self, Origin};
 use crate::spool::command::IDS_PER_RECORD_MAX;
-use crate::spool::queue::{FAILED_SUFFIX, failed_queue_name};
-use crate::spool::{Command, MessageId, QueueSettings, QueueStats};
+use crate::spool::queue::{FAILED_SUFFIX, failed_queue_name, origin_queue_name};
+use crate::spool::{Command, DeadLetterFilter, MessageId, QueueSettings, QueueStats, Selection};
 
 impl Engine {
     /// Creates or replaces a queue's settings on behalf of `origin`.
@@ -89,54 +90,80 @@ impl Engine {
         .await
     }
 
-    /// Removes every message of a queue; returns how many.
-    pub async fn purge(&self, queue: &str) -> Result<u64, QueueError> {
-        self.write_counts(|core, _| {
-            let ids = core
-                .spool
-                .message_ids(queue)
-                .ok_or_else(|| not_found(queue))?;
-            Ok(split_ids(ids)
-                .map(|ids| Command::Purge {
-                    queue: Cow::Owned(queue.to_owned()),
-                    ids,
-                })
-                .collect())
+    /// Removes up to `max` of the messages of `queue` that `filter`
+    /// selects, oldest first (every message with the default filter).
+    /// Failure terms (reason, status, time) need a failure queue. With
+    /// `dry_run`, only counts them (`done` is what would go).
+    pub async fn purge(
+        &self,
+        queue: &str,
+        filter: &DeadLetterFilter,
+        max: usize,
+        dry_run: bool,
+    ) -> Result<BulkOutcome, QueueError> {
+        if filter.has_failure_terms() && !queue.ends_with(FAILED_SUFFIX) {
+            return Err(QueueError::NotAFailureQueue {
+                queue: queue.to_owned(),
+            });
+        }
+        let make = |ids| Command::Purge {
+            queue: Cow::Owned(queue.to_owned()),
+            ids,
+        };
+        self.write_selected(dry_run, make, |core: &mut Core| {
+            core.spool
+                .purge_candidates(queue, filter, max)
+                .map_err(|_| not_found(queue))
         })
         .await
     }
 
-    /// Moves up to `max` messages (or just `ids`) from `queue.failed` back to
-    /// `queue`, retry counts reset. With `dry_run`, only counts them.
+    /// Moves up to `max` of the messages of `queue.failed` that `filter`
+    /// selects back to `queue`, oldest first, retry counts reset; `queue`
+    /// may also be named by its failure queue. With `dry_run`, only counts
+    /// them (`done` is what would move).
     pub async fn redrive(
         &self,
         queue: &str,
+        filter: &DeadLetterFilter,
         max: usize,
-        ids: Option<&[MessageId]>,
         dry_run: bool,
-    ) -> Result<u64, QueueError> {
-        refuse_failure_queue(queue, "redriven into")?;
-        if dry_run {
-            let mut core = self.core();
-            return core
-                .spool
-                .redrive_candidates(queue, max, ids, false)
-                .map(|v| v.len() as u64)
-                .map_err(|_| not_found(queue));
-        }
-        self.write_counts(|core, _| {
-            let picked = core
-                .spool
-                .redrive_candidates(queue, max, ids, true)
-                .map_err(|_| not_found(queue))?;
-            Ok(split_ids(picked)
-                .map(|ids| Command::Redrive {
-                    queue: Cow::Owned(queue.to_owned()),
-                    ids,
-                })
-                .collect())
+    ) -> Result<BulkOutcome, QueueError> {
+        let queue = origin_queue_name(queue);
+        let make = |ids| Command::Redrive {
+            queue: Cow::Owned(queue.to_owned()),
+            ids,
+        };
+        self.write_selected(dry_run, make, |core: &mut Core| {
+            core.spool
+                .redrive_candidates(queue, filter, max, !dry_run)
+                .map_err(|_| not_found(queue))
         })
         .await
+    }
+
+    /// A purge or redrive: `select` picks the messages under the core
+    /// lock (reserving them unless `dry_run`); their ids go out in records
+    /// that `make` builds, at most [`IDS_PER_RECORD_MAX`] each, in one
+    /// batch.
+    async fn write_selected(
+        &self,
+        dry_run: bool,
+        make: impl Fn(Vec<MessageId>) -> Command<'static>,
+        select: impl FnOnce(&mut Core) -> Result<Selection, QueueError>,
+    ) -> Result<BulkOutcome, QueueError> {
+        if dry_run {
+            let selected = select(&mut self.core())?;
+            return Ok(BulkOutcome::of(selected.picked.len() as u64, &selected));
+        }
+        let mut selected = Selection::default();
+        let done = self
+            .write_counts(|core, _| -> Result<_, QueueError> {
+                selected = select(core)?;
+                Ok(split_ids(selected.picked.clone()).map(&make).collect())
+            })
+            .await?;
+        Ok(BulkOutcome::of(done, &selected))
     }
 
     pub fn stats(&self, queue: &str) -> Result<QueueStats, QueueError> {
@@ -169,6 +196,26 @@ impl Engine {
     /// Every queue's name (failure queues included), sorted.
     pub fn queue_names(&self) -> Vec<String> {
         self.core().spool.queue_names()
+    }
+}
+
+/// What a purge or redrive did (docs/contract.md §4): `done` messages
+/// purged or moved of `matched` that the filter selected; `remaining` still
+/// match after the limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BulkOutcome {
+    pub done: u64,
+    pub matched: u64,
+    pub remaining: u64,
+}
+
+impl BulkOutcome {
+    fn of(done: u64, selected: &Selection) -> BulkOutcome {
+        BulkOutcome {
+            done,
+            matched: selected.matched,
+            remaining: selected.remaining(),
+        }
     }
 }
 

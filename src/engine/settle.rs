@@ -59,18 +59,20 @@ impl Engine {
         }
     }
 
-    /// Settles a worker's lease by the outcome of `attempt`: `Ok` once the
-    /// records are durable. A stale lease (expired, or the message was
-    /// cancelled meanwhile) is `StaleLease`, and nothing is written.
+    /// Settles a worker's lease by the outcome of `attempt`: what became of
+    /// the message, once the records are durable. A stale lease (expired,
+    /// or the message was cancelled meanwhile) is `StaleLease`, and nothing
+    /// is written.
     pub async fn settle_delivery(
         &self,
         queue: &str,
         token: &str,
         attempt: AttemptInfo,
         outcome: Outcome,
-    ) -> Result<(), SettleError> {
+    ) -> Result<Settled, SettleError> {
         let lease = self.lease_of(token)?;
         let id = lease.id;
+        let last_status = attempt.status;
         let mut attempts = if outcome == Outcome::Delivered {
             Vec::new()
         } else {
@@ -81,6 +83,7 @@ impl Engine {
             attempts.drain(..attempts.len() - ATTEMPTS_KEPT);
         }
         let (tx, rx) = oneshot::channel();
+        let settled;
         {
             let mut core = self.core();
             let now = self.now(&mut core);
@@ -89,7 +92,7 @@ impl Engine {
                 // A nack: the retry count rises, past `max_retries` to the
                 // failure queue (the state machine decides which).
                 core.spool
-                    .reserve_nack(queue, id, lease.serial, now, delay_ms)
+                    .reserve_nack(queue, id, lease.serial, now, delay_ms, last_status)
                     .map_err(|e| settle_error(queue, e))?
             } else {
                 core.spool
@@ -117,6 +120,11 @@ impl Engine {
             };
             core.spool
                 .count_delivery(queue, outcome == Outcome::Delivered);
+            settled = match &settle {
+                Command::Ack { .. } => Settled::Delivered,
+                Command::Fail { .. } => Settled::Failed,
+                _ => Settled::Retried,
+            };
             let settle = Record {
                 at: now,
                 command: settle,
@@ -140,8 +148,20 @@ impl Engine {
                 return Err(unavailable(e).into());
             }
         }
-        Ok(rx.await.map_err(|_| closed())??)
+        rx.await.map_err(|_| closed())??;
+        Ok(settled)
     }
+}
+
+/// What a settled delivery did to its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Acked: gone for good.
+    Delivered,
+    /// Back in line, to be tried again.
+    Retried,
+    /// Moved to the failure queue (a permanent status, or its last retry).
+    Failed,
 }
 
 fn retry_count(spool: &crate::spool::Spool, queue: &str, id: MessageId) -> u32 {

@@ -42,6 +42,17 @@ pub enum FailReason {
 }
 
 impl FailReason {
+    pub const ALL: [FailReason; 3] = [
+        FailReason::RetriesExhausted,
+        FailReason::PermanentStatus,
+        FailReason::Expired,
+    ];
+
+    /// The reason named as [`FailReason::as_str`] spells it.
+    pub fn parse(text: &str) -> Option<FailReason> {
+        FailReason::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FailReason::RetriesExhausted => "retries_exhausted",

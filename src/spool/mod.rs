@@ -17,6 +17,7 @@
 pub(crate) mod checkpoint;
 mod codec;
 pub(crate) mod command;
+mod filter;
 pub(crate) mod queue;
 pub(crate) mod record;
 pub(crate) mod state;
@@ -25,6 +26,7 @@ pub use checkpoint::SpoolState;
 pub(crate) use checkpoint::{CheckpointLoader, CheckpointMeta};
 pub(crate) use command::{Command, EnqueueMeta, Record};
 pub use command::{FailReason, MessageId, Payload, StoredRequest};
+pub use filter::{DeadLetterFilter, Selection, StatusMatch};
 pub use queue::{OnExpire, QueueSettings};
 pub(crate) use state::{Applied, Leased, Spool, SpoolError};
 pub use state::{MessageState, MessageView, QueueStats};

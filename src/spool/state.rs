@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::command::{Command, EnqueueMeta, FailReason, MessageId, Record};
+use super::filter::{DeadLetterFilter, Selection};
 use super::queue::{OnExpire, QueueSettings, failed_queue_name};
 use crate::journal::RecordLoc;
 use crate::time::Millis;
@@ -92,6 +93,8 @@ pub(crate) struct Queue {
     dedup: HashMap<u64, (Millis, MessageId)>,
     dedup_order: VecDeque<(Millis, u64)>,
     failures: HashMap<MessageId, FailInfo>,
+    /// Messages with a retry count above 0 (not kept in a failure queue).
+    retrying: BTreeSet<MessageId>,
     /// Where the latest delivery-attempt record of a message is (it carries
     /// the last ten attempts). Only messages a worker has tried have one.
     attempts: HashMap<MessageId, RecordLoc>,
@@ -116,6 +119,7 @@ impl Queue {
             dedup: HashMap::new(),
             dedup_order: VecDeque::new(),
             failures: HashMap::new(),
+            retrying: BTreeSet::new(),
             attempts: HashMap::new(),
             counters: Counters::default(),
         }
@@ -132,6 +136,9 @@ impl Queue {
     fn insert(&mut self, id: MessageId, message: Message) {
         self.ready.insert((message.visible_at, id));
         self.retention.insert((message.retention_from, id));
+        if message.retry_count > 0 && !self.is_failure_queue() {
+            self.retrying.insert(id);
+        }
         self.messages.insert(id, message);
     }
 
@@ -141,10 +148,39 @@ impl Queue {
         let message = self.messages.remove(&id)?;
         self.ready.remove(&(message.visible_at, id));
         self.retention.remove(&(message.retention_from, id));
+        self.retrying.remove(&id);
         if let Some(lease) = self.leases.remove(&id) {
             self.lease_expiry.remove(&(lease.expires_at, id));
         }
         Some((message, self.failures.remove(&id)))
+    }
+
+    /// The messages `filter` selects, oldest first: all of them counted,
+    /// up to `max` of those `eligible` picked.
+    fn select(
+        &self,
+        filter: &DeadLetterFilter,
+        max: usize,
+        eligible: impl Fn(MessageId, &Message) -> bool,
+    ) -> Selection {
+        let mut selection = Selection::default();
+        let candidates: Box<dyn Iterator<Item = (MessageId, &Message)>> = match &filter.ids {
+            Some(ids) => Box::new(
+                ids.iter()
+                    .filter_map(|id| self.messages.get(id).map(|m| (*id, m))),
+            ),
+            None => Box::new(self.messages.iter().map(|(&id, m)| (id, m))),
+        };
+        for (id, m) in candidates {
+            if !filter.matches(id, self.failures.get(&id)) {
+                continue;
+            }
+            selection.matched += 1;
+            if selection.picked.len() < max && eligible(id, m) {
+                selection.picked.push(id);
+            }
+        }
+        selection
     }
 
     /// Every remembered dedup key: (hash, first send, id).
@@ -253,6 +289,12 @@ pub struct QueueStats {
     pub delayed: u64,
     pub counters: Counters,
     pub oldest_visible_age_ms: Option<i64>,
+    /// Messages tried and failed at least once, still in the queue (not in
+    /// a failure queue's stats), and how long ago the oldest was sent: a
+    /// message stuck retrying is delayed most of the time, so the oldest
+    /// visible age does not show it.
+    pub retrying: u64,
+    pub oldest_retrying_age_ms: Option<i64>,
     pub paused: bool,
 }
 
@@ -336,12 +378,6 @@ impl Spool {
         let mut names: Vec<String> = self.names.keys().cloned().collect();
         names.sort();
         names
-    }
-
-    /// Ids of every message of `queue`, oldest first.
-    pub(crate) fn message_ids(&self, queue: &str) -> Option<Vec<MessageId>> {
-        self.queue(queue)
-            .map(|q| q.messages.keys().copied().collect())
     }
 
     /// Total messages in every queue.
@@ -1035,7 +1071,8 @@ impl Spool {
 
     /// Reserves a nack of a valid lease and returns the record to append:
     /// a retry after `delay_ms`, or a move to the failure queue once the
-    /// retry count would pass `max_retries`.
+    /// retry count would pass `max_retries`, remembering `last_status` (the
+    /// HTTP status of a push worker's last attempt).
     pub(crate) fn reserve_nack(
         &mut self,
         queue: &str,
@@ -1043,10 +1080,11 @@ impl Spool {
         serial: u64,
         now: Millis,
         delay_ms: u64,
+        last_status: Option<u16>,
     ) -> Result<Command<'static>, SpoolError> {
         self.reserve_settle(queue, id, serial, now)?;
         let q = self.queue(queue).expect("reserved above");
-        Ok(retry_or_fail(q, id, now + delay_ms as i64))
+        Ok(retry_or_fail(q, id, now + delay_ms as i64, last_status))
     }
 
     /// Extends a valid lease to `now` + the queue's current lease timeout.
@@ -1132,53 +1170,45 @@ impl Spool {
         }
     }
 
-    /// Picks up to `max` messages of `queue`'s failure queue to redrive
-    /// (oldest first, or only `ids`), skipping leased and pending ones. With
-    /// `reserve`, marks them pending.
+    /// Picks up to `max` messages of `queue`'s failure queue that `filter`
+    /// selects, to redrive (oldest first), skipping leased and pending ones.
+    /// With `reserve`, marks them pending.
     pub(crate) fn redrive_candidates(
         &mut self,
         queue: &str,
+        filter: &DeadLetterFilter,
         max: usize,
-        ids: Option<&[MessageId]>,
         reserve: bool,
-    ) -> Result<Vec<MessageId>, SpoolError> {
+    ) -> Result<Selection, SpoolError> {
         let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
         let fid = q.failed.ok_or(SpoolError::QueueNotFound)?;
         let fq = self
             .queues
             .get_mut(&fid)
             .expect("bug: failure queue missing");
-        let movable = |id: &MessageId| {
-            fq.messages
-                .get(id)
-                .is_some_and(|m| !m.pending && !fq.leases.contains_key(id))
-        };
-        let picked: Vec<MessageId> = match ids {
-            // Each id once, however often it was named.
-            Some(ids) => ids
-                .iter()
-                .copied()
-                .collect::<BTreeSet<MessageId>>()
-                .into_iter()
-                .filter(movable)
-                .take(max)
-                .collect(),
-            None => fq
-                .messages
-                .keys()
-                .copied()
-                .filter(movable)
-                .take(max)
-                .collect(),
-        };
+        let selection = fq.select(filter, max, |id, m| {
+            !m.pending && !fq.leases.contains_key(&id)
+        });
         if reserve {
-            for id in &picked {
+            for id in &selection.picked {
                 let message = fq.messages.get_mut(id).expect("picked above");
                 message.pending = true;
                 fq.ready.remove(&(message.visible_at, *id));
             }
         }
-        Ok(picked)
+        Ok(selection)
+    }
+
+    /// Picks up to `max` messages of `queue` that `filter` selects, to
+    /// purge (oldest first), whatever their state but pending.
+    pub(crate) fn purge_candidates(
+        &self,
+        queue: &str,
+        filter: &DeadLetterFilter,
+        max: usize,
+    ) -> Result<Selection, SpoolError> {
+        let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
+        Ok(q.select(filter, max, |_, m| !m.pending))
     }
 
     /// Finds what is due at `now` (expired leases, messages past retention),
@@ -1200,7 +1230,7 @@ impl Spool {
                 .collect();
             for id in expired {
                 q.leases.get_mut(&id).expect("listed above").settling = true;
-                out.push(retry_or_fail(q, id, now));
+                out.push(retry_or_fail(q, id, now, None));
             }
             let retention_ms = q.settings.retention_ms as i64;
             let past: Vec<MessageId> = q
@@ -1293,6 +1323,11 @@ impl Spool {
             delayed,
             counters: q.counters,
             oldest_visible_age_ms: oldest,
+            retrying: q.retrying.len() as u64,
+            oldest_retrying_age_ms: q
+                .retrying
+                .first()
+                .map(|id| now - q.messages[id].enqueued_at),
             paused: q.paused || q.breaker_open,
         })
     }
@@ -1317,6 +1352,7 @@ impl Spool {
     pub(crate) fn peek(
         &self,
         queue: &str,
+        filter: &DeadLetterFilter,
         after: Option<MessageId>,
         limit: usize,
         now: Millis,
@@ -1328,9 +1364,29 @@ impl Spool {
         };
         Ok(q.messages
             .range(start..)
+            .filter(|&(id, _)| filter.matches(*id, q.failures.get(id)))
             .take(limit)
             .map(|(&id, m)| Spool::view(q, id, m, now))
             .collect())
+    }
+
+    /// The `n` newest messages, oldest of them first.
+    pub(crate) fn newest(
+        &self,
+        queue: &str,
+        n: usize,
+        now: Millis,
+    ) -> Result<Vec<MessageView>, SpoolError> {
+        let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
+        let mut views: Vec<MessageView> = q
+            .messages
+            .iter()
+            .rev()
+            .take(n)
+            .map(|(&id, m)| Spool::view(q, id, m, now))
+            .collect();
+        views.reverse();
+        Ok(views)
     }
 
     pub(crate) fn get(
@@ -1359,7 +1415,12 @@ impl Spool {
 /// The record for a lease that ends unsettled or is nacked: back in line at
 /// `visible_at` with one more retry, or to the failure queue once that would
 /// pass `max_retries`. Failure queues have no limit.
-fn retry_or_fail(q: &Queue, id: MessageId, visible_at: Millis) -> Command<'static> {
+fn retry_or_fail(
+    q: &Queue,
+    id: MessageId,
+    visible_at: Millis,
+    last_status: Option<u16>,
+) -> Command<'static> {
     let retries = q.messages[&id].retry_count;
     let queue = Cow::Owned(q.name.clone());
     if q.failed.is_some() && retries.saturating_add(1) > q.settings.max_retries {
@@ -1367,7 +1428,7 @@ fn retry_or_fail(q: &Queue, id: MessageId, visible_at: Millis) -> Command<'stati
             queue,
             id,
             reason: FailReason::RetriesExhausted,
-            last_status: None,
+            last_status,
             retry_count: retries,
         }
     } else {

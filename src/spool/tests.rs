@@ -61,7 +61,7 @@ fn ack(spool: &mut Spool, now: i64, leased: &Leased) -> Result<(), SpoolError> {
 
 fn nack(spool: &mut Spool, now: i64, leased: &Leased, delay_ms: u64) {
     let cmd = spool
-        .reserve_nack("q", leased.id, leased.serial, now, delay_ms)
+        .reserve_nack("q", leased.id, leased.serial, now, delay_ms, None)
         .unwrap();
     apply(spool, now, cmd);
 }
@@ -133,7 +133,9 @@ fn lease_expiry_retries_and_eventually_fails_with_origin() {
     assert_eq!(l.message.retry_count, 1);
     tick(&mut spool, 200);
     assert!(spool.lease("q", 200, 100, 1, false).unwrap().is_empty());
-    let failed = spool.peek("q.failed", None, 10, 200).unwrap();
+    let failed = spool
+        .peek("q.failed", &DeadLetterFilter::default(), None, 10, 200)
+        .unwrap();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].id, id);
     assert_eq!(failed[0].message.retry_count, 1);
@@ -179,13 +181,15 @@ fn failure_queue_has_no_retry_limit_and_redrive_resets_the_count() {
     for _ in 0..5 {
         let l = spool.lease("q.failed", 1, 1000, 1, false).unwrap()[0];
         let cmd = spool
-            .reserve_nack("q.failed", l.id, l.serial, 1, 0)
+            .reserve_nack("q.failed", l.id, l.serial, 1, 0, None)
             .unwrap();
         assert!(matches!(cmd, Command::Retry { .. }));
         apply(&mut spool, 1, cmd);
     }
-    let picked = spool.redrive_candidates("q", 10, None, true).unwrap();
-    assert_eq!(picked, vec![id]);
+    let picked = spool
+        .redrive_candidates("q", &DeadLetterFilter::default(), 10, true)
+        .unwrap();
+    assert_eq!(picked.picked, vec![id]);
     apply(
         &mut spool,
         5,
@@ -345,7 +349,10 @@ fn purge_and_delete_remove_everything() {
     let mut spool = with_queue(QueueSettings::default());
     send(&mut spool, 0, 0);
     send(&mut spool, 0, 0);
-    let ids = spool.message_ids("q").unwrap();
+    let ids = spool
+        .purge_candidates("q", &DeadLetterFilter::default(), usize::MAX)
+        .unwrap()
+        .picked;
     assert_eq!(
         apply(
             &mut spool,
@@ -395,13 +402,26 @@ fn the_in_memory_index_entry_stays_small() {
 fn peek_after_the_largest_id_is_empty_not_an_overflow() {
     let mut spool = with_queue(QueueSettings::default());
     let id = send(&mut spool, 0, 0);
-    let all = spool.peek("q", None, 10, 0).unwrap();
+    let all = spool
+        .peek("q", &DeadLetterFilter::default(), None, 10, 0)
+        .unwrap();
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].id, id);
-    assert!(spool.peek("q", Some(id), 10, 0).unwrap().is_empty());
     assert!(
         spool
-            .peek("q", Some(MessageId(u64::MAX)), 10, 0)
+            .peek("q", &DeadLetterFilter::default(), Some(id), 10, 0)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        spool
+            .peek(
+                "q",
+                &DeadLetterFilter::default(),
+                Some(MessageId(u64::MAX)),
+                10,
+                0
+            )
             .unwrap()
             .is_empty()
     );

@@ -122,6 +122,22 @@ pub fn run_in(cwd: &Path, args: &[&str]) -> Ran {
     }
 }
 
+/// Runs the binary with `args`, writing `stdin` to its standard input, to
+/// its end (no `NO_COLOR`, no keys from the environment).
+pub fn run_input(args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .env_remove("SPOOLD_API_KEY")
+        .env_remove("SPOOLD_API_KEYS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// `spoold run --config config` (without `SPOOLD_API_KEYS`): what it said
 /// if it stopped within 20 s (it refused the config or the spool), None if
 /// it served (then it is killed).
@@ -166,8 +182,8 @@ pub async fn start_command(command: &mut Command) -> Spoold {
     if !command.get_envs().any(|(name, _)| name == "SPOOLD_LOG") {
         command.env("SPOOLD_LOG", "info");
     }
+    // No NO_COLOR: the log goes to a pipe, so spoold writes no colour.
     let mut child = command
-        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
