@@ -33,6 +33,9 @@ pub mod spool;
 pub mod testing;
 pub mod time;
 
+/// The OpenAPI 3.1 document of the HTTP API (`spoold openapi`).
+pub use api::openapi_document;
+
 /// The global allocator the `spoold` binary is built with (`src/main.rs`
 /// installs it; `docs/performance.md` says why jemalloc is the default).
 pub const ALLOCATOR: &str = if cfg!(feature = "mimalloc") {

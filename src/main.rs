@@ -58,6 +58,9 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
+    /// Print the OpenAPI 3.1 document of the HTTP API (also served at
+    /// /v1/openapi.json).
+    Openapi,
     /// Offline journal tools (the spool must not be running).
     Journal {
         #[command(subcommand)]
@@ -268,6 +271,9 @@ fn main() -> ExitCode {
         },
         Command::Run(args) => run(args),
         Command::CheckConfig { config } => check_config(config),
+        Command::Openapi => {
+            print_out(&(spoold::openapi_document() + "\n")).map(|()| ExitCode::SUCCESS)
+        }
         Command::Journal { command } => match command {
             JournalCommand::Verify { dir } => verify(dir),
             JournalCommand::Repair { dir } => repair(dir),

@@ -16,6 +16,12 @@ use tokio::sync::broadcast::error::RecvError;
 use super::error::ApiError;
 use super::filter::{BulkQuery, take_term};
 use super::forward::{resolve_path, stored_headers};
+#[allow(unused_imports)] // named by the `#[utoipa::path]` attributes
+use super::openapi::{
+    BulkQueryParams, DeadLetterQuery, ErrorBody, LeasePath, MessagePath, MessagesBody, PurgeBody,
+    QueuePath, RedriveBody, RenewBody, StoredBody,
+};
+use super::view::MessageJson;
 use super::{AppState, WAIT_SECONDS_MAX, query_pairs, read_body, seconds_param, view};
 use crate::engine::{Delivery, Engine, MessageError, SendOutcome, SendRequest};
 use crate::spool::{DeadLetterFilter, MessageId, Payload, StoredRequest};
@@ -104,6 +110,18 @@ fn id_response(engine: &Engine, status: StatusCode, queue: &str, out: SendOutcom
 }
 
 /// `POST /v1/queues/{q}/messages`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/messages", operation_id = "sendMessage", tag = "messages", params(QueuePath,
+        ("Spooler-Delay" = Option<f64>, Header, description = "Seconds before the message becomes visible."),
+        ("Idempotency-Key" = Option<String>, Header, description = "Dedup key (the queue needs a dedup window).")),
+    description = "Store a message: answered only after the fsync that covers it.",
+    request_body(content = Vec<u8>, content_type = "*/*", description = "The payload, stored as sent with its Content-Type."),
+    responses(
+        (status = 201, description = "stored (durable)", body = StoredBody, headers(("Location" = String))),
+        (status = 200, description = "a duplicate within the dedup window: the first message's id", body = StoredBody, headers(("Spooler-Deduplicated" = String))),
+        (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn send(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -246,6 +264,18 @@ async fn lease(
 }
 
 /// `POST /v1/queues/{q}/receive`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/receive", operation_id = "receive", tag = "leases", params(QueuePath,
+        ("wait" = Option<f64>, Query, description = "Long-poll up to this many seconds (max 20).")),
+    description = "Lease one message: the body is its payload, the lease is in the headers.",
+    responses(
+        (status = 200, description = "leased", content_type = "*/*", body = Vec<u8>, headers(
+            ("Spooler-Message-Id" = String), ("Spooler-Lease-Token" = String),
+            ("Spooler-Lease-Expires" = String, description = "RFC 3339"), ("Spooler-Retry-Count" = u32))),
+        (status = 204, description = "nothing visible within `wait`"),
+        (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn receive(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -277,6 +307,14 @@ pub(crate) async fn receive(
 }
 
 /// `POST /v1/queues/{q}/receive-batch`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/receive-batch", operation_id = "receiveBatch", tag = "leases", params(QueuePath,
+        ("max" = Option<u32>, Query, description = "At most this many (1 to 100, default 10)."),
+        ("wait" = Option<f64>, Query, description = "Long-poll up to this many seconds (max 20).")),
+    description = "Lease up to `max` messages; answers as soon as one is available, or empty after `wait`.",
+    responses((status = 200, body = MessagesBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn receive_batch(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -305,6 +343,11 @@ pub(crate) async fn receive_batch(
 }
 
 /// `POST /v1/queues/{q}/leases/{token}/ack`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/leases/{token}/ack", operation_id = "ack", tag = "leases", params(LeasePath),
+    responses((status = 204, description = "removed (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn ack(
     State(state): State<Arc<AppState>>,
     Path((queue, token)): Path<(String, String)>,
@@ -314,6 +357,13 @@ pub(crate) async fn ack(
 }
 
 /// `POST /v1/queues/{q}/leases/{token}/nack?delay=10`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/leases/{token}/nack", operation_id = "nack", tag = "leases", params(LeasePath,
+        ("delay" = Option<f64>, Query, description = "Seconds before it is visible again.")),
+    description = "Give the message back: its retry count rises; past `maxRetries` it moves to the failure queue.",
+    responses((status = 204, description = "released (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn nack(
     State(state): State<Arc<AppState>>,
     Path((queue, token)): Path<(String, String)>,
@@ -330,6 +380,11 @@ pub(crate) async fn nack(
 }
 
 /// `POST /v1/queues/{q}/leases/{token}/renew`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/leases/{token}/renew", operation_id = "renew", tag = "leases", params(LeasePath),
+    responses((status = 200, body = RenewBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn renew(
     State(state): State<Arc<AppState>>,
     Path((queue, token)): Path<(String, String)>,
@@ -366,6 +421,15 @@ fn render_stored(
 }
 
 /// `GET /v1/queues/{q}/messages?limit=50&after=<id>`
+#[utoipa::path(
+    get, path = "/v1/queues/{q}/messages", operation_id = "peekMessages", tag = "messages", params(QueuePath,
+        ("limit" = Option<u32>, Query, description = "At most this many (1 to 1000, default 50)."),
+        ("after" = Option<String>, Query, description = "Page: messages after this id."),
+        DeadLetterQuery),
+    description = "Messages without leasing them, oldest first (visible, delayed and leased). Dead-letter filters apply to failure queues.",
+    responses((status = 200, body = MessagesBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn peek(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -411,6 +475,11 @@ pub(crate) async fn peek(
 }
 
 /// `GET /v1/queues/{q}/messages/{id}`
+#[utoipa::path(
+    get, path = "/v1/queues/{q}/messages/{id}", operation_id = "getMessage", tag = "messages", params(MessagePath),
+    responses((status = 200, body = MessageJson), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn get_one(
     State(state): State<Arc<AppState>>,
     Path((queue, id)): Path<(String, String)>,
@@ -422,6 +491,12 @@ pub(crate) async fn get_one(
 }
 
 /// `DELETE /v1/queues/{q}/messages/{id}`
+#[utoipa::path(
+    delete, path = "/v1/queues/{q}/messages/{id}", operation_id = "cancelMessage", tag = "messages", params(MessagePath),
+    description = "Cancel one message; a live lease on it becomes stale.",
+    responses((status = 204, description = "cancelled (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn cancel(
     State(state): State<Arc<AppState>>,
     Path((queue, id)): Path<(String, String)>,
@@ -434,6 +509,12 @@ pub(crate) async fn cancel(
 
 /// `DELETE /v1/queues/{q}/messages?max=N&dryRun=true`: every message; with
 /// the dead-letter filters, those selected; at most `max`.
+#[utoipa::path(
+    delete, path = "/v1/queues/{q}/messages", operation_id = "purgeMessages", tag = "messages", params(QueuePath, DeadLetterQuery, BulkQueryParams),
+    description = "Remove every message, or (on a failure queue) those the filters select; at most `max`.",
+    responses((status = 200, body = PurgeBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn purge(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -457,6 +538,13 @@ pub(crate) async fn purge(
 /// client leaves or the server stops (the stream then ends cleanly). A
 /// line per arrival that is still there when the stream reads it; a
 /// subscriber that falls far behind skips ahead.
+#[utoipa::path(
+    get, path = "/v1/queues/{q}/tail", operation_id = "tailMessages", tag = "messages", params(QueuePath,
+        ("last" = Option<u32>, Query, description = "First the N newest messages (0 to 1000).")),
+    description = "Newline-delimited JSON of each message as it arrives, until the client leaves or the server stops.",
+    responses((status = 200, description = "a stream of messages, one JSON object per line", content_type = "application/x-ndjson", body = MessageJson), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn tail(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,

@@ -10,6 +10,7 @@ pub(crate) mod error;
 pub(crate) mod filter;
 pub(crate) mod forward;
 pub(crate) mod messages;
+pub(crate) mod openapi;
 pub(crate) mod queues;
 pub(crate) mod server;
 pub(crate) mod settings;
@@ -23,9 +24,14 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, get};
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use openapi::{ErrorBody, StatusBody};
 use tokio::sync::{Semaphore, watch};
 
 use crate::config::Config;
@@ -121,43 +127,55 @@ impl AppState {
     }
 }
 
-/// Every route of the contract (docs/contract.md §4), in one flat router (nesting `/v1` would route
-/// each request twice), behind one middleware ([`gate`]).
+/// Every route that `#[utoipa::path]` describes, registered with its
+/// description: the router and the OpenAPI document come from the same
+/// list.
+fn api_router() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(queues::list))
+        .routes(routes!(queues::get_one, queues::put, queues::delete))
+        .routes(routes!(messages::send, messages::peek, messages::purge))
+        .routes(routes!(messages::get_one, messages::cancel))
+        .routes(routes!(messages::receive))
+        .routes(routes!(messages::receive_batch))
+        .routes(routes!(messages::ack))
+        .routes(routes!(messages::nack))
+        .routes(routes!(messages::renew))
+        .routes(routes!(messages::tail))
+        .routes(routes!(queues::redrive))
+        .routes(routes!(queues::pause))
+        .routes(routes!(queues::resume))
+        .routes(routes!(openapi_json))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+}
+
+/// The OpenAPI 3.1 document of the API (`GET /v1/openapi.json`,
+/// `spoold openapi`).
+pub fn openapi_document() -> String {
+    static DOCUMENT: OnceLock<String> = OnceLock::new();
+    DOCUMENT
+        .get_or_init(|| {
+            api_router()
+                .into_openapi()
+                .to_pretty_json()
+                .expect("the document serializes")
+        })
+        .clone()
+}
+
+/// Every route of the contract (docs/contract.md §4), in one flat router
+/// (nesting `/v1` would route each request twice), behind one middleware
+/// ([`gate`]).
 pub(crate) fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/v1/queues", get(queues::list))
-        .route(
-            "/v1/queues/{q}",
-            get(queues::get_one).put(queues::put).delete(queues::delete),
-        )
-        .route(
-            "/v1/queues/{q}/messages",
-            post(messages::send)
-                .get(messages::peek)
-                .delete(messages::purge),
-        )
-        .route(
-            "/v1/queues/{q}/messages/{id}",
-            get(messages::get_one).delete(messages::cancel),
-        )
-        .route("/v1/queues/{q}/receive", post(messages::receive))
-        .route(
-            "/v1/queues/{q}/receive-batch",
-            post(messages::receive_batch),
-        )
-        .route("/v1/queues/{q}/leases/{token}/ack", post(messages::ack))
-        .route("/v1/queues/{q}/leases/{token}/nack", post(messages::nack))
-        .route("/v1/queues/{q}/leases/{token}/renew", post(messages::renew))
-        .route("/v1/queues/{q}/tail", get(messages::tail))
-        .route("/v1/queues/{q}/redrive", post(queues::redrive))
-        .route("/v1/queues/{q}/pause", post(queues::pause))
-        .route("/v1/queues/{q}/resume", post(queues::resume))
+    let (routes, _) = api_router().split_for_parts();
+    routes
+        // Any method and a path of any depth: described in
+        // `openapi::forward`, routed here.
         .route("/v1/forward/{q}", any(messages::forward))
         .route("/v1/forward/{q}/", any(messages::forward))
         .route("/v1/forward/{q}/{*path}", any(messages::forward))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // `layer`, not `route_layer`: the fallbacks are behind it too, so
@@ -227,6 +245,22 @@ async fn method_not_allowed() -> ApiError {
     ApiError::method_not_allowed()
 }
 
+#[utoipa::path(
+    get, path = "/v1/openapi.json", operation_id = "openapi", tag = "operations",
+    responses((status = 200, description = "this document", content_type = "application/json", body = Object))
+)]
+async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        openapi_document(),
+    )
+        .into_response()
+}
+
+#[utoipa::path(
+    get, path = "/healthz", operation_id = "healthz", tag = "operations", security(()),
+    responses((status = 200, description = "the process runs", body = StatusBody))
+)]
 async fn healthz() -> impl IntoResponse {
     (
         StatusCode::OK,
@@ -234,6 +268,10 @@ async fn healthz() -> impl IntoResponse {
     )
 }
 
+#[utoipa::path(
+    get, path = "/readyz", operation_id = "readyz", tag = "operations", security(()),
+    responses((status = 200, description = "ready to serve", body = StatusBody), (status = 503, description = "starting, stopping, or storage failed", body = ErrorBody))
+)]
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.is_ready() {
         (
@@ -247,6 +285,10 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// Prometheus text (docs/contract.md §8), the state machine's numbers refreshed first.
+#[utoipa::path(
+    get, path = "/metrics", operation_id = "metrics", tag = "operations", security(()),
+    responses((status = 200, description = "Prometheus text (docs/contract.md §8)", content_type = "text/plain", body = String))
+)]
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let text = crate::metrics::render(state.engine.get());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

@@ -6,38 +6,71 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::error::ApiError;
 use super::filter::BulkQuery;
-use super::settings::{SettingsBody, render, render_stats};
+#[allow(unused_imports)] // named by the `#[utoipa::path]` attributes
+use super::openapi::{
+    BulkQueryParams, DeadLetterQuery, ErrorBody, LeasePath, MessagePath, MessagesBody, PurgeBody,
+    QueuePath, RedriveBody, RenewBody, StoredBody,
+};
+use super::settings::{SettingsBody, SettingsView, StatsView, render, render_stats};
 use super::{AppState, BULK_DEFAULT, read_body};
 use crate::engine::{Engine, Origin};
 
-fn queue_json(engine: &Engine, name: &str) -> Result<Value, ApiError> {
+fn queue_json(engine: &Engine, name: &str) -> Result<QueueView, ApiError> {
     let (settings, managed) = engine.queue_settings(name)?;
     let stats = engine.stats(name)?;
-    Ok(json!({
-        "name": name,
-        "managedByConfig": managed,
-        "settings": render(&settings),
-        "stats": render_stats(&stats, settings.is_push()),
-    }))
+    Ok(QueueView {
+        name: name.to_owned(),
+        managed_by_config: managed,
+        settings: render(&settings),
+        stats: render_stats(&stats, settings.is_push()),
+    })
+}
+
+/// A queue: its settings and its stats.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct QueueView {
+    name: String,
+    /// Defined in the config file: change it there.
+    managed_by_config: bool,
+    settings: SettingsView,
+    stats: StatsView,
+}
+
+/// `{"queues": […]}`, failure queues included.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct QueueList {
+    queues: Vec<QueueView>,
 }
 
 /// `GET /v1/queues`
+#[utoipa::path(
+    get, path = "/v1/queues", operation_id = "listQueues", tag = "queues",
+    description = "Every queue with its settings and stats, failure queues included.",
+    responses((status = 200, body = QueueList), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    let queues: Vec<Value> = engine
+    let queues: Vec<QueueView> = engine
         .queue_names()
         .iter()
         // A queue deleted between the list and the lookup is skipped.
         .filter_map(|name| queue_json(engine, name).ok())
         .collect();
-    Ok(axum::Json(json!({ "queues": queues })).into_response())
+    Ok(axum::Json(QueueList { queues }).into_response())
 }
 
 /// `GET /v1/queues/{q}`
+#[utoipa::path(
+    get, path = "/v1/queues/{q}", operation_id = "getQueue", tag = "queues", params(QueuePath),
+    responses((status = 200, body = QueueView), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn get_one(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -46,6 +79,13 @@ pub(crate) async fn get_one(
 }
 
 /// `PUT /v1/queues/{q}`: the body replaces the whole settings object.
+#[utoipa::path(
+    put, path = "/v1/queues/{q}", operation_id = "putQueue", tag = "queues", params(QueuePath),
+    description = "Create or replace a queue's settings (omitted fields take their defaults; `signingSecret` omitted keeps, `null` clears).",
+    request_body(content = SettingsBody, content_type = "application/json"),
+    responses((status = 201, description = "created", body = QueueView), (status = 200, description = "changed", body = QueueView), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn put(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -75,6 +115,12 @@ pub(crate) async fn put(
 }
 
 /// `DELETE /v1/queues/{q}`
+#[utoipa::path(
+    delete, path = "/v1/queues/{q}", operation_id = "deleteQueue", tag = "queues", params(QueuePath),
+    description = "Delete a queue, its failure queue and their messages.",
+    responses((status = 204, description = "deleted (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn delete(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -85,6 +131,12 @@ pub(crate) async fn delete(
 
 /// `POST /v1/queues/{q}/redrive?max=N&dryRun=true` and the dead-letter
 /// filters; `{q}` may name the failure queue too.
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/redrive", operation_id = "redrive", tag = "queues", params(QueuePath, DeadLetterQuery, BulkQueryParams),
+    description = "Move dead letters of `q.failed` back into `q` (oldest first, at most `max`, default 1000), retry counts reset, same ids. `q` may also name the failure queue.",
+    responses((status = 200, body = RedriveBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn redrive(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -104,6 +156,12 @@ pub(crate) async fn redrive(
 }
 
 /// `POST /v1/queues/{q}/pause`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/pause", operation_id = "pauseQueue", tag = "queues", params(QueuePath),
+    description = "Stop handing out leases (push workers included); journaled.",
+    responses((status = 204, description = "paused (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn pause(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -113,6 +171,11 @@ pub(crate) async fn pause(
 }
 
 /// `POST /v1/queues/{q}/resume`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/resume", operation_id = "resumeQueue", tag = "queues", params(QueuePath),
+    responses((status = 204, description = "resumed (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+)]
 pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,

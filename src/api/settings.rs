@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::spool::queue::{Backoff, OnExpire, QueueSettings};
 use crate::spool::state::QueueStats;
@@ -23,82 +23,148 @@ fn secs(ms: u64) -> f64 {
 }
 
 /// The settings object of `GET /v1/queues/{q}`.
-pub(crate) fn render(s: &QueueSettings) -> Value {
-    let mut v = json!({
-        "leaseTimeoutSeconds": secs(s.lease_timeout_ms),
-        "maxRetries": s.max_retries,
-        "retentionSeconds": secs(s.retention_ms),
-        "dedupWindowSeconds": secs(s.dedup_window_ms),
-        "onExpire": match s.on_expire { OnExpire::Discard => "discard", OnExpire::Fail => "fail" },
-    });
-    if let Some(destination) = &s.destination {
-        let obj = v.as_object_mut().expect("built as an object");
-        obj.insert("destination".into(), json!(destination));
-        obj.insert("concurrency".into(), json!(s.concurrency));
-        obj.insert("rateLimit".into(), json!(s.rate_limit));
-        obj.insert("timeoutSeconds".into(), json!(secs(s.timeout_ms)));
-        obj.insert(
-            "backoff".into(),
-            json!({
-                "initialSeconds": secs(s.backoff.initial_ms),
-                "multiplier": s.backoff.multiplier,
-                "maxSeconds": secs(s.backoff.max_ms),
-                "jitter": s.backoff.jitter,
-            }),
-        );
-        let hidden: BTreeMap<&str, &str> = s
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SettingsView {
+    lease_timeout_seconds: f64,
+    max_retries: u32,
+    retention_seconds: f64,
+    /// 0: dedup off.
+    dedup_window_seconds: f64,
+    /// `discard` or `fail`.
+    on_expire: &'static str,
+    /// A push queue's delivery settings (absent for a pull queue).
+    #[serde(flatten)]
+    push: Option<PushView>,
+}
+
+/// The delivery settings of a push queue.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PushView {
+    destination: String,
+    concurrency: u32,
+    /// Requests per second; `null`: no limit.
+    rate_limit: Option<f64>,
+    timeout_seconds: f64,
+    backoff: BackoffView,
+    /// Static headers, their values shown as `<redacted>`.
+    headers: BTreeMap<String, String>,
+    /// Whether a signing secret is set (it is never shown).
+    signing_secret_set: bool,
+    permanent_failure_statuses: Vec<u16>,
+    breaker_failures: u32,
+    ca_file: Option<String>,
+    client_cert: Option<String>,
+    client_key: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BackoffView {
+    initial_seconds: f64,
+    multiplier: f64,
+    max_seconds: f64,
+    jitter: f64,
+}
+
+pub(crate) fn render(s: &QueueSettings) -> SettingsView {
+    let push = s.destination.as_ref().map(|destination| PushView {
+        destination: destination.clone(),
+        concurrency: s.concurrency,
+        rate_limit: s.rate_limit,
+        timeout_seconds: secs(s.timeout_ms),
+        backoff: BackoffView {
+            initial_seconds: secs(s.backoff.initial_ms),
+            multiplier: s.backoff.multiplier,
+            max_seconds: secs(s.backoff.max_ms),
+            jitter: s.backoff.jitter,
+        },
+        headers: s
             .headers
             .keys()
-            .map(|name| (name.as_str(), REDACTED))
-            .collect();
-        obj.insert("headers".into(), json!(hidden));
-        obj.insert("signingSecretSet".into(), json!(s.signing_secret.is_some()));
-        obj.insert(
-            "permanentFailureStatuses".into(),
-            json!(s.permanent_failure_statuses),
-        );
-        obj.insert("breakerFailures".into(), json!(s.breaker_failures));
-        obj.insert("caFile".into(), json!(s.ca_file));
-        obj.insert("clientCert".into(), json!(s.client_cert));
-        obj.insert("clientKey".into(), json!(s.client_key));
+            .map(|name| (name.clone(), REDACTED.to_owned()))
+            .collect(),
+        signing_secret_set: s.signing_secret.is_some(),
+        permanent_failure_statuses: s.permanent_failure_statuses.clone(),
+        breaker_failures: s.breaker_failures,
+        ca_file: s.ca_file.clone(),
+        client_cert: s.client_cert.clone(),
+        client_key: s.client_key.clone(),
+    });
+    SettingsView {
+        lease_timeout_seconds: secs(s.lease_timeout_ms),
+        max_retries: s.max_retries,
+        retention_seconds: secs(s.retention_ms),
+        dedup_window_seconds: secs(s.dedup_window_ms),
+        on_expire: match s.on_expire {
+            OnExpire::Discard => "discard",
+            OnExpire::Fail => "fail",
+        },
+        push,
     }
-    v
 }
 
 /// The stats object (docs/contract.md §4).
-pub(crate) fn render_stats(st: &QueueStats, push: bool) -> Value {
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StatsView {
+    visible: u64,
+    leased: u64,
+    delayed: u64,
+    sent_total: u64,
+    acked_total: u64,
+    nacked_total: u64,
+    expired_total: u64,
+    failed_total: u64,
+    deduplicated_total: u64,
+    oldest_visible_age_seconds: f64,
+    /// Messages that failed at least once and wait for another try.
+    retrying: u64,
+    /// Since when the oldest of them was sent (0 when none).
+    oldest_retrying_age_seconds: f64,
+    /// Paused by an operator or by the circuit breaker.
+    paused: bool,
+    /// Delivery attempts (push queues only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deliveries_total: Option<u64>,
+    /// Failed delivery attempts (push queues only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery_failures_total: Option<u64>,
+}
+
+pub(crate) fn render_stats(st: &QueueStats, push: bool) -> StatsView {
     let c = &st.counters;
-    let mut v = json!({
-        "visible": st.visible,
-        "leased": st.leased,
-        "delayed": st.delayed,
-        "sentTotal": c.sent,
-        "ackedTotal": c.acked,
-        "nackedTotal": c.nacked,
-        "expiredTotal": c.expired,
-        "failedTotal": c.failed,
-        "deduplicatedTotal": c.deduplicated,
-        "oldestVisibleAgeSeconds": st.oldest_visible_age_ms.map_or(0.0, |ms| ms as f64 / 1000.0),
-        "retrying": st.retrying,
-        "oldestRetryingAgeSeconds": st.oldest_retrying_age_ms.map_or(0.0, |ms| ms as f64 / 1000.0),
-        "paused": st.paused,
-    });
-    if push {
-        let obj = v.as_object_mut().expect("built as an object");
-        obj.insert("deliveriesTotal".into(), json!(c.deliveries));
-        obj.insert("deliveryFailuresTotal".into(), json!(c.delivery_failures));
+    let age = |ms: Option<i64>| ms.map_or(0.0, |ms| ms as f64 / 1000.0);
+    StatsView {
+        visible: st.visible,
+        leased: st.leased,
+        delayed: st.delayed,
+        sent_total: c.sent,
+        acked_total: c.acked,
+        nacked_total: c.nacked,
+        expired_total: c.expired,
+        failed_total: c.failed,
+        deduplicated_total: c.deduplicated,
+        oldest_visible_age_seconds: age(st.oldest_visible_age_ms),
+        retrying: st.retrying,
+        oldest_retrying_age_seconds: age(st.oldest_retrying_age_ms),
+        paused: st.paused,
+        deliveries_total: push.then_some(c.deliveries),
+        delivery_failures_total: push.then_some(c.delivery_failures),
     }
-    v
 }
 
 /// A `PUT /v1/queues/{q}` body. Unknown fields are errors.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct SettingsBody {
     lease_timeout_seconds: Option<f64>,
     max_retries: Option<u32>,
     retention_seconds: Option<f64>,
     dedup_window_seconds: Option<f64>,
+    /// `discard` or `fail`.
+    #[schema(value_type = Option<String>)]
     on_expire: Option<OnExpire>,
     destination: Option<String>,
     concurrency: Option<u32>,
@@ -116,9 +182,9 @@ pub(crate) struct SettingsBody {
     client_key: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct BackoffBody {
+pub(crate) struct BackoffBody {
     initial_seconds: Option<f64>,
     multiplier: Option<f64>,
     max_seconds: Option<f64>,
@@ -250,7 +316,7 @@ mod tests {
             signing_secret: Some("whsec_abc".into()),
             ..QueueSettings::default()
         };
-        let text = render(&s).to_string();
+        let text = serde_json::to_string(&render(&s)).unwrap();
         assert!(!text.contains("whsec_abc"), "{text}");
         assert!(text.contains("\"signingSecretSet\":true"));
     }

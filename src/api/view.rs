@@ -25,8 +25,11 @@ pub(crate) const REDACTED: &str = "<redacted>";
 /// One message as JSON: field names and order as the API shows them.
 /// Serialized straight from borrowed parts: a batch of 100 messages is not
 /// first copied into a tree of `serde_json::Value`s.
-#[derive(Serialize)]
+/// A message as peeked, tailed, fetched or received in a batch; fields that
+/// do not apply are left out.
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Message)]
 pub(crate) struct MessageJson<'a> {
     id: String,
     queue: &'a str,
@@ -60,15 +63,19 @@ pub(crate) struct MessageJson<'a> {
     pub lease_expires_at: Option<String>,
 }
 
-#[derive(Serialize)]
+/// A forwarded request as stored (secret header values `<redacted>`).
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = StoredRequest)]
 pub(crate) struct RequestJson<'a> {
     method: &'a str,
     path: String,
     headers: BTreeMap<&'a str, &'a str>,
 }
 
-#[derive(Serialize)]
+/// One delivery attempt (the last ten are kept).
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Attempt)]
 pub(crate) struct AttemptJson<'a> {
     at: String,
     #[serde(skip_serializing_if = "Option::is_none")]

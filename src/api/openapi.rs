@@ -1,0 +1,229 @@
+//! The OpenAPI 3.1 document of the HTTP API, generated from the code: each
+//! route's handler carries its `#[utoipa::path]` (method, path, parameters,
+//! answers), the router registers handlers through
+//! [`utoipa_axum::router::OpenApiRouter`] so that a route and its document
+//! cannot drift apart, and the types below describe the JSON bodies.
+//! Served at `GET /v1/openapi.json`; `spoold openapi` prints it, and
+//! `docs/openapi.json` is a copy that a test keeps equal.
+
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
+
+/// The document's head: title, version, tags, and the two ways to pass an
+/// API key. The paths come from the router ([`super::api_router`]).
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "spoold",
+        description = "A durable local spool: every 2xx that stores or removes something is answered only after the fsync that covers it. The contract is docs/contract.md.",
+        license(name = "MIT OR Apache-2.0"),
+    ),
+    paths(forward),
+    modifiers(&Security, &ForwardIds),
+    security(("apiKey" = []), ("bearer" = [])),
+    tags(
+        (name = "queues", description = "Create, change, list and delete queues; pause, resume, redrive."),
+        (name = "messages", description = "Send, peek, cancel, purge and tail messages."),
+        (name = "leases", description = "Receive with a lease, then ack, nack or renew it."),
+        (name = "forward", description = "Store a whole HTTP request for a push queue's destination."),
+        (name = "operations", description = "Probes, metrics and this document (no key needed)."),
+    )
+)]
+pub(crate) struct ApiDoc;
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "apiKey",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "Spooler-Api-Key",
+                "One of server.api_keys (or SPOOLD_API_KEYS); not needed on loopback without keys.",
+            ))),
+        );
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The same key as `Authorization: Bearer KEY` (not on /v1/forward, whose Authorization header is the destination's).",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The forward route's operations share one description but each needs an
+/// id of its own: `forwardPost`, `forwardPut`, …
+struct ForwardIds;
+
+impl Modify for ForwardIds {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(item) = openapi.paths.paths.get_mut("/v1/forward/{q}/{path}") else {
+            return;
+        };
+        for (method, op) in [
+            ("Get", &mut item.get),
+            ("Post", &mut item.post),
+            ("Put", &mut item.put),
+            ("Patch", &mut item.patch),
+            ("Delete", &mut item.delete),
+        ] {
+            if let Some(op) = op {
+                op.operation_id = Some(format!("forward{method}"));
+            }
+        }
+    }
+}
+
+/// Every error: `{"kind", "message"}` (docs/contract.md §4 lists the kinds).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct ErrorBody {
+    /// A stable word to match on: `queue_not_found`, `stale_lease`, `spool_full`, …
+    kind: String,
+    /// For people.
+    message: String,
+}
+
+/// The answer to a send or forward.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct StoredBody {
+    /// The message id (also the `Spooler-Delivery-Id` of its deliveries).
+    id: String,
+    queue: String,
+}
+
+/// `{"messages": […]}`: a peek or a batch receive.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct MessagesBody {
+    messages: Vec<super::view::MessageJson<'static>>,
+}
+
+/// What a redrive did (with `dryRun`, would do).
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct RedriveBody {
+    moved: u64,
+    /// Dead letters the filter selected.
+    matched: u64,
+    /// Still matching afterwards: leased, or beyond `max`.
+    remaining: u64,
+    dry_run: bool,
+}
+
+/// What a purge did (with `dryRun`, would do).
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct PurgeBody {
+    purged: u64,
+    matched: u64,
+    remaining: u64,
+    dry_run: bool,
+}
+
+/// A renewed lease's new expiry (RFC 3339).
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct RenewBody {
+    lease_expires_at: String,
+}
+
+/// `{"status": "ok"}` or `{"status": "ready"}`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct StatusBody {
+    status: String,
+}
+
+/// A queue in the path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct QueuePath {
+    /// The queue's name (its failure queue is `NAME.failed`).
+    q: String,
+}
+
+/// A message in the path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct MessagePath {
+    q: String,
+    /// A message id, as a send answered it.
+    id: String,
+}
+
+/// A lease in the path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct LeasePath {
+    q: String,
+    /// The `Spooler-Lease-Token` of a receive.
+    token: String,
+}
+
+/// The dead-letter filters (docs/contract.md §4), combined with AND.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct DeadLetterQuery {
+    /// `retries_exhausted`, `permanent_status` or `expired`.
+    reason: Option<String>,
+    /// The last HTTP status (`503`) or a class (`5xx`).
+    status: Option<String>,
+    /// Failed at or after (RFC 3339).
+    since: Option<String>,
+    /// Failed before (RFC 3339).
+    until: Option<String>,
+    /// Only these ids (repeat the parameter).
+    id: Option<Vec<String>>,
+}
+
+/// `max` and `dryRun` of a redrive or purge.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct BulkQueryParams {
+    /// Act on at most this many (oldest first).
+    max: Option<u64>,
+    /// Only count; change nothing.
+    dry_run: Option<bool>,
+}
+
+/// The forward route takes any method and a path of any depth, which a
+/// `#[utoipa::path]` cannot register; it is described here and routed in
+/// [`super::router`] (`tests/openapi.rs` checks both agree).
+#[utoipa::path(
+    method(get, post, put, patch, delete),
+    path = "/v1/forward/{q}/{path}",
+    tag = "forward",
+    params(
+        QueuePath,
+        ("path" = String, Path, description = "Appended to the destination's path; may hold slashes, never `..`."),
+        ("Spooler-Idempotency-Key" = Option<String>, Header, description = "Dedup key (the queue needs a dedup window)."),
+        ("Spooler-Delay" = Option<f64>, Header, description = "Seconds before the first attempt."),
+        ("Spooler-Api-Key" = Option<String>, Header, description = "The API key (`Authorization` belongs to the destination here)."),
+    ),
+    description = "Store the whole request (method, path, query, headers, body) for the push queue's destination + `/{path}?{query}`; spoold's workers deliver it with retries. Answered after the fsync.",
+    request_body(content = Vec<u8>, content_type = "*/*"),
+    responses(
+        (status = 202, description = "stored (durable)", body = StoredBody, headers(("Spooler-Delivery-Id" = String))),
+        (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
+        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),
+    ),
+    security(("apiKey" = [])),
+)]
+#[allow(dead_code)]
+fn forward() {}
