@@ -1,0 +1,3 @@
+module spoold.example/lease
+
+go 1.19
