@@ -2,11 +2,11 @@
 """Checks grafana/spoold.json without a Grafana server.
 
 1. Every panel query is valid PromQL: the expressions are written out as
-   recording rules (Grafana's `$queue` and `$__rate_interval` replaced by
-   plain values) and checked with `promtool check rules`.
+   recording rules (Grafana's `$queue`, `$pod` and `$__rate_interval`
+   replaced by plain values) and checked with `promtool check rules`.
 2. Every query names only metrics that spoold exports (src/metrics.rs).
 3. The dashboard has a datasource variable, no hard-coded datasource uid,
-   and a `queue` variable.
+   and `queue` and `pod` variables; every query filters by `$pod`.
 The TypeScript type-check against @grafana/schema is in check-dashboard.sh.
 """
 import json
@@ -23,8 +23,8 @@ exported = set(re.findall(r'"(spoold_[a-z_]+)"', metrics_rs))
 
 errors = []
 names = [v["name"] for v in dash["templating"]["list"]]
-if "datasource" not in names or "queue" not in names:
-    errors.append(f"template variables must include datasource and queue, got {names}")
+if not {"datasource", "queue", "pod"} <= set(names):
+    errors.append(f"template variables must include datasource, queue and pod, got {names}")
 
 exprs = []
 for panel in dash["panels"]:
@@ -34,13 +34,15 @@ for panel in dash["panels"]:
             errors.append(f"panel {panel['title']!r}: hard-coded datasource uid {uid!r}")
         expr = target["expr"]
         exprs.append((panel["title"], expr))
+        if 'pod=~"$pod"' not in expr:
+            errors.append(f"panel {panel['title']!r}: query does not filter by pod=~\"$pod\": {expr}")
         for metric in re.findall(r"\b(spoold_[a-z_]+?)(?:_bucket|_count|_sum)?\b", expr):
             base = re.sub(r"_(bucket|count|sum)$", "", metric)
             if base not in exported and metric not in exported:
                 errors.append(f"panel {panel['title']!r}: {metric} is not exported by spoold")
 
 rules = {"groups": [{"name": "dashboard", "rules": [
-    {"record": f"dashboard:panel_{i}", "expr": expr.replace("$__rate_interval", "5m").replace("$queue", ".*")}
+    {"record": f"dashboard:panel_{i}", "expr": expr.replace("$__rate_interval", "5m").replace("$queue", ".*").replace("$pod", ".*")}
     for i, (_, expr) in enumerate(exprs)
 ]}]}
 with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
@@ -53,4 +55,4 @@ if check.returncode != 0:
 if errors:
     print("\n".join(errors))
     sys.exit(1)
-print(f"dashboard: {len(exprs)} queries valid PromQL, all metrics exported, datasource templated")
+print(f"dashboard: {len(exprs)} queries valid PromQL, all metrics exported, datasource templated, all filtered by pod")
