@@ -44,17 +44,7 @@ async fn five_dead_letters(toml: &str) -> (Server, Sink, Vec<String>) {
 }
 
 async fn failed_ids(server: &Server, query: &str) -> Vec<String> {
-    let page = server
-        .get_json(&format!(
-            "/v1/queues/hooks.failed/messages?limit=100{query}"
-        ))
-        .await;
-    page["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap().to_string())
-        .collect()
+    server.message_ids("hooks.failed", query).await
 }
 
 fn pick(ids: &[String], places: &[usize]) -> Vec<String> {

@@ -250,6 +250,17 @@ async fn the_breaker_opens_probes_and_closes() {
     .await;
     let before_probe = sink.seen().len();
     assert_eq!(before_probe, 2, "no more attempts while open");
+    // The stats say when the next probe is due (about 5 s away).
+    let stats = s.get_json("/v1/queues/hooks").await["stats"].clone();
+    let next = stats["nextProbeAt"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{stats}"));
+    let due = spoold::time::parse_rfc3339(next).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!((0..=6_000).contains(&(due - now)), "{next}");
     // The probe (after 5 s) fails once, the next one (10 s later)… would be
     // slow; the third scripted 500 is the first probe, then the sink is
     // healthy and the second probe closes the breaker.
@@ -257,6 +268,8 @@ async fn the_breaker_opens_probes_and_closes() {
         s.get_json("/v1/queues/hooks").await["stats"]["paused"] == false
     })
     .await;
+    let stats = s.get_json("/v1/queues/hooks").await["stats"].clone();
+    assert_eq!(stats["nextProbeAt"], serde_json::Value::Null, "{stats}");
     wait_until("all delivered", async || {
         let st = s.get_json("/v1/queues/hooks").await["stats"].clone();
         st["visible"] == 0 && st["leased"] == 0 && st["delayed"] == 0

@@ -31,7 +31,8 @@ async fn the_served_document_is_the_checked_in_one_and_every_operation_is_routed
             .replace("{q}", "nope")
             .replace("{id}", "00000000000000010000000000000000")
             .replace("{token}", "t")
-            .replace("{path}", "a/b");
+            .replace("{path}", "a/b")
+            .replace("{asset}", "app.js");
         for method in ["get", "post", "put", "patch", "delete"] {
             if item.get(method).is_none() {
                 continue;

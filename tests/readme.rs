@@ -14,7 +14,9 @@ use common::process::start_in;
 /// The `sh` blocks between "## Quick start" and the next "## ".
 fn quick_start_blocks() -> Vec<String> {
     let readme = include_str!("../README.md");
-    let start = readme.find("## Quick start").expect("a Quick start section");
+    let start = readme
+        .find("## Quick start")
+        .expect("a Quick start section");
     let rest = &readme[start + 3..];
     let section = &rest[..rest.find("\n## ").unwrap_or(rest.len())];
     section
@@ -32,7 +34,11 @@ async fn the_quick_start_runs_as_written() {
     let port = spoold.base.rsplit(':').next().unwrap().to_string();
     let blocks = quick_start_blocks();
     assert!(blocks.len() >= 2, "{blocks:?}");
-    assert!(blocks[0].starts_with("cargo run --release &"), "{}", blocks[0]);
+    assert!(
+        blocks[0].starts_with("cargo run --release &"),
+        "{}",
+        blocks[0]
+    );
     for block in &blocks {
         let script = block
             .replacen("cargo run --release &", "", 1)

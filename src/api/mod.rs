@@ -6,6 +6,7 @@
 //! `/v1` answers `503 unavailable` until the engine is in place.
 
 pub(crate) mod auth;
+pub(crate) mod console;
 pub(crate) mod error;
 pub(crate) mod filter;
 pub(crate) mod forward;
@@ -149,6 +150,8 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(metrics))
+        .routes(routes!(console::index))
+        .routes(routes!(console::asset))
 }
 
 /// The OpenAPI 3.1 document of the API (`GET /v1/openapi.json`,

@@ -125,6 +125,10 @@ pub(crate) struct StatsView {
     oldest_retrying_age_seconds: f64,
     /// Paused by an operator or by the circuit breaker.
     paused: bool,
+    /// While the circuit breaker is open: when its next probe is due (RFC
+    /// 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_probe_at: Option<String>,
     /// Delivery attempts (push queues only).
     #[serde(skip_serializing_if = "Option::is_none")]
     deliveries_total: Option<u64>,
@@ -150,6 +154,7 @@ pub(crate) fn render_stats(st: &QueueStats, push: bool) -> StatsView {
         retrying: st.retrying,
         oldest_retrying_age_seconds: age(st.oldest_retrying_age_ms),
         paused: st.paused,
+        next_probe_at: st.next_probe_at.map(crate::time::format_rfc3339),
         deliveries_total: push.then_some(c.deliveries),
         delivery_failures_total: push.then_some(c.delivery_failures),
     }

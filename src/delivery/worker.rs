@@ -361,7 +361,10 @@ fn open_breaker(shared: &Arc<QueueShared>) {
     if shared.breaker_open.swap(true, Ordering::AcqRel) {
         return;
     }
-    shared.engine.set_breaker(&shared.queue, true);
+    let due = |after: Duration| Some(shared.engine_now_ms() + after.as_millis() as i64);
+    shared
+        .engine
+        .set_breaker(&shared.queue, due(PROBE_INTERVAL_FIRST));
     tracing::warn!(
         queue = %shared.queue,
         failures = shared.consecutive_failures.load(Ordering::Acquire),
@@ -391,11 +394,13 @@ fn open_breaker(shared: &Arc<QueueShared>) {
             if closed {
                 shared.consecutive_failures.store(0, Ordering::Release);
                 shared.breaker_open.store(false, Ordering::Release);
-                shared.engine.set_breaker(&shared.queue, false);
+                shared.engine.set_breaker(&shared.queue, None);
                 tracing::info!(queue = %shared.queue, "circuit breaker closed: delivery resumed");
                 return;
             }
             interval = (interval * 2).min(PROBE_INTERVAL_MAX);
+            let next = shared.engine_now_ms() + interval.as_millis() as i64;
+            shared.engine.set_breaker(&shared.queue, Some(next));
         }
     });
 }

@@ -1,6 +1,7 @@
 //! The engine side of push delivery: settling a worker's lease by the
 //! outcome of its HTTP attempt, with the attempt recorded.
 
+use crate::time::Millis;
 use std::borrow::Cow;
 
 use tokio::sync::oneshot;
@@ -49,10 +50,10 @@ impl Engine {
     }
 
     /// Opens or closes a push queue's circuit breaker.
-    pub fn set_breaker(&self, queue: &str, open: bool) {
+    pub fn set_breaker(&self, queue: &str, next_probe: Option<Millis>) {
         let mut core = self.core();
-        core.spool.set_breaker(queue, open);
-        if !open {
+        core.spool.set_breaker(queue, next_probe);
+        if next_probe.is_none() {
             // Like a resume: whoever waits for the queue's messages looks
             // again.
             core.wake_all(queue);

@@ -76,8 +76,9 @@ pub(crate) struct Queue {
     pub settings: QueueSettings,
     pub managed_by_config: bool,
     pub paused: bool,
-    /// The circuit breaker of a push queue is open (memory only).
-    pub breaker_open: bool,
+    /// The circuit breaker of a push queue is open, and when its next probe
+    /// is due (memory only).
+    pub breaker: Option<Millis>,
     /// For a failure queue: the queue it belongs to.
     parent: Option<QueueId>,
     /// For an ordinary queue: its failure queue.
@@ -108,7 +109,7 @@ impl Queue {
             settings,
             managed_by_config,
             paused: false,
-            breaker_open: false,
+            breaker: None,
             parent: None,
             failed: None,
             messages: BTreeMap::new(),
@@ -295,7 +296,10 @@ pub struct QueueStats {
     /// visible age does not show it.
     pub retrying: u64,
     pub oldest_retrying_age_ms: Option<i64>,
+    /// Paused by an operator or by the circuit breaker.
     pub paused: bool,
+    /// While the circuit breaker is open: when its next probe is due.
+    pub next_probe_at: Option<Millis>,
 }
 
 /// Why a reservation was refused.
@@ -734,11 +738,12 @@ impl Spool {
         }
     }
 
-    /// Opens or closes a queue's circuit breaker (memory only): while open,
-    /// workers get no leases except an explicit probe.
-    pub(crate) fn set_breaker(&mut self, queue: &str, open: bool) {
+    /// Opens a queue's circuit breaker until a probe due at `next_probe`
+    /// closes it, or closes it (`None`); memory only. While open, workers
+    /// get no leases except an explicit probe.
+    pub(crate) fn set_breaker(&mut self, queue: &str, next_probe: Option<Millis>) {
         if let Some(q) = self.queue_mut(queue) {
-            q.breaker_open = open;
+            q.breaker = next_probe;
         }
     }
 
@@ -996,7 +1001,7 @@ impl Spool {
         let qid = *self.names.get(queue).ok_or(SpoolError::QueueNotFound)?;
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         let mut out = Vec::new();
-        if q.paused || (q.breaker_open && !probe) {
+        if q.paused || (q.breaker.is_some() && !probe) {
             return Ok(out);
         }
         let retention_ms = q.settings.retention_ms as i64;
@@ -1328,7 +1333,8 @@ impl Spool {
                 .retrying
                 .first()
                 .map(|id| now - q.messages[id].enqueued_at),
-            paused: q.paused || q.breaker_open,
+            paused: q.paused || q.breaker.is_some(),
+            next_probe_at: q.breaker,
         })
     }
 

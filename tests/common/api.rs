@@ -57,6 +57,20 @@ impl Api {
         self.call(Method::GET, path).await.text().await.unwrap()
     }
 
+    /// The ids of `queue`'s messages (up to 1 000, oldest first) that the
+    /// peek query `query` (`&status=500`…) selects.
+    pub async fn message_ids(&self, queue: &str, query: &str) -> Vec<String> {
+        let page = self
+            .get_json(&format!("/v1/queues/{queue}/messages?limit=1000{query}"))
+            .await;
+        page["messages"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{page}"))
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     pub async fn get_json(&self, path: &str) -> Value {
         self.call(Method::GET, path).await.json().await.unwrap()
     }

@@ -1,0 +1,445 @@
+// spoold's web console: a small client of the /v1 API (docs/contract.md §4).
+// Every value from the server is written with textContent, never as HTML.
+"use strict";
+
+const KEY_STORE = "spoold.apiKey";
+const PAGE = 50;
+const main = document.getElementById("main");
+const statusLine = document.getElementById("status");
+const logout = document.getElementById("logout");
+let stopTail = null; // aborts a running tail when the view changes
+let previous = new Map(); // queue -> {at, sent, acked}: for rates
+
+// ---- the API -------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, kind, message) {
+    super(message);
+    this.status = status;
+    this.kind = kind;
+  }
+}
+
+async function api(method, path, { signal } = {}) {
+  const headers = {};
+  const key = sessionStorage.getItem(KEY_STORE);
+  if (key) headers["Spooler-Api-Key"] = key;
+  const r = await fetch(path, { method, headers, signal });
+  if (r.status === 401) {
+    showLogin(key ? "That key was refused." : null);
+    throw new ApiError(401, "unauthorized", "unauthorized");
+  }
+  if (!r.ok) {
+    let body = {};
+    try { body = await r.json(); } catch (_) { /* not JSON */ }
+    throw new ApiError(r.status, body.kind || "error", body.message || `HTTP ${r.status}`);
+  }
+  return r;
+}
+
+async function json(method, path) {
+  const r = await api(method, path);
+  return r.status === 204 ? null : r.json();
+}
+
+const enc = encodeURIComponent;
+const baseOf = (q) => (q.endsWith(".failed") ? q.slice(0, -".failed".length) : q);
+const isFailed = (q) => q.endsWith(".failed");
+
+// ---- small DOM helpers ---------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function table(headers, rows) {
+  return el("table", {},
+    el("thead", {}, el("tr", {}, headers.map((h) =>
+      el("th", { class: h.num ? "num" : "" }, h.label || h)))),
+    el("tbody", {}, rows));
+}
+
+function say(text, isError = false) {
+  statusLine.textContent = text;
+  statusLine.className = isError ? "error" : "";
+}
+
+function ago(seconds) {
+  if (!seconds) return "–";
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172800) return `${(seconds / 3600).toFixed(1)} h`;
+  return `${(seconds / 86400).toFixed(1)} d`;
+}
+
+function when(rfc3339) {
+  return rfc3339 ? new Date(rfc3339).toLocaleString() : "–";
+}
+
+function crumbs(...parts) {
+  const nav = document.getElementById("crumbs");
+  nav.replaceChildren(...parts.map((p) =>
+    typeof p === "string" ? el("span", {}, "/ ", p) : el("span", {}, "/ ", p)));
+}
+
+function render(...children) {
+  main.replaceChildren(...children.filter((c) => c !== null && c !== undefined));
+}
+
+// ---- sign-in -------------------------------------------------------------
+
+function showLogin(message) {
+  logout.hidden = true;
+  const form = document.getElementById("login").content.firstElementChild.cloneNode(true);
+  const error = form.querySelector(".error");
+  if (message) {
+    error.textContent = message;
+    error.hidden = false;
+  }
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(KEY_STORE, form.key.value);
+    route();
+  });
+  crumbs();
+  render(form);
+  form.key.focus();
+}
+
+logout.addEventListener("click", () => {
+  sessionStorage.removeItem(KEY_STORE);
+  showLogin("Signed out.");
+});
+
+// ---- queues --------------------------------------------------------------
+
+function stateOf(stats) {
+  const pills = [];
+  if (stats.nextProbeAt) {
+    pills.push(el("span", { class: "pill bad", title: "circuit breaker open" },
+      `breaker open · next probe ${new Date(stats.nextProbeAt).toLocaleTimeString()}`));
+  } else if (stats.paused) {
+    pills.push(el("span", { class: "pill warn" }, "paused"));
+  } else {
+    pills.push(el("span", { class: "pill ok" }, "running"));
+  }
+  return pills;
+}
+
+async function pauseOrResume(queue, paused) {
+  await json("POST", `/v1/queues/${enc(queue)}/${paused ? "resume" : "pause"}`);
+  say(`${queue} ${paused ? "resumed" : "paused"}`);
+  route();
+}
+
+async function queuesView() {
+  crumbs();
+  const { queues } = await json("GET", "/v1/queues");
+  const now = Date.now();
+  const rows = queues.map((q) => {
+    const st = q.stats;
+    const last = previous.get(q.name);
+    const rate = (a, b) => (last ? ((a - b) * 1000) / Math.max(1, now - last.at) : null);
+    const sentRate = last ? rate(st.sentTotal, last.sent) : null;
+    const ackedRate = last ? rate(st.ackedTotal, last.acked) : null;
+    previous.set(q.name, { at: now, sent: st.sentTotal, acked: st.ackedTotal });
+    const push = Boolean(q.settings.destination);
+    const action = push
+      ? el("button", {
+        type: "button",
+        onclick: (ev) => { ev.stopPropagation(); pauseOrResume(q.name, st.paused && !st.nextProbeAt); },
+      }, st.paused && !st.nextProbeAt ? "Resume" : "Pause")
+      : null;
+    return el("tr", { class: "clickable", "data-queue": q.name, onclick: () => { location.hash = `#/queue/${enc(q.name)}`; } },
+      el("td", {}, el("a", { href: `#/queue/${enc(q.name)}` }, q.name)),
+      el("td", {}, isFailed(q.name) ? "dead letters" : push ? "push" : "pull"),
+      el("td", { class: "num" }, st.visible),
+      el("td", { class: "num" }, st.leased),
+      el("td", { class: "num" }, st.delayed),
+      el("td", { class: "num" }, st.retrying),
+      el("td", { class: "num" }, ago(st.oldestVisibleAgeSeconds)),
+      el("td", { class: "num" }, sentRate === null ? "…" : sentRate.toFixed(1)),
+      el("td", { class: "num" }, ackedRate === null ? "…" : ackedRate.toFixed(1)),
+      el("td", {}, push ? stateOf(st) : (st.paused ? stateOf(st) : "")),
+      el("td", {}, action));
+  });
+  render(
+    el("h1", {}, "Queues"),
+    table(["queue", "type", { label: "visible", num: 1 }, { label: "leased", num: 1 },
+      { label: "delayed", num: 1 }, { label: "retrying", num: 1 }, { label: "oldest", num: 1 },
+      { label: "sent/s", num: 1 }, { label: "acked/s", num: 1 }, "state", ""], rows),
+    el("p", { class: "note" }, "Rates are measured between refreshes (every 5 s)."));
+  clearTimeout(queuesView.timer);
+  queuesView.timer = setTimeout(() => { if (location.hash === "" || location.hash === "#/") route(); }, 5000);
+}
+
+// ---- one queue -----------------------------------------------------------
+
+function filterQuery(form) {
+  const p = new URLSearchParams();
+  if (!form) return p;
+  const v = (name) => form.elements[name].value.trim();
+  if (v("reason")) p.append("reason", v("reason"));
+  if (v("status")) p.append("status", v("status"));
+  for (const t of ["since", "until"]) {
+    if (v(t)) p.append(t, new Date(v(t)).toISOString());
+  }
+  return p;
+}
+
+function describeFilter(params) {
+  const terms = [...params.entries()].filter(([k]) => k !== "id").map(([k, v]) => `${k} ${v}`);
+  return terms.length ? ` matching ${terms.join(", ")}` : "";
+}
+
+async function messageDetail(queue, id, into) {
+  const m = await json("GET", `/v1/queues/${enc(queue)}/messages/${enc(id)}`);
+  const attempts = (m.attempts || []).map((a, i) => el("tr", {},
+    el("td", { class: "num" }, i + 1),
+    el("td", {}, when(a.at)),
+    el("td", {}, a.status ? `HTTP ${a.status}` : "–"),
+    el("td", {}, a.error || ""),
+    el("td", { class: "num" }, `${a.durationSeconds.toFixed(3)} s`),
+    el("td", { class: "mono" }, (a.response || "").slice(0, 200))));
+  const facts = [
+    ["id", m.id], ["state", m.state], ["retries", m.retryCount], ["enqueued", when(m.enqueuedAt)],
+    ["visible", when(m.visibleAt)], ["content type", m.contentType || "–"],
+  ];
+  if (m.reason) facts.push(["reason", m.reason], ["last status", m.lastStatus ?? "–"],
+    ["last error", m.lastError || "–"], ["failed", when(m.failedAt)], ["from", m.originQueue]);
+  const request = m.request
+    ? [el("h2", {}, "Stored request"),
+      el("pre", { class: "request" }, `${m.request.method} ${m.request.path}\n` +
+        Object.entries(m.request.headers).map(([k, v]) => `${k}: ${v}`).join("\n"))]
+    : [];
+  into.replaceChildren(el("div", { class: "detail", "data-message": m.id },
+    el("table", {}, el("tbody", {}, facts.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))))),
+    el("h2", {}, `Attempts (${attempts.length})`),
+    attempts.length
+      ? table([{ label: "#", num: 1 }, "at", "status", "error", { label: "took", num: 1 }, "response (start)"], attempts)
+      : el("p", { class: "note" }, "No delivery attempt recorded."),
+    ...request,
+    el("h2", {}, "Body"),
+    el("pre", { class: "body" }, m.body ?? `(base64) ${m.bodyBase64}`)));
+}
+
+async function bulk(queue, action, params, count) {
+  const base = baseOf(queue);
+  const path = action === "redrive"
+    ? `/v1/queues/${enc(base)}/redrive`
+    : `/v1/queues/${enc(queue)}/messages`;
+  const method = action === "redrive" ? "POST" : "DELETE";
+  const verb = action === "redrive" ? `move back to ${base}` : "delete";
+  let question;
+  if (count === null) {
+    const dry = new URLSearchParams(params);
+    dry.set("dryRun", "true");
+    const would = await json(method, `${path}?${dry}`);
+    const n = action === "redrive" ? would.moved : would.purged;
+    question = `${verb === "delete" ? "Delete" : "Move"} ${n} of ${would.matched} message(s)${describeFilter(params)}` +
+      (action === "redrive" ? ` back to ${base}` : "") + "?";
+  } else {
+    question = `${verb === "delete" ? "Delete" : "Move"} the ${count} selected message(s)` +
+      (action === "redrive" ? ` back to ${base}` : "") + "?";
+  }
+  if (!confirm(question)) {
+    say("nothing changed");
+    return;
+  }
+  const done = await json(method, `${path}?${params}`);
+  const n = action === "redrive" ? done.moved : done.purged;
+  say(`${action === "redrive" ? "moved" : "deleted"} ${n} of ${done.matched}` +
+    (done.remaining ? `; ${done.remaining} more match` : ""));
+}
+
+async function queueView(queue, after) {
+  const failed = isFailed(queue);
+  crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue),
+    el("a", { href: `#/tail/${enc(queue)}` }, "tail"));
+  const form = failed ? el("form", { class: "toolbar filters" },
+    el("label", {}, "reason", el("select", { name: "reason" },
+      el("option", { value: "" }, "any"),
+      ...["retries_exhausted", "permanent_status", "expired"].map((r) => el("option", { value: r }, r)))),
+    el("label", {}, "last status", el("input", { name: "status", placeholder: "500 or 5xx", size: 8 })),
+    el("label", {}, "failed since", el("input", { name: "since", type: "datetime-local" })),
+    el("label", {}, "failed until", el("input", { name: "until", type: "datetime-local" })),
+    el("button", { type: "submit", class: "primary" }, "Filter")) : null;
+  if (form) {
+    const saved = new URLSearchParams(queueView.filters.get(queue) || "");
+    for (const [k, v] of saved) if (form.elements[k]) form.elements[k].value = v;
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const raw = new URLSearchParams();
+      for (const k of ["reason", "status", "since", "until"]) raw.set(k, form.elements[k].value);
+      queueView.filters.set(queue, raw.toString());
+      queueView(queue, null).catch(fail);
+    });
+  }
+  const params = filterQuery(form);
+  params.set("limit", String(PAGE));
+  if (after) params.set("after", after);
+  const [info, page] = await Promise.all([
+    json("GET", `/v1/queues/${enc(queue)}`),
+    json("GET", `/v1/queues/${enc(queue)}/messages?${params}`),
+  ]);
+  const selected = new Set();
+  const detail = el("div", { id: "detail" });
+  const selectedButtons = [];
+  const refreshButtons = () => selectedButtons.forEach((b) => {
+    b.disabled = selected.size === 0;
+    b.textContent = `${b.dataset.label} (${selected.size})`;
+  });
+  const rows = page.messages.map((m) => {
+    const box = failed ? el("input", {
+      type: "checkbox", "data-id": m.id,
+      onclick: (ev) => ev.stopPropagation(),
+      onchange: (ev) => { ev.target.checked ? selected.add(m.id) : selected.delete(m.id); refreshButtons(); },
+    }) : null;
+    const preview = (m.body ?? "(binary)").slice(0, 80);
+    return el("tr", {
+      class: "clickable", "data-id": m.id,
+      onclick: (ev) => {
+        for (const r of ev.currentTarget.parentNode.children) r.classList.remove("selected");
+        ev.currentTarget.classList.add("selected");
+        messageDetail(queue, m.id, detail).catch(fail);
+      },
+    },
+    failed ? el("td", {}, box) : null,
+    el("td", { class: "mono" }, m.id),
+    el("td", {}, m.state),
+    el("td", { class: "num" }, m.retryCount),
+    el("td", {}, when(m.enqueuedAt)),
+    failed ? el("td", {}, m.reason || "–") : null,
+    failed ? el("td", {}, m.lastStatus ?? "–") : null,
+    failed ? el("td", {}, when(m.failedAt)) : null,
+    el("td", { class: "mono" }, preview));
+  });
+  const headers = [
+    ...(failed ? [""] : []), "id", "state", { label: "retries", num: 1 }, "enqueued",
+    ...(failed ? ["reason", "last status", "failed"] : []), "body",
+  ];
+  const actions = [];
+  if (failed) {
+    const filterOnly = filterQuery(form);
+    const ids = () => {
+      const p = new URLSearchParams();
+      for (const id of selected) p.append("id", id);
+      return p;
+    };
+    const after_ = () => queueView(queue, after).catch(fail);
+    for (const [label, action, cls, pick] of [
+      ["Redrive selected", "redrive", "primary", "selected"],
+      ["Delete selected", "purge", "danger", "selected"],
+      ["Redrive all matching", "redrive", "", "all"],
+      ["Delete all matching", "purge", "", "all"],
+    ]) {
+      const b = el("button", { type: "button", class: cls, "data-action": `${action}-${pick}` }, label);
+      b.dataset.label = label;
+      b.addEventListener("click", () => {
+        const run = pick === "selected"
+          ? bulk(queue, action, ids(), selected.size)
+          : bulk(queue, action, filterOnly, null);
+        run.then(after_).catch(fail);
+      });
+      if (pick === "selected") selectedButtons.push(b);
+      actions.push(b);
+    }
+  }
+  const st = info.stats;
+  const push = Boolean(info.settings.destination);
+  const summary = el("p", { class: "note" },
+    `${st.visible} visible, ${st.leased} leased, ${st.delayed} delayed` +
+      (failed ? ". " : `, ${st.retrying} retrying. `),
+    ...(push ? stateOf(st) : []));
+  const pager = el("div", { class: "toolbar" },
+    after ? el("button", { type: "button", onclick: () => queueView(queue, null).catch(fail) }, "First page") : null,
+    page.messages.length === PAGE
+      ? el("button", { type: "button", onclick: () => queueView(queue, page.messages[PAGE - 1].id).catch(fail) }, "Next page")
+      : null);
+  render(
+    el("h1", {}, queue),
+    summary,
+    push
+      ? el("div", { class: "toolbar" },
+        el("button", { type: "button", onclick: () => pauseOrResume(queue, st.paused && !st.nextProbeAt).catch(fail) },
+          st.paused && !st.nextProbeAt ? "Resume" : "Pause"))
+      : null,
+    form,
+    actions.length ? el("div", { class: "toolbar actions" }, actions) : null,
+    page.messages.length
+      ? table(headers, rows)
+      : el("p", { class: "note empty" }, "No messages here" + (failed ? " (with this filter)." : ".")),
+    pager,
+    detail);
+  refreshButtons();
+}
+queueView.filters = new Map();
+
+// ---- tail ----------------------------------------------------------------
+
+async function tailView(queue) {
+  crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue), "tail");
+  const lines = el("tbody", {});
+  const stop = new AbortController();
+  stopTail = () => stop.abort();
+  render(el("h1", {}, `${queue}: live`),
+    el("p", { class: "note" }, "The 20 newest, then each message as it arrives."),
+    el("div", { id: "tail-lines" }, el("table", {},
+      el("thead", {}, el("tr", {}, ["id", "enqueued", "retries", "body"].map((h) => el("th", {}, h)))), lines)));
+  const r = await api("GET", `/v1/queues/${enc(queue)}/tail?last=20`, { signal: stop.signal });
+  const reader = r.body.getReader();
+  const decoder = new TextDecoder();
+  let pending = "";
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      pending += decoder.decode(value, { stream: true });
+      let nl;
+      while ((nl = pending.indexOf("\n")) >= 0) {
+        const m = JSON.parse(pending.slice(0, nl));
+        pending = pending.slice(nl + 1);
+        lines.prepend(el("tr", { "data-id": m.id },
+          el("td", { class: "mono" }, m.id), el("td", {}, when(m.enqueuedAt)),
+          el("td", { class: "num" }, m.retryCount), el("td", { class: "mono" }, (m.body ?? "(binary)").slice(0, 120))));
+      }
+    }
+    say("the server ended the tail");
+  } catch (e) {
+    if (e.name !== "AbortError") throw e;
+  }
+}
+
+// ---- routing -------------------------------------------------------------
+
+function fail(e) {
+  if (e instanceof ApiError && e.status === 401) return;
+  say(`${e.kind ? e.kind + ": " : ""}${e.message}`, true);
+}
+
+async function route() {
+  if (stopTail) { stopTail(); stopTail = null; }
+  logout.hidden = !sessionStorage.getItem(KEY_STORE);
+  const [, view, arg] = (location.hash || "#/").split("/");
+  const name = arg ? decodeURIComponent(arg) : null;
+  try {
+    if (view === "queue" && name) await queueView(name, null);
+    else if (view === "tail" && name) await tailView(name);
+    else await queuesView();
+  } catch (e) {
+    fail(e);
+  }
+}
+
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,137 @@
+//! The web console in a real headless browser: `tests/console/console.mjs`
+//! drives Chromium through Playwright against a server whose push queue
+//! failed five times (500, 500, 404, 503, 500); this test checks what the
+//! browser saw and, over the API, that exactly the redriven selection
+//! moved. It needs node, Debian's `chromium` and `playwright-core` from npm
+//! (`.ci/run` installs them; `PLAYWRIGHT_NODE_PATH` says where, by default
+//! `~/.cache/spoold-console/node_modules`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use common::server::Server;
+use common::sink::Sink;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+async fn failed_ids(server: &Server) -> BTreeSet<String> {
+    server
+        .message_ids("hooks.failed", "")
+        .await
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs node, chromium and playwright-core (.ci/run installs them)"]
+async fn the_console_filters_shows_and_redrives_a_selection() {
+    let (sink, dest) = Sink::start().await;
+    sink.script([500, 500, 404, 503, 500].map(|s| (s, Vec::new())));
+    let server = Server::temp("api_keys = [\"console-key\"]").await;
+    server
+        .queue(
+            "hooks",
+            json!({"destination": dest, "concurrency": 1, "maxRetries": 0}),
+        )
+        .await;
+    for i in 0..5 {
+        let r = server.forward("hooks", "/in", &format!("event {i}")).await;
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+    }
+    common::wait_until("five dead letters", async || {
+        failed_ids(&server).await.len() == 5
+    })
+    .await;
+    let before = failed_ids(&server).await;
+    // The console's files are public; the API behind it is not.
+    assert_eq!(
+        server.bare(Method::GET, "/ui").await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        server.bare(Method::GET, "/v1/queues").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut node = Command::new("node");
+    node.arg(format!("{root}/tests/console/console.mjs"))
+        .env("SPOOLD_URL", format!("http://{}", server.addr()))
+        .env("SPOOLD_API_KEY", "console-key");
+    // Where playwright-core is (`.ci/run` installs it there).
+    let modules = std::env::var("PLAYWRIGHT_NODE_PATH").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/spoold-console/node_modules",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    node.env("NODE_PATH", modules);
+    // `CONSOLE_SCREENSHOTS=docs/console` refreshes the pictures of the docs.
+    if let Ok(dir) = std::env::var("CONSOLE_SCREENSHOTS") {
+        node.env("SCREENSHOTS", format!("{root}/{dir}"));
+    }
+    let out = tokio::task::spawn_blocking(move || node.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(seen["pageErrors"], Value::Null, "{seen}");
+    assert_eq!(seen["loginShown"], true);
+    assert!(
+        seen["wrongKeyMessage"]
+            .as_str()
+            .unwrap()
+            .contains("refused"),
+        "{seen}"
+    );
+    assert_eq!(seen["keyInUrl"], false);
+    assert_eq!(seen["queues"], json!(["hooks", "hooks.failed"]));
+    let filtered: Vec<&str> = seen["filtered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(filtered.len(), 3, "three failed with 500: {seen}");
+    let detail = seen["detail"].as_str().unwrap();
+    for want in ["HTTP 500", "sink says hi", "retries_exhausted", "POST /in"] {
+        assert!(detail.contains(want), "{want}: {detail}");
+    }
+    assert_eq!(
+        seen["dialogs"],
+        json!(["Move the 2 selected message(s) back to hooks?"]),
+        "{seen}"
+    );
+    assert!(
+        seen["status"].as_str().unwrap().starts_with("moved 2 of 2"),
+        "{seen}"
+    );
+
+    // Exactly the selection moved, over the API too.
+    let redriven: BTreeSet<String> = seen["redriven"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(redriven.len(), 2);
+    let after = failed_ids(&server).await;
+    let expected: BTreeSet<String> = before.difference(&redriven).cloned().collect();
+    assert_eq!(after, expected);
+    let left: BTreeSet<String> = seen["left"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left.len(), 1, "one 500 left on the filtered page: {seen}");
+    assert!(!seen["tailed"].as_array().unwrap().is_empty(), "{seen}");
+    server.stop().await;
+}
