@@ -169,23 +169,27 @@ enum DlqCommand {
 enum JournalCommand {
     /// Report every damaged span; exit 1 if any.
     Verify {
+        /// The spool directory (`spool.dir`).
         #[arg(long)]
         dir: PathBuf,
     },
     /// Move every damaged span to a quarantine file and keep every good
     /// record.
     Repair {
+        /// The spool directory (`spool.dir`).
         #[arg(long)]
         dir: PathBuf,
     },
     /// Compact every file that holds garbage now.
     Compact {
+        /// The spool directory (`spool.dir`).
         #[arg(long)]
         dir: PathBuf,
     },
     /// Convert a spool written by an older spoold (format 1) to this
     /// format; start-up does it too.
     Upgrade {
+        /// The spool directory (`spool.dir`).
         #[arg(long)]
         dir: PathBuf,
     },

@@ -1,5 +1,6 @@
 //! The real binary: start-up on embedded defaults, the lock against a second
-//! process, a clean stop on SIGINT, and `journal verify` exit codes.
+//! process, a clean stop on SIGINT, `journal verify` exit codes, and help
+//! text on every flag.
 
 mod common;
 
@@ -136,5 +137,51 @@ fn every_shipped_config_passes_check_config() {
             !printed.contains("whsec_ZXhh"),
             "secrets are hidden: {file}"
         );
+    }
+}
+
+/// Every flag of every command says what it does in `--help`.
+#[test]
+fn every_flag_has_help_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let commands: &[&[&str]] = &[
+        &[],
+        &["run"],
+        &["check-config"],
+        &["openapi"],
+        &["queues"],
+        &["tail"],
+        &["send"],
+        &["dlq", "list"],
+        &["dlq", "show"],
+        &["dlq", "redrive"],
+        &["dlq", "purge"],
+        &["journal", "verify"],
+        &["journal", "repair"],
+        &["journal", "compact"],
+        &["journal", "upgrade"],
+    ];
+    for command in commands {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let help = run_in(dir.path(), &args);
+        assert_eq!(help.code, 0, "{args:?}: {}", help.stderr);
+        let flags: Vec<&str> = help
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("  -") || l.starts_with("      --"))
+            .collect();
+        assert!(!flags.is_empty(), "{args:?}");
+        for line in flags {
+            // "  -n, --lines <N>  First print …": a description after the
+            // flag and its value.
+            let described = line
+                .trim_start()
+                .split("  ")
+                .filter(|part| !part.trim().is_empty())
+                .count()
+                >= 2;
+            assert!(described, "{args:?}: no help for {line:?}");
+        }
     }
 }
