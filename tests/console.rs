@@ -2,7 +2,7 @@
 //! drives Chromium through Playwright against a server whose push queue
 //! failed five times (500, 500, 404, 503, 500); this test checks what the
 //! browser saw and, over the API, that exactly the redriven selection
-//! moved. It needs node, Debian's `chromium` and `playwright-core` from npm
+//! moved and exactly the filtered dead letters were deleted. It needs node, Debian's `chromium` and `playwright-core` from npm
 //! (`.ci/run` installs them; `PLAYWRIGHT_NODE_PATH` says where, by default
 //! `~/.cache/spoold-console/node_modules`).
 
@@ -122,8 +122,19 @@ async fn the_console_filters_shows_and_redrives_a_selection() {
         .map(|v| v.as_str().unwrap().to_string())
         .collect();
     assert_eq!(redriven.len(), 2);
+    // (and, below, exactly the deleted one left).
+    let deleted: BTreeSet<String> = seen["permanent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
     let after = failed_ids(&server).await;
-    let expected: BTreeSet<String> = before.difference(&redriven).cloned().collect();
+    let expected: BTreeSet<String> = before
+        .difference(&redriven)
+        .filter(|id| !deleted.contains(*id))
+        .cloned()
+        .collect();
     assert_eq!(after, expected);
     let left: BTreeSet<String> = seen["left"]
         .as_array()
@@ -133,5 +144,27 @@ async fn the_console_filters_shows_and_redrives_a_selection() {
         .collect();
     assert_eq!(left.len(), 1, "one 500 left on the filtered page: {seen}");
     assert!(!seen["tailed"].as_array().unwrap().is_empty(), "{seen}");
+
+    // Everything matching `reason = permanent_status` (the 404) deleted.
+    assert_eq!(deleted.len(), 1, "{seen}");
+    assert!(deleted.is_disjoint(&redriven));
+    assert_eq!(
+        seen["deleteDialog"],
+        "Delete 1 of 1 message(s) matching reason permanent_status?"
+    );
+    assert!(
+        seen["deleteStatus"]
+            .as_str()
+            .unwrap()
+            .starts_with("deleted 1 of 1"),
+        "{seen}"
+    );
+    assert_eq!(after.len(), 2);
+
+    // Paused, then resumed, from the list.
+    assert_eq!(seen["pausedPill"], "paused");
+    assert_eq!(seen["resumedPill"], "running");
+    let stats = server.get_json("/v1/queues/hooks").await["stats"].clone();
+    assert_eq!(stats["paused"], false, "{stats}");
     server.stop().await;
 }

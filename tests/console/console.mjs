@@ -1,7 +1,8 @@
 // Drives spoold's web console in a real headless Chromium (Playwright):
 // sign-in refused without the right key, the queue list, a failure queue
 // filtered by status, one dead letter's attempts, a redrive of a selection
-// (with its confirmation), the live tail. Prints what it saw as one JSON
+// (with its confirmation), the live tail, a delete of everything matching a
+// filter, pause and resume. Prints what it saw as one JSON
 // object; tests/console.rs checks it and the server's state.
 //
 //   SPOOLD_URL, SPOOLD_API_KEY   the server and a key it accepts
@@ -73,7 +74,7 @@ try {
   await page.click("button[data-action='redrive-selected']");
   await page.waitForFunction(() => document.getElementById("status").textContent.startsWith("moved"));
   out.redriven = pick;
-  out.dialogs = dialogs;
+  out.dialogs = [...dialogs];
   out.status = await page.textContent("#status");
   await page.waitForFunction((gone) => !document.querySelector(`tbody tr[data-id='${gone}']`), pick[0]);
   out.left = await page.$$eval("tbody tr[data-id]", (rs) => rs.map((r) => r.dataset.id));
@@ -84,6 +85,33 @@ try {
   await page.waitForSelector("#tail-lines tbody tr[data-id]");
   out.tailed = await page.$$eval("#tail-lines tbody tr[data-id]", (rs) => rs.map((r) => r.dataset.id));
   await shot("tail");
+
+  // Delete everything matching a filter (the 404), confirmed with its count.
+  await page.goto(`${url}/ui#/queue/hooks.failed`);
+  await page.waitForSelector("form.filters");
+  await page.fill("input[name=status]", "");
+  await page.selectOption("select[name=reason]", "permanent_status");
+  await page.click("form.filters button[type=submit]");
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll("tbody tr[data-id]")];
+    return rows.length > 0 && rows.every((r) => r.children[5]?.textContent === "permanent_status");
+  });
+  out.permanent = await page.$$eval("tbody tr[data-id]", (rs) => rs.map((r) => r.dataset.id));
+  const before = dialogs.length;
+  await page.click("button[data-action='purge-all']");
+  await page.waitForFunction(() => document.getElementById("status").textContent.startsWith("deleted"));
+  out.deleteDialog = dialogs[before];
+  out.deleteStatus = await page.textContent("#status");
+
+  // Pause and resume the push queue from the list.
+  await page.goto(`${url}/ui#/`);
+  await page.waitForSelector("tr[data-queue='hooks'] button");
+  await page.click("tr[data-queue='hooks'] button");
+  await page.waitForSelector("tr[data-queue='hooks'] .pill.warn");
+  out.pausedPill = await page.textContent("tr[data-queue='hooks'] .pill");
+  await page.click("tr[data-queue='hooks'] button");
+  await page.waitForSelector("tr[data-queue='hooks'] .pill.ok");
+  out.resumedPill = await page.textContent("tr[data-queue='hooks'] .pill");
 } finally {
   await browser.close();
 }
