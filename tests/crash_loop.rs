@@ -235,8 +235,10 @@ fn rounds() -> usize {
         .unwrap_or(100)
 }
 
-/// Tiny segments: compaction has work all the time.
-const SPOOL_KEYS: &str = "segment_bytes = \"64KiB\"";
+/// Tiny segments, and compaction looking for work ten times a second: a
+/// round lasts 0.2–1 s, so with the default period (1 s) most rounds
+/// would end before compaction first ran, and the spool would only grow.
+const SPOOL_KEYS: &str = "segment_bytes = \"64KiB\"\ncompaction_interval = \"100ms\"";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
