@@ -4,7 +4,6 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use crate::engine::rules::QueueRuleError;
 use crate::engine::{
@@ -191,7 +190,10 @@ impl From<QueueError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "kind": self.kind, "message": self.message });
+        let body = super::openapi::ErrorBody {
+            kind: self.kind,
+            message: &self.message,
+        };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after_secs {
             response

@@ -10,16 +10,15 @@ use axum::extract::{Path, RawPathParams, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::{StreamExt, stream};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::error::ApiError;
 use super::filter::{BulkQuery, take_term};
 use super::forward::{resolve_path, stored_headers};
-#[allow(unused_imports)] // named by the `#[utoipa::path]` attributes
 use super::openapi::{
-    BulkQueryParams, DeadLetterQuery, ErrorBody, LeasePath, MessagePath, MessagesBody, PurgeBody,
-    QueuePath, RedriveBody, RenewBody, StoredBody,
+    BulkQueryParams, DeadLetterQuery, LeasePath, MessagePath, MessagesBody, PurgeBody, QueuePath,
+    Refused, RenewBody, StoredBody,
 };
 use super::view::MessageJson;
 use super::{AppState, WAIT_SECONDS_MAX, query_pairs, read_body, seconds_param, view};
@@ -88,15 +87,8 @@ fn parse_id(engine: &Engine, queue: &str, text: &str) -> Result<MessageId, ApiEr
     })
 }
 
-/// `{"id": …, "queue": …}`, the answer to a send or forward.
-#[derive(serde::Serialize)]
-struct Stored<'a> {
-    id: &'a str,
-    queue: &'a str,
-}
-
 fn stored_response(status: StatusCode, id: &str, queue: &str) -> Response {
-    (status, axum::Json(Stored { id, queue })).into_response()
+    (status, axum::Json(StoredBody { id, queue })).into_response()
 }
 
 fn id_response(engine: &Engine, status: StatusCode, queue: &str, out: SendOutcome) -> Response {
@@ -119,8 +111,7 @@ fn id_response(engine: &Engine, status: StatusCode, queue: &str, out: SendOutcom
     responses(
         (status = 201, description = "stored (durable)", body = StoredBody, headers(("Location" = String))),
         (status = 200, description = "a duplicate within the dedup window: the first message's id", body = StoredBody, headers(("Spooler-Deduplicated" = String))),
-        (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+        Refused)
 )]
 pub(crate) async fn send(
     State(state): State<Arc<AppState>>,
@@ -273,8 +264,7 @@ async fn lease(
             ("Spooler-Message-Id" = String), ("Spooler-Lease-Token" = String),
             ("Spooler-Lease-Expires" = String, description = "RFC 3339"), ("Spooler-Retry-Count" = u32))),
         (status = 204, description = "nothing visible within `wait`"),
-        (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+        Refused)
 )]
 pub(crate) async fn receive(
     State(state): State<Arc<AppState>>,
@@ -312,8 +302,7 @@ pub(crate) async fn receive(
         ("max" = Option<u32>, Query, description = "At most this many (1 to 100, default 10)."),
         ("wait" = Option<f64>, Query, description = "Long-poll up to this many seconds (max 20).")),
     description = "Lease up to `max` messages; answers as soon as one is available, or empty after `wait`.",
-    responses((status = 200, body = MessagesBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 200, body = MessagesBody), Refused)
 )]
 pub(crate) async fn receive_batch(
     State(state): State<Arc<AppState>>,
@@ -345,8 +334,7 @@ pub(crate) async fn receive_batch(
 /// `POST /v1/queues/{q}/leases/{token}/ack`
 #[utoipa::path(
     post, path = "/v1/queues/{q}/leases/{token}/ack", operation_id = "ack", tag = "leases", params(LeasePath),
-    responses((status = 204, description = "removed (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 204, description = "removed (durable)"), Refused)
 )]
 pub(crate) async fn ack(
     State(state): State<Arc<AppState>>,
@@ -361,8 +349,7 @@ pub(crate) async fn ack(
     post, path = "/v1/queues/{q}/leases/{token}/nack", operation_id = "nack", tag = "leases", params(LeasePath,
         ("delay" = Option<f64>, Query, description = "Seconds before it is visible again.")),
     description = "Give the message back: its retry count rises; past `maxRetries` it moves to the failure queue.",
-    responses((status = 204, description = "released (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 204, description = "released (durable)"), Refused)
 )]
 pub(crate) async fn nack(
     State(state): State<Arc<AppState>>,
@@ -382,15 +369,17 @@ pub(crate) async fn nack(
 /// `POST /v1/queues/{q}/leases/{token}/renew`
 #[utoipa::path(
     post, path = "/v1/queues/{q}/leases/{token}/renew", operation_id = "renew", tag = "leases", params(LeasePath),
-    responses((status = 200, body = RenewBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 200, body = RenewBody), Refused)
 )]
 pub(crate) async fn renew(
     State(state): State<Arc<AppState>>,
     Path((queue, token)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let expires_at = state.engine()?.renew(&queue, &token)?;
-    Ok(axum::Json(json!({ "leaseExpiresAt": format_rfc3339(expires_at) })).into_response())
+    Ok(axum::Json(RenewBody {
+        lease_expires_at: format_rfc3339(expires_at),
+    })
+    .into_response())
 }
 
 /// `{"messages": [...]}`: a batch receive or a peek.
@@ -427,8 +416,7 @@ fn render_stored(
         ("after" = Option<String>, Query, description = "Page: messages after this id."),
         DeadLetterQuery),
     description = "Messages without leasing them, oldest first (visible, delayed and leased). Dead-letter filters apply to failure queues.",
-    responses((status = 200, body = MessagesBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 200, body = MessagesBody), Refused)
 )]
 pub(crate) async fn peek(
     State(state): State<Arc<AppState>>,
@@ -477,8 +465,7 @@ pub(crate) async fn peek(
 /// `GET /v1/queues/{q}/messages/{id}`
 #[utoipa::path(
     get, path = "/v1/queues/{q}/messages/{id}", operation_id = "getMessage", tag = "messages", params(MessagePath),
-    responses((status = 200, body = MessageJson), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 200, body = MessageJson), Refused)
 )]
 pub(crate) async fn get_one(
     State(state): State<Arc<AppState>>,
@@ -494,8 +481,7 @@ pub(crate) async fn get_one(
 #[utoipa::path(
     delete, path = "/v1/queues/{q}/messages/{id}", operation_id = "cancelMessage", tag = "messages", params(MessagePath),
     description = "Cancel one message; a live lease on it becomes stale.",
-    responses((status = 204, description = "cancelled (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 204, description = "cancelled (durable)"), Refused)
 )]
 pub(crate) async fn cancel(
     State(state): State<Arc<AppState>>,
@@ -512,8 +498,7 @@ pub(crate) async fn cancel(
 #[utoipa::path(
     delete, path = "/v1/queues/{q}/messages", operation_id = "purgeMessages", tag = "messages", params(QueuePath, DeadLetterQuery, BulkQueryParams),
     description = "Remove every message, or (on a failure queue) those the filters select; at most `max`.",
-    responses((status = 200, body = PurgeBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 200, body = PurgeBody), Refused)
 )]
 pub(crate) async fn purge(
     State(state): State<Arc<AppState>>,
@@ -524,12 +509,12 @@ pub(crate) async fn purge(
     let q = BulkQuery::parse(engine, query.as_deref())?;
     let max = q.max.unwrap_or(usize::MAX);
     let done = engine.purge(&queue, &q.filter, max, q.dry_run).await?;
-    Ok(axum::Json(json!({
-        "purged": done.done,
-        "matched": done.matched,
-        "remaining": done.remaining,
-        "dryRun": q.dry_run,
-    }))
+    Ok(axum::Json(PurgeBody {
+        purged: done.done,
+        matched: done.matched,
+        remaining: done.remaining,
+        dry_run: q.dry_run,
+    })
     .into_response())
 }
 
@@ -542,8 +527,7 @@ pub(crate) async fn purge(
     get, path = "/v1/queues/{q}/tail", operation_id = "tailMessages", tag = "messages", params(QueuePath,
         ("last" = Option<u32>, Query, description = "First the N newest messages (0 to 1000).")),
     description = "Newline-delimited JSON of each message as it arrives, until the client leaves or the server stops.",
-    responses((status = 200, description = "a stream of messages, one JSON object per line", content_type = "application/x-ndjson", body = MessageJson), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 200, description = "a stream of messages, one JSON object per line", content_type = "application/x-ndjson", body = MessageJson), Refused)
 )]
 pub(crate) async fn tail(
     State(state): State<Arc<AppState>>,

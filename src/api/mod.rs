@@ -265,10 +265,7 @@ async fn openapi_json() -> Response {
     responses((status = 200, description = "the process runs", body = StatusBody))
 )]
 async fn healthz() -> impl IntoResponse {
-    (
-        StatusCode::OK,
-        axum::Json(serde_json::json!({ "status": "ok" })),
-    )
+    (StatusCode::OK, axum::Json(StatusBody { status: "ok" }))
 }
 
 #[utoipa::path(
@@ -277,11 +274,7 @@ async fn healthz() -> impl IntoResponse {
 )]
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.is_ready() {
-        (
-            StatusCode::OK,
-            axum::Json(serde_json::json!({ "status": "ready" })),
-        )
-            .into_response()
+        (StatusCode::OK, axum::Json(StatusBody { status: "ready" })).into_response()
     } else {
         ApiError::unavailable("not ready (starting, stopping, or storage failed)").into_response()
     }

@@ -6,6 +6,7 @@
 //! Served at `GET /v1/openapi.json`; `spoold openapi` prints it, and
 //! `docs/openapi.json` is a copy that a test keeps equal.
 
+use serde::Serialize;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 
@@ -81,68 +82,76 @@ impl Modify for ForwardIds {
 }
 
 /// Every error: `{"kind", "message"}` (docs/contract.md §4 lists the kinds).
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(crate) struct ErrorBody {
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ErrorBody<'a> {
     /// A stable word to match on: `queue_not_found`, `stale_lease`, `spool_full`, …
-    kind: String,
+    pub kind: &'a str,
     /// For people.
-    message: String,
+    pub message: &'a str,
+}
+
+/// The refusals every route of the API can answer, in each route's
+/// `responses(…)`.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // describes `ApiError`'s answers
+pub(crate) enum Refused<'a> {
+    #[response(status = "4XX", description = "refused: the `kind` says why")]
+    Client(ErrorBody<'a>),
+    #[response(
+        status = "5XX",
+        description = "unavailable (starting, storage failed, …)"
+    )]
+    Server(ErrorBody<'a>),
 }
 
 /// The answer to a send or forward.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(crate) struct StoredBody {
+#[derive(Serialize, ToSchema)]
+pub(crate) struct StoredBody<'a> {
     /// The message id (also the `Spooler-Delivery-Id` of its deliveries).
-    id: String,
-    queue: String,
+    pub id: &'a str,
+    pub queue: &'a str,
 }
 
 /// `{"messages": […]}`: a peek or a batch receive.
 #[derive(ToSchema)]
-#[allow(dead_code)]
+#[allow(dead_code)] // the shape of `messages::Messages`, for the document
 pub(crate) struct MessagesBody {
     messages: Vec<super::view::MessageJson<'static>>,
 }
 
 /// What a redrive did (with `dryRun`, would do).
-#[derive(ToSchema)]
-#[schema(rename_all = "camelCase")]
-#[allow(dead_code)]
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct RedriveBody {
-    moved: u64,
+    pub moved: u64,
     /// Dead letters the filter selected.
-    matched: u64,
+    pub matched: u64,
     /// Still matching afterwards: leased, or beyond `max`.
-    remaining: u64,
-    dry_run: bool,
+    pub remaining: u64,
+    pub dry_run: bool,
 }
 
 /// What a purge did (with `dryRun`, would do).
-#[derive(ToSchema)]
-#[schema(rename_all = "camelCase")]
-#[allow(dead_code)]
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct PurgeBody {
-    purged: u64,
-    matched: u64,
-    remaining: u64,
-    dry_run: bool,
+    pub purged: u64,
+    pub matched: u64,
+    pub remaining: u64,
+    pub dry_run: bool,
 }
 
 /// A renewed lease's new expiry (RFC 3339).
-#[derive(ToSchema)]
-#[schema(rename_all = "camelCase")]
-#[allow(dead_code)]
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct RenewBody {
-    lease_expires_at: String,
+    pub lease_expires_at: String,
 }
 
 /// `{"status": "ok"}` or `{"status": "ready"}`.
-#[derive(ToSchema)]
-#[allow(dead_code)]
+#[derive(Serialize, ToSchema)]
 pub(crate) struct StatusBody {
-    status: String,
+    pub status: &'static str,
 }
 
 /// A queue in the path.
@@ -220,8 +229,7 @@ pub(crate) struct BulkQueryParams {
     request_body(content = Vec<u8>, content_type = "*/*"),
     responses(
         (status = 202, description = "stored (durable)", body = StoredBody, headers(("Spooler-Delivery-Id" = String))),
-        (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),
+        Refused,
     ),
     security(("apiKey" = [])),
 )]

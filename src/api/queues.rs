@@ -6,15 +6,10 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use super::error::ApiError;
 use super::filter::BulkQuery;
-#[allow(unused_imports)] // named by the `#[utoipa::path]` attributes
-use super::openapi::{
-    BulkQueryParams, DeadLetterQuery, ErrorBody, LeasePath, MessagePath, MessagesBody, PurgeBody,
-    QueuePath, RedriveBody, RenewBody, StoredBody,
-};
+use super::openapi::{BulkQueryParams, DeadLetterQuery, QueuePath, RedriveBody, Refused};
 use super::settings::{SettingsBody, SettingsView, StatsView, render, render_stats};
 use super::{AppState, BULK_DEFAULT, read_body};
 use crate::engine::{Engine, Origin};
@@ -51,8 +46,7 @@ pub(crate) struct QueueList {
 #[utoipa::path(
     get, path = "/v1/queues", operation_id = "listQueues", tag = "queues",
     description = "Every queue with its settings and stats, failure queues included.",
-    responses((status = 200, body = QueueList), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 200, body = QueueList), Refused)
 )]
 pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let engine = state.engine()?;
@@ -68,8 +62,7 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Result<Response,
 /// `GET /v1/queues/{q}`
 #[utoipa::path(
     get, path = "/v1/queues/{q}", operation_id = "getQueue", tag = "queues", params(QueuePath),
-    responses((status = 200, body = QueueView), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 200, body = QueueView), Refused)
 )]
 pub(crate) async fn get_one(
     State(state): State<Arc<AppState>>,
@@ -83,8 +76,7 @@ pub(crate) async fn get_one(
     put, path = "/v1/queues/{q}", operation_id = "putQueue", tag = "queues", params(QueuePath),
     description = "Create or replace a queue's settings (omitted fields take their defaults; `signingSecret` omitted keeps, `null` clears).",
     request_body(content = SettingsBody, content_type = "application/json"),
-    responses((status = 201, description = "created", body = QueueView), (status = 200, description = "changed", body = QueueView), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 201, description = "created", body = QueueView), (status = 200, description = "changed", body = QueueView), Refused)
 )]
 pub(crate) async fn put(
     State(state): State<Arc<AppState>>,
@@ -118,8 +110,7 @@ pub(crate) async fn put(
 #[utoipa::path(
     delete, path = "/v1/queues/{q}", operation_id = "deleteQueue", tag = "queues", params(QueuePath),
     description = "Delete a queue, its failure queue and their messages.",
-    responses((status = 204, description = "deleted (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 204, description = "deleted (durable)"), Refused)
 )]
 pub(crate) async fn delete(
     State(state): State<Arc<AppState>>,
@@ -134,8 +125,7 @@ pub(crate) async fn delete(
 #[utoipa::path(
     post, path = "/v1/queues/{q}/redrive", operation_id = "redrive", tag = "queues", params(QueuePath, DeadLetterQuery, BulkQueryParams),
     description = "Move dead letters of `q.failed` back into `q` (oldest first, at most `max`, default 1000), retry counts reset, same ids. `q` may also name the failure queue.",
-    responses((status = 200, body = RedriveBody), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 200, body = RedriveBody), Refused)
 )]
 pub(crate) async fn redrive(
     State(state): State<Arc<AppState>>,
@@ -146,12 +136,12 @@ pub(crate) async fn redrive(
     let q = BulkQuery::parse(engine, query.as_deref())?;
     let max = q.max.unwrap_or(BULK_DEFAULT);
     let done = engine.redrive(&queue, &q.filter, max, q.dry_run).await?;
-    Ok(axum::Json(json!({
-        "moved": done.done,
-        "matched": done.matched,
-        "remaining": done.remaining,
-        "dryRun": q.dry_run,
-    }))
+    Ok(axum::Json(RedriveBody {
+        moved: done.done,
+        matched: done.matched,
+        remaining: done.remaining,
+        dry_run: q.dry_run,
+    })
     .into_response())
 }
 
@@ -159,8 +149,7 @@ pub(crate) async fn redrive(
 #[utoipa::path(
     post, path = "/v1/queues/{q}/pause", operation_id = "pauseQueue", tag = "queues", params(QueuePath),
     description = "Stop handing out leases (push workers included); journaled.",
-    responses((status = 204, description = "paused (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 204, description = "paused (durable)"), Refused)
 )]
 pub(crate) async fn pause(
     State(state): State<Arc<AppState>>,
@@ -173,8 +162,7 @@ pub(crate) async fn pause(
 /// `POST /v1/queues/{q}/resume`
 #[utoipa::path(
     post, path = "/v1/queues/{q}/resume", operation_id = "resumeQueue", tag = "queues", params(QueuePath),
-    responses((status = 204, description = "resumed (durable)"), (status = "4XX", description = "refused: the `kind` says why", body = ErrorBody),
-        (status = "5XX", description = "unavailable (starting, storage failed, …)", body = ErrorBody),)
+    responses((status = 204, description = "resumed (durable)"), Refused)
 )]
 pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
