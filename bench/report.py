@@ -206,6 +206,37 @@ def report(rows):
     out.append(f"| ≤ {RSS_BYTES_PER_MESSAGE_MAX} bytes of RAM per queued message (memory does not move with the machine's speed) | {memory_bpm:.0f} | {mem_ok} |")
     out.append("")
 
+    clusters = by.get("cluster", [])
+    out.append("### A 3-replica cluster beside a single node (trials interleaved)")
+    out.append("")
+    if not clusters:
+        out.append("Not measured (`ONLY=cluster bench/run.sh`).")
+    else:
+        out.append("Durable 1 KiB sends at 64 connections to the primary (wrk); the three replicas "
+                   "share this machine's cores and disk. CPU: µs of each process per acknowledged message. "
+                   "Medians of the trials.")
+        out.append("")
+        out.append("| setup | sends/s | × single node | p50 ms | p99 ms | CPU µs per message, each replica |")
+        out.append("|---|---:|---:|---:|---:|---|")
+        single = [r for r in clusters if r.get("replicas") == "1"]
+        three = [r for r in clusters if r.get("replicas") == "3"]
+        base = num(median(single, "sends_per_s").get("sends_per_s")) if single else float("nan")
+        for name, rs in (("single node", single), ("3 replicas", three)):
+            if not rs:
+                continue
+            m = median(rs, "sends_per_s")
+            v = num(m.get("sends_per_s"))
+            cpus = " / ".join(show(m.get(f"cpu_us_per_msg_{i}")) for i in (1, 2, 3) if m.get(f"cpu_us_per_msg_{i}"))
+            out.append(f"| {name} ({len(rs)} trials) | {v:.0f} | {fmt_ratio(v / base)} | {ms(m.get('p50_us'))} "
+                       f"| {ms(m.get('p99_us'))} | {cpus} |")
+        out.append("")
+        v3 = num(median(three, "sends_per_s").get("sends_per_s")) if three else float("nan")
+        aim = v3 / base
+        verdict = "not measured" if aim != aim else ("met" if aim >= 1 / 3 else "**not met**")
+        out.append(f"Aim: a 3-replica cluster at least a third of the single node's durable sends/s: "
+                   f"{fmt_ratio(aim)}, {verdict}.")
+        out.append("")
+
     allocs = by.get("alloc", [])
     out.append("### Allocators, side by side (trials interleaved)")
     out.append("")

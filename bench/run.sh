@@ -13,6 +13,10 @@
 #   replay    replay of a 1 M-message spool, resident memory and journal
 #             bytes per message
 #   slowdisk  durable sends with every fdatasync delayed by 2 ms (strace)
+#   cluster   durable sends of a 3-replica cluster (three processes and
+#             spool directories on this one machine) at 64 connections to
+#             the primary, beside a single node's in the same trials, with
+#             CPU per message on each replica
 #   alloc     the allocators side by side: jemalloc (the default), glibc,
 #             glibc with a larger tcache and heap top pad, mimalloc (two more
 #             release builds)
@@ -48,7 +52,7 @@ PORT=${PORT:-18787}
 REDIS_PORT=${REDIS_PORT:-18788}
 SINK_PORT=${SINK_PORT:-18789}
 SKIP=${SKIP:-}
-ONLY=${ONLY:-floor sends redis pull push replay slowdisk alloc}
+ONLY=${ONLY:-floor sends redis pull push replay slowdisk cluster alloc}
 run_section() { [[ " $ONLY " == *" $1 "* && " $SKIP " != *" $1 "* ]]; }
 
 install_missing wrk=wrk redis-server=redis-server redis-benchmark=redis-tools strace=strace curl=curl
@@ -195,6 +199,64 @@ run_section slowdisk && { echo "== durable sends with a 2 ms fdatasync (strace d
       "http://127.0.0.1:$PORT/v1/queues/bench/messages" | grep RESULT)
     stop_spoold
     result "slowdisk conns=$conns $line"
+  done
+}
+
+# cluster_once TRIAL: one trial of a 3-replica cluster: starts it, finds the
+# primary, runs wrk against it, and reports with each replica's CPU per
+# acknowledged message.
+cluster_once() {
+  local trial=$1 i dir peers="" pids_c=() ticks0=() primary="" line
+  for i in 1 2 3; do peers+="$i = \"127.0.0.1:$((PORT + 200 + i))\", "; done
+  for i in 1 2 3; do
+    dir=$work/cluster-$i
+    rm -rf "$dir"
+    write_config "$dir" true
+    sed -i "s/^listen = .*/listen = \"127.0.0.1:$((PORT + 100 + i))\"/" "$dir/spoold.toml"
+    cat >>"$dir/spoold.toml" <<TOML
+[cluster]
+node_id = $i
+listen = "127.0.0.1:$((PORT + 200 + i))"
+api_url = "http://127.0.0.1:$((PORT + 100 + i))"
+secret = "a bench secret of some length"
+peers = { ${peers%, } }
+TOML
+    "$spoold_bin" run --config "$dir/spoold.toml" 2>>"$dir/log" &
+    pids_c+=("$!")
+    pids+=("$!")
+  done
+  for _ in $(seq 1 200); do
+    primary=$(curl -fs "http://127.0.0.1:$((PORT + 101))/v1/cluster" 2>/dev/null \
+      | python3 -c 'import json,sys; p=json.load(sys.stdin)["primary"]; print(p["apiUrl"] or "")' 2>/dev/null || true)
+    [ -n "$primary" ] && curl -fs "$primary/v1/queues/bench" >/dev/null 2>&1 && break
+    primary=""
+    sleep 0.1
+  done
+  [ -n "$primary" ] || { echo "the cluster elected no primary" >&2; tail -20 "$work"/cluster-*/log >&2; return 1; }
+  for i in 0 1 2; do ticks0+=("$(cpu_ticks "${pids_c[$i]}")"); done
+  line=$(BODY_BYTES=1024 wrk -t2 -c64 -d"${DURATION}s" --latency -s bench/post.lua \
+    "$primary/v1/queues/bench/messages" | grep RESULT)
+  local requests cpu=""
+  requests=$(field requests "$line")
+  for i in 0 1 2; do
+    cpu+=" cpu_us_per_msg_$((i + 1))=$(( ($(cpu_ticks "${pids_c[$i]}") - ${ticks0[$i]}) * 10000 / (requests > 0 ? requests : 1) ))"
+  done
+  for i in 0 1 2; do kill -TERM "${pids_c[$i]}" 2>/dev/null || true; done
+  for i in 0 1 2; do wait "${pids_c[$i]}" 2>/dev/null || true; done
+  result "cluster replicas=3 trial=$trial primary=${primary##*:} $line$cpu"
+}
+
+run_section cluster && { echo "== a 3-replica cluster beside a single node: durable sends, 64 connections ($TRIALS trials)" >&2
+  for trial in $(seq 1 "$TRIALS"); do
+    dir=$(fresh single true)
+    run_spoold "$spoold_bin" "$dir"
+    ticks=$(cpu_ticks "$spoold_pid")
+    line=$(BODY_BYTES=1024 wrk -t2 -c64 -d"${DURATION}s" --latency -s bench/post.lua \
+      "http://127.0.0.1:$PORT/v1/queues/bench/messages" | grep RESULT)
+    ticks=$(( $(cpu_ticks "$spoold_pid") - ticks ))
+    stop_spoold
+    result "cluster replicas=1 trial=$trial $line cpu_us_per_msg_1=$(( ticks * 10000 / $(field requests "$line") ))"
+    cluster_once "$trial"
   done
 }
 

@@ -40,6 +40,8 @@ pub struct Config {
     pub spool: SpoolConfig,
     pub log: LogConfig,
     pub queues: BTreeMap<String, QueueConfig>,
+    /// Replicated mode (docs/contract.md §9); without it, a single node.
+    pub cluster: Option<ClusterConfig>,
     /// Where `server.listen` was in the file, for messages.
     #[serde(skip)]
     pub listen_line: Option<usize>,
@@ -112,6 +114,206 @@ impl Default for SpoolConfig {
             on_corruption: OnCorruption::Refuse,
             compaction_interval_ms: 1_000,
         }
+    }
+}
+
+/// Most replicas a cluster may have: five tolerate two failures, seven
+/// three; beyond that every write waits for more fsyncs than it gains.
+pub(crate) const CLUSTER_REPLICAS_MAX: usize = 7;
+/// Shortest cluster secret accepted: a secret is the only thing that keeps
+/// a stranger out of replication traffic.
+pub(crate) const CLUSTER_SECRET_MIN_BYTES: usize = 16;
+
+/// The `[cluster]` table: one replica of a cluster (docs/contract.md §9).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Stable and unique, ≥ 1; never reused for another disk.
+    pub node_id: u64,
+    /// Where replication traffic is accepted (not the API port).
+    pub listen: String,
+    /// How peers reach this node; `listen` when absent.
+    pub advertise: Option<String>,
+    /// What other replicas name as the primary's API.
+    pub api_url: String,
+    /// Every voter of the first start, this node included: id → address.
+    pub peers: BTreeMap<String, String>,
+    /// Shared by every replica; also `SPOOLD_CLUSTER_SECRET`.
+    pub secret: Option<String>,
+    #[serde(default = "default_true")]
+    pub forward_to_primary: bool,
+    #[serde(
+        rename = "heartbeat",
+        default = "default_heartbeat_ms",
+        deserialize_with = "de_duration"
+    )]
+    pub heartbeat_ms: u64,
+    #[serde(
+        rename = "election_timeout",
+        default = "default_election_timeout_ms",
+        deserialize_with = "de_duration"
+    )]
+    pub election_timeout_ms: u64,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_heartbeat_ms() -> u64 {
+    100
+}
+
+fn default_election_timeout_ms() -> u64 {
+    500
+}
+
+impl ClusterConfig {
+    /// The peers with their ids as numbers (validated at parse time).
+    pub fn peer_ids(&self) -> BTreeMap<u64, String> {
+        self.peers
+            .iter()
+            .filter_map(|(id, addr)| Some((id.parse().ok()?, addr.clone())))
+            .collect()
+    }
+
+    /// The address peers use for this node.
+    pub fn advertised(&self) -> &str {
+        self.advertise.as_deref().unwrap_or(&self.listen)
+    }
+
+    /// The secret in force: the config's, else `SPOOLD_CLUSTER_SECRET`.
+    pub fn secret(&self, env_secret: Option<&str>) -> Result<String, String> {
+        let secret = self
+            .secret
+            .clone()
+            .or_else(|| env_secret.map(str::to_owned))
+            .unwrap_or_default();
+        if secret.len() < CLUSTER_SECRET_MIN_BYTES {
+            return Err(format!(
+                "cluster.secret: {} bytes is too short: set at least \
+                 {CLUSTER_SECRET_MIN_BYTES} bytes in the config or SPOOLD_CLUSTER_SECRET \
+                 (the same on every replica)",
+                secret.len()
+            ));
+        }
+        Ok(secret)
+    }
+
+    fn validate(&self, at: &dyn Fn(&str) -> String) -> Result<(), String> {
+        if self.node_id == 0 {
+            return Err(format!(
+                "{}cluster.node_id = 0: node ids start at 1",
+                at("node_id")
+            ));
+        }
+        let mut ids = BTreeMap::new();
+        for (id, addr) in &self.peers {
+            match id.parse::<u64>() {
+                Ok(n) if n >= 1 => {
+                    ids.insert(n, addr);
+                }
+                _ => {
+                    return Err(format!(
+                        "{}cluster.peers: {id:?} is not a node id (a number ≥ 1)",
+                        at("peers")
+                    ));
+                }
+            }
+            if addr
+                .rsplit_once(':')
+                .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+            {
+                return Err(format!(
+                    "{}cluster.peers.{id} = {addr:?} is not host:port",
+                    at("peers")
+                ));
+            }
+        }
+        if !ids.contains_key(&self.node_id) {
+            return Err(format!(
+                "{}cluster.peers does not name this node (node_id = {}): list every voter, \
+                 this one included",
+                at("peers"),
+                self.node_id
+            ));
+        }
+        if ids.len() > CLUSTER_REPLICAS_MAX || ids.len() % 2 == 0 {
+            return Err(format!(
+                "{}cluster.peers names {} replicas: allowed 1, 3, 5 or 7 (an even number \
+                 tolerates no more failures than one fewer)",
+                at("peers"),
+                ids.len()
+            ));
+        }
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!(
+                "{}cluster.listen = {:?} is not an address (e.g. \"0.0.0.0:8788\")",
+                at("listen"),
+                self.listen
+            ));
+        }
+        if !(self.api_url.starts_with("http://") || self.api_url.starts_with("https://"))
+            || url::Url::parse(&self.api_url).is_err()
+        {
+            return Err(format!(
+                "{}cluster.api_url = {:?} is not an http(s) URL",
+                at("api_url"),
+                self.api_url
+            ));
+        }
+        if !(10..=10_000).contains(&self.heartbeat_ms) {
+            return Err(format!(
+                "{}cluster.heartbeat = {} is out of range: allowed 10ms to 10s",
+                at("heartbeat"),
+                format_duration_ms(self.heartbeat_ms)
+            ));
+        }
+        if self.election_timeout_ms < 3 * self.heartbeat_ms || self.election_timeout_ms > 60_000 {
+            return Err(format!(
+                "{}cluster.election_timeout = {} is out of range: allowed 3 × heartbeat ({}) \
+                 to 1m, so that a slow heartbeat never starts an election",
+                at("election_timeout"),
+                format_duration_ms(self.election_timeout_ms),
+                format_duration_ms(3 * self.heartbeat_ms)
+            ));
+        }
+        if let Some(secret) = &self.secret
+            && secret.len() < CLUSTER_SECRET_MIN_BYTES
+        {
+            return Err(format!(
+                "{}cluster.secret is {} bytes: set at least {CLUSTER_SECRET_MIN_BYTES}",
+                at("secret"),
+                secret.len()
+            ));
+        }
+        Ok(())
+    }
+
+    fn table(&self) -> toml::Table {
+        let mut t = toml::Table::new();
+        t.insert("node_id".into(), (self.node_id as i64).into());
+        t.insert("listen".into(), self.listen.as_str().into());
+        t.insert("advertise".into(), self.advertised().into());
+        t.insert("api_url".into(), self.api_url.as_str().into());
+        let peers: toml::Table = self
+            .peers
+            .iter()
+            .map(|(k, v)| (k.clone(), toml::Value::from(v.as_str())))
+            .collect();
+        t.insert("peers".into(), toml::Value::Table(peers));
+        // The secret is never printed, not even redacted: a placeholder
+        // would not parse back as a secret.
+        t.insert("forward_to_primary".into(), self.forward_to_primary.into());
+        t.insert(
+            "heartbeat".into(),
+            format_duration_ms(self.heartbeat_ms).into(),
+        );
+        t.insert(
+            "election_timeout".into(),
+            format_duration_ms(self.election_timeout_ms).into(),
+        );
+        t
     }
 }
 
@@ -236,6 +438,11 @@ impl Config {
         for key in &mut c.server.api_keys {
             *key = "<redacted>".into();
         }
+        if let Some(cluster) = &mut c.cluster
+            && cluster.secret.is_some()
+        {
+            cluster.secret = Some("<redacted>".into());
+        }
         for q in c.queues.values_mut() {
             if q.signing_secret.is_some() {
                 q.signing_secret = Some("<redacted>".into());
@@ -316,6 +523,9 @@ impl Config {
         root.insert("spool".into(), Value::Table(spool));
         root.insert("log".into(), Value::Table(log));
         root.insert("queues".into(), Value::Table(queues));
+        if let Some(cluster) = &c.cluster {
+            root.insert("cluster".into(), Value::Table(cluster.table()));
+        }
         toml::to_string_pretty(&root).expect("a table of plain values serializes")
     }
 
@@ -373,6 +583,13 @@ impl Config {
                     at("redact_headers")
                 ));
             }
+        }
+        if let Some(cluster) = &self.cluster {
+            let in_cluster = |key: &str| {
+                line_in_table(text, "[cluster]", key)
+                    .map_or(String::new(), |l| format!("line {l}: "))
+            };
+            cluster.validate(&in_cluster)?;
         }
         let policy = self.policy();
         for (name, queue) in &self.queues {
@@ -728,6 +945,62 @@ mod tests {
         assert!(
             err.contains("segment_bytes") && err.contains("line 2"),
             "{err}"
+        );
+    }
+
+    const CLUSTER: &str = "[cluster]\nnode_id = 2\nlisten = \"0.0.0.0:8788\"\n\
+        api_url = \"http://spoold-1.spoold:8787\"\n\
+        peers = { 1 = \"a:8788\", 2 = \"b:8788\", 3 = \"c:8788\" }\n\
+        secret = \"0123456789abcdef\"\n";
+
+    #[test]
+    fn a_cluster_table_takes_the_contract_defaults() {
+        let c = Config::parse(CLUSTER).unwrap().cluster.unwrap();
+        assert_eq!(c.node_id, 2);
+        assert_eq!((c.heartbeat_ms, c.election_timeout_ms), (100, 500));
+        assert!(c.forward_to_primary);
+        assert_eq!(c.advertised(), "0.0.0.0:8788");
+        assert_eq!(c.peer_ids().len(), 3);
+        assert_eq!(c.secret(None).unwrap(), "0123456789abcdef");
+        // The effective config never prints the secret, and parses back.
+        let printed = Config::parse(CLUSTER).unwrap().effective_toml();
+        assert!(!printed.contains("0123456789abcdef"), "{printed}");
+        let back = Config::parse(&printed).unwrap().cluster.unwrap();
+        assert_eq!(back.peers, c.peers);
+    }
+
+    #[test]
+    fn cluster_mistakes_name_the_key_and_line() {
+        let cases = [
+            ("node_id = 2", "node_id = 0", "node_id", 2),
+            ("node_id = 2", "node_id = 4", "does not name this node", 5),
+            (", 3 = \"c:8788\"", "", "allowed 1, 3, 5 or 7", 5),
+            ("c:8788", "c", "not host:port", 5),
+            ("0.0.0.0:8788", "localhost", "cluster.listen", 3),
+            ("http://spoold-1", "spoold-1", "cluster.api_url", 4),
+            ("0123456789abcdef", "short", "cluster.secret", 6),
+        ];
+        for (from, to, says, line) in cases {
+            let text = CLUSTER.replacen(from, to, 1);
+            let err = Config::parse(&text).unwrap_err();
+            assert!(err.contains(says), "{text}: {err}");
+            assert!(err.contains(&format!("line {line}")), "{text}: {err}");
+        }
+        let timing = format!("{CLUSTER}heartbeat = \"200ms\"\n");
+        let err = Config::parse(&timing).unwrap_err();
+        assert!(
+            err.contains("election_timeout") && err.contains("3 × heartbeat"),
+            "{err}"
+        );
+        let unknown = format!("{CLUSTER}voters = 3\n");
+        let err = Config::parse(&unknown).unwrap_err();
+        assert!(err.contains("voters") && err.contains("line 7"), "{err}");
+        let no_secret = CLUSTER.replace("secret = \"0123456789abcdef\"\n", "");
+        let c = Config::parse(&no_secret).unwrap().cluster.unwrap();
+        assert!(c.secret(None).is_err());
+        assert_eq!(
+            c.secret(Some("from-the-environment")).unwrap(),
+            "from-the-environment"
         );
     }
 }

@@ -23,6 +23,7 @@
 
 pub(crate) mod api;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub(crate) mod delivery;
 pub mod engine;

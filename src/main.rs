@@ -104,6 +104,22 @@ enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
+    /// Replicated mode: the cluster as the replica at --url sees it.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Role, term, primary and commit index, and every member with how far
+    /// it lags.
+    Status {
+        /// The answer of `GET /v1/cluster` as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -273,6 +289,9 @@ fn main() -> ExitCode {
                 &mut stdout(),
             )),
         },
+        Command::Cluster {
+            command: ClusterCommand::Status { json },
+        } => ops(ops::cluster_status(&target, json, &mut stdout())),
         Command::Run(args) => run(args),
         Command::CheckConfig { config } => check_config(config),
         Command::Openapi => {
@@ -345,7 +364,18 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 }
 
 fn init_tracing(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SPOOLD_LOG")
+    // openraft logs every election step at `info`, each a page long; keep
+    // it to warnings unless the filter names it.
+    let spec = std::env::var("SPOOLD_LOG")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| config.log.level.clone());
+    let spec = if spec.contains("openraft") {
+        spec
+    } else {
+        format!("{spec},openraft=warn")
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&spec)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
     // Colour only for a person at a terminal: not in files or journald.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();

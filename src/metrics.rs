@@ -38,17 +38,29 @@ pub(crate) const FSYNC_DURATION: &str = "spoold_journal_fsync_duration_seconds";
 pub(crate) const JOURNAL_BYTES: &str = "spoold_journal_bytes";
 pub(crate) const JOURNAL_MAX_BYTES: &str = "spoold_journal_max_bytes";
 pub(crate) const HTTP_REQUESTS: &str = "spoold_http_requests_total";
+pub(crate) const CLUSTER_ROLE: &str = "spoold_cluster_role";
+pub(crate) const CLUSTER_TERM: &str = "spoold_cluster_term";
+pub(crate) const CLUSTER_LEADER_CHANGES: &str = "spoold_cluster_leader_changes_total";
+pub(crate) const CLUSTER_REPLICATION_LAG: &str = "spoold_cluster_replication_lag_records";
+pub(crate) const CLUSTER_COMMIT_DURATION: &str = "spoold_cluster_commit_duration_seconds";
 
 pub(crate) const LABEL_QUEUE: &str = "queue";
 pub(crate) const LABEL_STATE: &str = "state";
 pub(crate) const LABEL_OUTCOME: &str = "outcome";
 pub(crate) const LABEL_ROUTE: &str = "route";
 pub(crate) const LABEL_STATUS: &str = "status";
+pub(crate) const LABEL_ROLE: &str = "role";
+pub(crate) const LABEL_PEER: &str = "peer";
 
 /// fsync takes ~50 µs on a fast NVMe disk and up to ~100 ms on a slow
 /// network volume.
 const FSYNC_BUCKETS_SECONDS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+];
+/// A replicated write: a round trip and an fsync on a majority, from
+/// ~1 ms on one machine to ~100 ms across zones with slow disks.
+const COMMIT_BUCKETS_SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 /// A delivery takes from ~1 ms (a local sink) to the 30 s default timeout.
 const DELIVERY_BUCKETS_SECONDS: &[f64] = &[
@@ -84,6 +96,12 @@ pub(crate) fn install() -> &'static PrometheusHandle {
                 b.set_buckets_for_metric(
                     Matcher::Full(DELIVERY_DURATION.into()),
                     DELIVERY_BUCKETS_SECONDS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full(CLUSTER_COMMIT_DURATION.into()),
+                    COMMIT_BUCKETS_SECONDS,
                 )
             })
             .expect("bug: bucket lists are not empty")
@@ -185,6 +203,55 @@ fn describe() {
         Unit::Count,
         "HTTP requests by route template and status."
     );
+    describe_gauge!(
+        CLUSTER_ROLE,
+        "Replicated mode: 1 for this replica's role (primary, follower, candidate, learner), 0 for the others."
+    );
+    describe_gauge!(CLUSTER_TERM, "Replicated mode: the current Raft term.");
+    describe_counter!(
+        CLUSTER_LEADER_CHANGES,
+        Unit::Count,
+        "Replicated mode: changes of primary this replica saw since start."
+    );
+    describe_gauge!(
+        CLUSTER_REPLICATION_LAG,
+        "Replicated mode, on the primary: records each peer is behind the primary's log."
+    );
+    describe_histogram!(
+        CLUSTER_COMMIT_DURATION,
+        Unit::Seconds,
+        "Replicated mode, on the primary: from proposing a record to its answer (committed on a majority and applied)."
+    );
+}
+
+/// Replicated mode: the primary changed (as this replica saw it).
+pub(crate) fn record_leader_change() {
+    counter!(CLUSTER_LEADER_CHANGES).increment(1);
+}
+
+/// Replicated mode: one proposal answered after `duration`.
+pub(crate) fn record_commit(duration: Duration) {
+    histogram!(CLUSTER_COMMIT_DURATION).record(duration.as_secs_f64());
+}
+
+/// Replicated mode: role, term and lag, refreshed at scrape time.
+fn refresh_cluster(cluster: &crate::cluster::Cluster) {
+    let status = cluster.status();
+    for role in ["primary", "follower", "candidate", "learner"] {
+        let on = if status.role == role { 1.0 } else { 0.0 };
+        gauge!(CLUSTER_ROLE, LABEL_ROLE => role).set(on);
+    }
+    gauge!(CLUSTER_TERM).set(status.term as f64);
+    if status.role == "primary" {
+        for m in status
+            .members
+            .iter()
+            .filter(|m| m.node_id != status.node_id)
+        {
+            let lag = m.lag_records.unwrap_or(0);
+            gauge!(CLUSTER_REPLICATION_LAG, LABEL_PEER => m.node_id.to_string()).set(lag as f64);
+        }
+    }
 }
 
 /// One fsync (one group commit).
@@ -286,10 +353,13 @@ pub(crate) fn refresh(engine: &Engine) {
 }
 
 /// The Prometheus text of everything.
-pub(crate) fn render(engine: Option<&Engine>) -> String {
+pub(crate) fn render(engine: Option<&Engine>, cluster: Option<&crate::cluster::Cluster>) -> String {
     let handle = install();
     if let Some(engine) = engine {
         refresh(engine);
+    }
+    if let Some(cluster) = cluster {
+        refresh_cluster(cluster);
     }
     handle.run_upkeep();
     handle.render()

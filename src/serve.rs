@@ -44,6 +44,9 @@ pub enum ServeError {
 
     #[error("applying the config's queues: {0}")]
     Queue(#[from] QueueError),
+
+    #[error("starting the replica: {0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 /// How a run ended.
@@ -202,7 +205,30 @@ async fn run(
     options.max_bytes = config.spool.max_bytes;
     options.quarantine_corruption = config.spool.on_corruption == OnCorruption::Quarantine;
     options.policy = config.policy();
-    let (engine, report) = match Engine::open(options).await {
+    let opened = match &config.cluster {
+        None => Engine::open(options).await.map(|(e, r)| (e, r, None)),
+        Some(cluster) => {
+            let secret = cluster
+                .secret(std::env::var("SPOOLD_CLUSTER_SECRET").ok().as_deref())
+                .map_err(ServeError::Config);
+            let secret = match secret {
+                Ok(s) => s,
+                Err(e) => {
+                    close_listener.send_replace(true);
+                    return Err(e);
+                }
+            };
+            match crate::cluster::Cluster::open(options, cluster, &secret).await {
+                Ok((e, r, c)) => Ok((e, r, Some(c))),
+                Err(crate::cluster::ClusterError::Journal(error)) => Err(error),
+                Err(e) => {
+                    close_listener.send_replace(true);
+                    return Err(e.into());
+                }
+            }
+        }
+    };
+    let (engine, report, cluster) = match opened {
         Ok(opened) => opened,
         Err(error) => {
             close_listener.send_replace(true);
@@ -212,6 +238,9 @@ async fn run(
             });
         }
     };
+    if let Some(cluster) = &cluster {
+        state.set_cluster(cluster.clone());
+    }
     tracing::info!(
         dir = %config.spool.dir.display(),
         records = report.records,
@@ -225,7 +254,15 @@ async fn run(
         .iter()
         .map(|(name, q)| (name.clone(), q.settings()))
         .collect();
-    reconcile_config_queues(&engine, &wanted).await?;
+    let _reconciler = match &cluster {
+        None => {
+            reconcile_config_queues(&engine, &wanted).await?;
+            None
+        }
+        // Only the primary writes: each replica reconciles whenever it
+        // starts serving.
+        Some(_) => Some(tokio::spawn(reconcile_when_serving(engine.clone(), wanted))),
+    };
     let _timer = engine.spawn_timer();
     let _compactor =
         engine.spawn_compactor(Duration::from_millis(config.spool.compaction_interval_ms));
@@ -275,8 +312,28 @@ async fn run(
     if let Some(probes) = probe_server {
         let _ = probes.await;
     }
+    if let Some(cluster) = &cluster {
+        cluster.shutdown().await;
+    }
     engine.close();
     Ok(outcome)
+}
+
+/// Replicated mode: reconciles the config's queues each time this replica
+/// starts serving as the primary (retrying while leadership settles).
+async fn reconcile_when_serving(engine: Engine, wanted: BTreeMap<String, QueueSettings>) {
+    let mut done_in = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let term = engine.epoch();
+        if term == 0 || term == done_in {
+            continue;
+        }
+        match reconcile_config_queues(&engine, &wanted).await {
+            Ok(()) => done_in = term,
+            Err(e) => tracing::warn!(error = %e, "reconciling the config's queues; retrying"),
+        }
+    }
 }
 
 /// Makes the spool's config-managed queues match the config file: creates

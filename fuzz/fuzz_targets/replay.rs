@@ -34,6 +34,8 @@ fn open(sim: &SimStorage, quarantine: bool) {
         max_bytes: u64::MAX,
         quarantine_corruption: quarantine,
         policy: Default::default(),
+        replicated: None,
+        identity: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

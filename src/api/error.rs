@@ -136,6 +136,7 @@ impl From<LeaseError> for ApiError {
             LeaseError::QueueNotFound { .. } => queue_not_found(message),
             LeaseError::NotPullQueue { .. } => conflict("not_pull_queue", message),
             LeaseError::NotPushQueue { .. } => conflict("not_push_queue", message),
+            LeaseError::NotPrimary => ApiError::unavailable(message),
         }
     }
 }

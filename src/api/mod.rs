@@ -6,6 +6,7 @@
 //! `/v1` answers `503 unavailable` until the engine is in place.
 
 pub(crate) mod auth;
+pub(crate) mod cluster;
 pub(crate) mod console;
 pub(crate) mod error;
 pub(crate) mod filter;
@@ -78,6 +79,8 @@ impl ApiConfig {
 /// Shared by every handler.
 pub(crate) struct AppState {
     engine: OnceLock<Engine>,
+    /// Replicated mode: this replica's cluster.
+    cluster: OnceLock<crate::cluster::Cluster>,
     pub config: ApiConfig,
     /// True once the server is stopping: `/readyz` fails and open tails
     /// end.
@@ -89,6 +92,7 @@ impl AppState {
     pub(crate) fn new(config: ApiConfig) -> Arc<AppState> {
         Arc::new(AppState {
             engine: OnceLock::new(),
+            cluster: OnceLock::new(),
             config,
             shutting_down: watch::Sender::new(false),
             long_polls: Arc::new(Semaphore::new(LONG_POLLS_MAX)),
@@ -98,6 +102,15 @@ impl AppState {
     /// Hands over the engine once replay is done.
     pub(crate) fn set_engine(&self, engine: Engine) {
         let _ = self.engine.set(engine);
+    }
+
+    /// Replicated mode: hands over the cluster (before the engine).
+    pub(crate) fn set_cluster(&self, cluster: crate::cluster::Cluster) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    pub(crate) fn cluster(&self) -> Option<&crate::cluster::Cluster> {
+        self.cluster.get()
     }
 
     /// Marks the server as stopping: `/readyz` fails from now on, and
@@ -123,8 +136,12 @@ impl AppState {
         }
     }
 
+    /// Ready: not stopping, the spool open and healthy, and in replicated
+    /// mode a primary known (docs/contract.md §9).
     pub(crate) fn is_ready(&self) -> bool {
-        !*self.shutting_down.borrow() && self.engine.get().is_some_and(|e| !e.is_poisoned())
+        !*self.shutting_down.borrow()
+            && self.engine.get().is_some_and(|e| !e.is_poisoned())
+            && self.cluster.get().is_none_or(|c| c.primary().is_some())
     }
 }
 
@@ -146,6 +163,7 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(queues::redrive))
         .routes(routes!(queues::pause))
         .routes(routes!(queues::resume))
+        .routes(routes!(cluster::status))
         .routes(routes!(openapi_json))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
@@ -210,12 +228,32 @@ async fn gate(
     next: axum::middleware::Next,
 ) -> Response {
     let response = match auth::check_key(&state.config.api_keys, &request) {
-        Ok(()) => json_rejection(next.run(request).await).await,
+        Ok(()) => match in_cluster(&state, request).await {
+            Ok(request) => json_rejection(next.run(request).await).await,
+            Err(answer) => answer,
+        },
         Err(e) => e.into_response(),
     };
     let route = path.as_ref().map_or("unmatched", |p| p.as_str());
     crate::metrics::record_http(route, response.status().as_u16());
     response
+}
+
+/// Replicated mode: a `/v1` call (but `/v1/cluster`) is served here only
+/// on the serving primary; a follower relays it (`cluster/forward.rs`).
+async fn in_cluster(
+    state: &AppState,
+    request: axum::extract::Request,
+) -> Result<axum::extract::Request, Response> {
+    let Some(cluster) = state.cluster() else {
+        return Ok(request);
+    };
+    let path = request.uri().path();
+    if !path.starts_with("/v1/") || path == "/v1/cluster" || path == "/v1/openapi.json" {
+        return Ok(request);
+    }
+    let serving = state.engine.get().is_some_and(Engine::is_serving);
+    crate::cluster::forward::route(cluster, serving, request).await
 }
 
 /// axum's extractors refuse what they cannot parse (a path segment that is
@@ -286,7 +324,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     responses((status = 200, description = "Prometheus text (docs/contract.md §8)", content_type = "text/plain", body = String))
 )]
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = crate::metrics::render(state.engine.get());
+    let text = crate::metrics::render(state.engine.get(), state.cluster());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -93,7 +93,29 @@ impl Target {
     }
 
     async fn send(&self, request: RequestBuilder) -> Result<Response, OpsError> {
-        let response = request.send().await.map_err(|e| self.transport(e))?;
+        let (client, request) = request.build_split();
+        let request = request.map_err(|e| self.transport(e))?;
+        let again = request.try_clone();
+        let mut response = client
+            .execute(request)
+            .await
+            .map_err(|e| self.transport(e))?;
+        // A replica that does not relay names the primary: ask it instead
+        // (once).
+        if response.status() == reqwest::StatusCode::MISDIRECTED_REQUEST
+            && let Some(primary) = response
+                .headers()
+                .get("spooler-primary")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| reqwest::Url::parse(v).ok())
+            && let Some(mut again) = again
+        {
+            let url = again.url_mut();
+            let _ = url.set_scheme(primary.scheme());
+            let _ = url.set_host(primary.host_str());
+            let _ = url.set_port(primary.port());
+            response = client.execute(again).await.map_err(|e| self.transport(e))?;
+        }
         if response.status().is_success() {
             return Ok(response);
         }
@@ -201,6 +223,61 @@ pub async fn queues(target: &Target, json: bool, out: &mut impl Write) -> Result
             ],
             &rows,
         )
+    )?;
+    Ok(())
+}
+
+/// `spoold cluster status`: this replica's view of its cluster, as a
+/// table of members (or the JSON of `GET /v1/cluster`).
+pub async fn cluster_status(
+    target: &Target,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let status = target.json(Method::GET, "/v1/cluster").await?;
+    if json {
+        return json_lines(out, &[status]);
+    }
+    let primary = match &status["primary"] {
+        Value::Null => "none known".to_string(),
+        p => format!(
+            "node {} ({})",
+            num(&p["nodeId"]),
+            p["apiUrl"].as_str().unwrap_or("address not known yet")
+        ),
+    };
+    writeln!(
+        out,
+        "node {}: {} in term {}; primary: {primary}; commit index {}",
+        num(&status["nodeId"]),
+        num(&status["role"]),
+        num(&status["term"]),
+        num(&status["commitIndex"]),
+    )?;
+    let rows: Vec<Vec<String>> = status["members"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|m| {
+            vec![
+                num(&m["nodeId"]),
+                num(&m["addr"]),
+                if m["voter"] == Value::Bool(true) {
+                    "voter"
+                } else {
+                    "learner"
+                }
+                .to_string(),
+                num(&m["matchIndex"]),
+                num(&m["lagRecords"]),
+            ]
+        })
+        .collect();
+    write!(
+        out,
+        "{}",
+        table(&["NODE", "ADDR", "ROLE", "MATCH", "LAG"], &rows)
     )?;
     Ok(())
 }

@@ -32,6 +32,10 @@ const PROBE_INTERVAL_FIRST: Duration = Duration::from_secs(5);
 const PROBE_INTERVAL_MAX: Duration = Duration::from_secs(300);
 /// How often a dispatcher looks again while its queue's breaker is open.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
+/// How often a follower's dispatcher looks whether its replica became the
+/// primary (replicated mode): a new primary delivers this soon after it
+/// serves.
+const NOT_PRIMARY_WAIT: Duration = Duration::from_millis(100);
 /// How long the dispatcher's lease waits for a message. The engine wakes
 /// it when one arrives or becomes visible, and a stop ends the wait, so an
 /// idle queue's dispatcher wakes only this often.
@@ -209,6 +213,17 @@ pub(crate) async fn dispatch(
                 }
             }
             Err(LeaseError::QueueNotFound { .. } | LeaseError::NotPushQueue { .. }) => break,
+            // Replicated mode: only the primary delivers; a follower's
+            // dispatcher waits until its replica serves.
+            Err(LeaseError::NotPrimary) => {
+                if stopping {
+                    break;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(NOT_PRIMARY_WAIT) => {}
+                    _ = stop.changed() => {}
+                }
+            }
             Err(e @ LeaseError::NotPullQueue { .. }) => {
                 unreachable!("bug: a worker's lease refused as a pull consumer's: {e}")
             }

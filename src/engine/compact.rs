@@ -89,6 +89,12 @@ impl Engine {
     /// any candidate holds garbage at all). Returns `None` when there was
     /// nothing to do. Blocking file I/O: call it from a blocking thread.
     pub fn compact_once(&self, force: bool) -> Result<Option<CompactReport>, JournalError> {
+        if self.is_replicated() {
+            // The Raft log is purged only behind a snapshot that openraft
+            // knows of; until checkpoints are Raft snapshots, a replica
+            // keeps its whole log (docs/replication.md).
+            return Ok(None);
+        }
         let _one_at_a_time = self
             .inner
             .compacting

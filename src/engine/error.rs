@@ -65,6 +65,10 @@ pub enum LeaseError {
     /// A worker's lease on a queue without a destination.
     #[error("{queue} has no destination")]
     NotPushQueue { queue: String },
+
+    /// Replicated mode: leases are handed out by the primary only.
+    #[error("this replica is not serving as the primary")]
+    NotPrimary,
 }
 
 /// What settling a lease (ack, nack, renew, a worker's outcome) can answer.

@@ -69,6 +69,9 @@ impl Engine {
             queue: queue.to_owned(),
         };
         loop {
+            if !self.is_serving() {
+                return Err(LeaseError::NotPrimary);
+            }
             let notify = self.core().notify_for(queue);
             let notified = notify.notified();
             tokio::pin!(notified);
@@ -133,7 +136,7 @@ impl Engine {
                 Ok(payload) => Some(Delivery {
                     id: l.id,
                     token: self.inner.tokens.encode(LeaseToken {
-                        epoch: self.inner.epoch,
+                        epoch: self.epoch(),
                         id: l.id,
                         serial: l.serial,
                     }),
@@ -203,7 +206,7 @@ impl Engine {
             .tokens
             .decode(token)
             .ok_or(SettleError::BadToken)?;
-        if lease.epoch != self.inner.epoch {
+        if lease.epoch != self.epoch() {
             return Err(SettleError::StaleLease);
         }
         Ok(lease)

@@ -34,6 +34,7 @@ mod messages;
 mod open;
 mod queues;
 pub(crate) mod rebuild;
+pub(crate) mod replicated;
 pub(crate) mod rules;
 mod send;
 pub(crate) mod settle;
@@ -55,7 +56,7 @@ pub use error::{
 };
 pub use queues::BulkOutcome;
 pub use rules::{Origin, Policy};
-use sink::Op;
+use sink::Entry;
 pub use sink::SendOutcome;
 use token::Tokens;
 
@@ -92,6 +93,15 @@ pub struct EngineOptions {
     pub quarantine_corruption: bool,
     /// What the server allows any queue (destinations).
     pub policy: Policy,
+    /// Replicated mode (`src/cluster/`): the journal is a Raft log, and
+    /// start-up applies its records only up to this sequence number (the
+    /// last one known committed); the rest waits for Raft. `None`: a
+    /// single node.
+    pub replicated: Option<u64>,
+    /// The identity (salt, token key) a new spool gets, and an existing one
+    /// must have; `None`: a random one. Replicated mode: the cluster's, so
+    /// that every replica shows the same ids and checks the same tokens.
+    pub identity: Option<crate::journal::SpoolIdentity>,
 }
 
 /// What a spool keeps free beyond its files, counting the active segment
@@ -118,6 +128,8 @@ impl EngineOptions {
             max_bytes: u64::MAX,
             quarantine_corruption: false,
             policy: Policy::default(),
+            replicated: None,
+            identity: None,
         }
     }
 }
@@ -158,7 +170,9 @@ pub struct Delivery {
 
 struct Inner {
     shared: Arc<Shared>,
-    journal: Journal<Op>,
+    journal: Journal<Entry>,
+    /// Replicated mode only.
+    replication: Option<Arc<replicated::Replication>>,
     reader: SegmentReader,
     storage: Arc<dyn Storage>,
     dir: PathBuf,
@@ -208,8 +222,14 @@ impl Engine {
         core.last_now
     }
 
+    /// The epoch lease tokens carry: on a single node, one more than the
+    /// last start's; in replicated mode, the term this replica serves in
+    /// (0 while it is not the primary).
     pub fn epoch(&self) -> u64 {
-        self.inner.epoch
+        match &self.inner.replication {
+            Some(r) => r.serving_term(),
+            None => self.inner.epoch,
+        }
     }
 
     pub fn tokens(&self) -> &Tokens {

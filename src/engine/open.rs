@@ -17,6 +17,7 @@ use std::time::Instant;
 use tokio::sync::{oneshot, watch};
 
 use super::core::{Core, FileMeta, Shared};
+use super::replicated::Replication;
 use super::sink::{Reply, Sink};
 use super::token::Tokens;
 use super::{ARRIVALS_BUFFERED_MAX, Engine, EngineOptions, Inner, ReplayReport, rebuild};
@@ -28,7 +29,7 @@ use crate::journal::reader::SegmentReader;
 use crate::journal::scan::{self, CheckpointInfo, ScanSummary, list_files, scan_dir};
 use crate::journal::storage::Storage;
 use crate::journal::{
-    Journal, JournalError, RecordLoc, WriterOptions, load_identity, prepare_tail,
+    Journal, JournalError, RecordLoc, WriterOptions, load_identity_or, prepare_tail,
 };
 use crate::spool::{CheckpointLoader, CheckpointMeta, Command, Record, Spool};
 
@@ -40,6 +41,9 @@ pub(super) struct Loaded {
     pub summary: ScanSummary,
     /// Records applied after the checkpoint.
     pub applied: u64,
+    /// Replicated mode: `(term, kind, location)` of every record of the
+    /// live log, applied or not.
+    pub live: Vec<(u64, u8, RecordLoc)>,
 }
 
 impl Engine {
@@ -66,7 +70,21 @@ impl Engine {
         if swept > 0 {
             tracing::info!(files = swept, "removed temp files left by an earlier run");
         }
-        let identity = load_identity(&storage, &dir, true)?.expect("created when missing");
+        let wanted = options.identity.clone();
+        let identity = load_identity_or(&storage, &dir, true, || {
+            wanted.clone().unwrap_or_else(SpoolIdentity::generate)
+        })?
+        .expect("created when missing");
+        if let Some(wanted) = &options.identity
+            && wanted != &identity
+        {
+            return Err(JournalError::BadMeta {
+                dir: dir.clone(),
+                reason: "spool.meta belongs to another cluster (or cluster.secret changed): \
+                         this replica's spool cannot join this cluster"
+                    .into(),
+            });
+        }
         if rebuild::needs_upgrade(&storage, &dir, identity.salt)? {
             let report = rebuild::upgrade(&storage, &dir, &identity)?;
             tracing::warn!(
@@ -76,7 +94,8 @@ impl Engine {
             );
         }
 
-        let mut loaded = load(&storage, &dir, &identity);
+        let up_to = options.replicated;
+        let mut loaded = load(&storage, &dir, &identity, up_to);
         if options.quarantine_corruption
             && matches!(
                 loaded,
@@ -90,7 +109,7 @@ impl Engine {
             for lost in &report.lost {
                 tracing::error!(message = %lost, "lost to corruption");
             }
-            loaded = load(&storage, &dir, &identity);
+            loaded = load(&storage, &dir, &identity, up_to);
         }
         let Loaded {
             spool,
@@ -98,6 +117,7 @@ impl Engine {
             checkpoint,
             summary,
             applied,
+            live,
         } = loaded?;
         let start = prepare_tail(&storage, &dir, &summary, meta.next_segment_id)?;
         if let Some(torn) = summary.torn_tail {
@@ -132,6 +152,10 @@ impl Engine {
             .last()
             .map_or(1, |&(id, _)| id + 1)
             .max(meta.next_pack_id);
+        let replication = options.replicated.map(|_| {
+            let first_seq = checkpoint.map_or(1, |c| c.seq + 1);
+            Arc::new(Replication::new(first_seq, live))
+        });
         let (poisoned, _) = watch::channel(false);
         let (arrivals, _) = tokio::sync::broadcast::channel(ARRIVALS_BUFFERED_MAX);
         let shared = Arc::new(Shared {
@@ -153,12 +177,14 @@ impl Engine {
             reader.clone(),
             Sink {
                 shared: shared.clone(),
+                replication: replication.clone(),
             },
         )?;
         let engine = Engine {
             inner: Arc::new(Inner {
                 shared,
                 journal,
+                replication,
                 reader,
                 storage,
                 dir: dir.clone(),
@@ -173,6 +199,19 @@ impl Engine {
                 lock: Mutex::new(lock),
             }),
         };
+        let report = ReplayReport {
+            records: applied,
+            segments: summary.segments.len(),
+            messages,
+            epoch,
+            torn_tail_bytes: summary.torn_tail.map(|t| t.len_bytes),
+            duration: started.elapsed(),
+        };
+        if engine.is_replicated() {
+            // No epoch record: only the primary writes, and its term is
+            // the epoch (`replicated.rs`).
+            return Ok((engine, report));
+        }
         let (tx, rx) = oneshot::channel();
         {
             let mut core = engine.core();
@@ -197,24 +236,19 @@ impl Engine {
             }
             Err(_) => return Err(JournalError::Closed),
         }
-        let report = ReplayReport {
-            records: applied,
-            segments: summary.segments.len(),
-            messages,
-            epoch,
-            torn_tail_bytes: summary.torn_tail.map(|t| t.len_bytes),
-            duration: started.elapsed(),
-        };
         Ok((engine, report))
     }
 }
 
 /// Loads the newest checkpoint, deletes files it made obsolete, and replays
-/// the records after it. Corruption is an error (`Corrupt` or `BadRecord`).
+/// the records after it (in replicated mode, only up to `up_to`: the
+/// last record known committed). Corruption is an error (`Corrupt` or
+/// `BadRecord`).
 pub(super) fn load(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     identity: &SpoolIdentity,
+    up_to: Option<u64>,
 ) -> Result<Loaded, JournalError> {
     let salt = identity.salt;
     let listing = list_files(storage.as_ref(), dir)?;
@@ -251,6 +285,10 @@ pub(super) fn load(
     // reads and checks the files it points into (their records are not
     // applied); the first record to apply waits for it.
     let mut applied = 0u64;
+    let mut live = Vec::new();
+    // The last live record seen: in replicated mode records after `up_to`
+    // are indexed but not applied, so the next one's number comes from here.
+    let mut last_seen = None;
     // After damage the scan goes on (to report every problem), but nothing
     // past a missing record may be applied: the scan's problem is the
     // answer then.
@@ -279,8 +317,21 @@ pub(super) fn load(
             }
             ready(&mut spool)?;
             let spool = spool.as_mut().expect("made ready");
-            if rec.seq != spool.applied_seq() + 1 {
-                gap_at = Some((rec.file, rec.offset, spool.applied_seq() + 1, rec.seq));
+            let expected = last_seen.map_or(spool.applied_seq(), |s| s) + 1;
+            last_seen = Some(rec.seq);
+            if up_to.is_some() {
+                let loc = RecordLoc {
+                    file: rec.file.to_loc(),
+                    offset: u32::try_from(rec.offset).expect("bug: offset beyond a segment"),
+                    len: rec.frame_len as u32,
+                };
+                live.push((rec.term, rec.kind, loc));
+            }
+            if rec.seq != expected {
+                gap_at = Some((rec.file, rec.offset, expected, rec.seq));
+                return Ok(());
+            }
+            if up_to.is_some_and(|last| rec.seq > last) {
                 return Ok(());
             }
             let record =
@@ -362,6 +413,7 @@ pub(super) fn load(
         checkpoint,
         summary,
         applied,
+        live,
     })
 }
 

@@ -40,24 +40,62 @@ pub(super) enum Reply {
     Count(oneshot::Sender<Result<u64, WriteError>>),
 }
 
-/// One journal entry: the record (for apply) and its waiter.
+/// One record of a single node: the record (for apply) and its waiter.
 pub(super) struct Op {
     pub record: Record<'static>,
     pub reply: Reply,
 }
 
-pub(super) struct Sink {
-    pub shared: Arc<Shared>,
+/// What the journal holds between append and fsync.
+pub(super) enum Entry {
+    /// A single node's record: applied and answered once durable.
+    Local(Op),
+    /// Replicated mode: an entry of the Raft log. Once durable it is only
+    /// placed (its location noted, `done` told); it is applied when Raft
+    /// says it is committed (`replicated.rs`).
+    Replicated(Replicated),
 }
 
-impl BatchSink<Op> for Sink {
-    fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<Op>>) {
+pub(crate) type FlushCallback = Box<dyn FnOnce(Result<(), std::io::Error>) + Send>;
+
+pub(super) struct Replicated {
+    pub seq: u64,
+    pub term: u64,
+    pub kind: u8,
+    pub body: Vec<u8>,
+    /// Told once this entry (and every one before it) is durable, or not.
+    pub done: Option<FlushCallback>,
+}
+
+pub(super) struct Sink {
+    pub shared: Arc<Shared>,
+    /// Replicated mode: where each entry of the Raft log landed.
+    pub replication: Option<Arc<super::replicated::Replication>>,
+}
+
+impl BatchSink<Entry> for Sink {
+    fn durable(&mut self, receipt: &Durable, batch: Vec<Placed<Entry>>) {
         crate::metrics::record_fsync(receipt.fsync_duration());
         let mut answers = Vec::with_capacity(batch.len());
+        let mut flushed = Vec::new();
         {
             let mut core = self.shared.core.lock().expect("core lock poisoned");
             for placed in batch {
-                let Op { record, reply } = placed.entry;
+                let Op { record, reply } = match placed.entry {
+                    Entry::Local(op) => op,
+                    Entry::Replicated(r) => {
+                        assert_eq!(r.seq, placed.seq, "bug: Raft entry placed out of order");
+                        if let Some(replication) = &self.replication {
+                            replication.placed(r.seq, r.term, r.kind, placed.loc);
+                        }
+                        if !core.files.contains_key(&placed.loc.file) {
+                            let bytes = core.segment_bytes;
+                            core.files.insert(placed.loc.file, FileMeta { bytes });
+                        }
+                        flushed.extend(r.done);
+                        continue;
+                    }
+                };
                 let applied = core.spool.apply(&record, placed.seq, placed.loc);
                 if applied != Applied::Missing {
                     announce(&self.shared, &record.command);
@@ -85,9 +123,12 @@ impl BatchSink<Op> for Sink {
         for (reply, record, applied, dedup_waiters) in answers {
             answer(receipt, reply, &record, applied, dedup_waiters);
         }
+        for done in flushed {
+            done(Ok(()));
+        }
     }
 
-    fn failed(&mut self, failure: &BatchFailure, batch: Vec<Op>) {
+    fn failed(&mut self, failure: &BatchFailure, batch: Vec<Entry>) {
         let (make_error, poisoned): (fn(String) -> WriteError, bool) = match failure {
             BatchFailure::RolledBack(_) => (|reason| WriteError::Unavailable { reason }, false),
             BatchFailure::Unconfirmed(_) => (|reason| WriteError::Unconfirmed { reason }, true),
@@ -101,42 +142,70 @@ impl BatchSink<Op> for Sink {
         } else {
             tracing::warn!(error = %reason, "journal write failed and was rolled back");
         }
-        let mut answers = Vec::with_capacity(batch.len());
-        {
-            let mut core = self.shared.core.lock().expect("core lock poisoned");
-            for op in batch {
-                core.release(&op.record);
-                let waiters = match &op.reply {
-                    Reply::Send {
-                        dedup: Some(key), ..
-                    } => core.pending_dedup.remove(key).unwrap_or_default(),
-                    _ => Vec::new(),
-                };
-                answers.push((op.reply, waiters));
+        let mut ops = Vec::with_capacity(batch.len());
+        for entry in batch {
+            match entry {
+                Entry::Local(op) => ops.push(op),
+                Entry::Replicated(r) => {
+                    if let Some(done) = r.done {
+                        done(Err(std::io::Error::other(reason.clone())));
+                    }
+                    // Raft cannot go on past a hole in its log: stop, and
+                    // let replay (and the other replicas) decide.
+                    if !poisoned {
+                        tracing::error!(error = %reason, "a Raft log write failed: stopping");
+                        self.shared.poisoned.send_replace(true);
+                    }
+                }
             }
         }
-        for (reply, waiters) in answers {
-            for w in waiters {
-                let _ = w.send(Err(make_error(reason.clone()).into()));
+        refuse(&self.shared, ops, make_error, &reason);
+    }
+}
+
+/// Undoes the reservations of records that were not written (or whose
+/// outcome is unknown) and answers their waiters with `make_error`.
+pub(super) fn refuse(
+    shared: &Shared,
+    ops: Vec<Op>,
+    make_error: fn(String) -> WriteError,
+    reason: &str,
+) {
+    let mut answers = Vec::with_capacity(ops.len());
+    {
+        let mut core = shared.core.lock().expect("core lock poisoned");
+        for op in ops {
+            core.release(&op.record);
+            let waiters = match &op.reply {
+                Reply::Send {
+                    dedup: Some(key), ..
+                } => core.pending_dedup.remove(key).unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            answers.push((op.reply, waiters));
+        }
+    }
+    for (reply, waiters) in answers {
+        for w in waiters {
+            let _ = w.send(Err(make_error(reason.to_owned()).into()));
+        }
+        match reply {
+            Reply::Nobody => {}
+            Reply::Send { tx, .. } => {
+                let _ = tx.send(Err(make_error(reason.to_owned()).into()));
             }
-            match reply {
-                Reply::Nobody => {}
-                Reply::Send { tx, .. } => {
-                    let _ = tx.send(Err(make_error(reason.clone()).into()));
-                }
-                Reply::Done(tx) => {
-                    let _ = tx.send(Err(make_error(reason.clone())));
-                }
-                Reply::Count(tx) => {
-                    let _ = tx.send(Err(make_error(reason.clone())));
-                }
+            Reply::Done(tx) => {
+                let _ = tx.send(Err(make_error(reason.to_owned())));
+            }
+            Reply::Count(tx) => {
+                let _ = tx.send(Err(make_error(reason.to_owned())));
             }
         }
     }
 }
 
 /// Tells `tail` subscribers what arrived where.
-fn announce(shared: &Shared, command: &Command<'_>) {
+pub(super) fn announce(shared: &Shared, command: &Command<'_>) {
     if shared.arrivals.receiver_count() == 0 {
         return;
     }
@@ -156,7 +225,7 @@ fn announce(shared: &Shared, command: &Command<'_>) {
 }
 
 /// Wakes the receivers of whichever queue just gained a visible message.
-fn wake_after(core: &Core, command: &Command<'_>) {
+pub(super) fn wake_after(core: &Core, command: &Command<'_>) {
     match command {
         Command::Enqueue(meta) => core.wake_one(&meta.queue),
         Command::Retry { queue, .. } => core.wake_one(queue),
@@ -169,7 +238,7 @@ fn wake_after(core: &Core, command: &Command<'_>) {
 
 /// Answers a durable record's waiter. Taking the receipt is the point: only
 /// the journal's writer makes one, and only after the fsync.
-fn answer(
+pub(super) fn answer(
     _durable: &Durable,
     reply: Reply,
     record: &Record<'_>,

@@ -14,12 +14,18 @@ use crate::spool::Record;
 const DUE_RECORDS_PER_TICK_MAX: usize = 4096;
 /// Longest the timer sleeps when nothing is due.
 const TIMER_IDLE_MAX: Duration = Duration::from_secs(1);
+/// How often a replica that is not the primary looks whether it became it.
+const NOT_SERVING_WAIT: Duration = Duration::from_millis(100);
 
 impl Engine {
     /// Turns everything due now (expired leases, retention) into records
     /// and waits until they are durable and applied. Returns how many
     /// records it wrote.
     pub async fn run_due(&self) -> usize {
+        if !self.is_serving() {
+            // Replicated mode: only the primary decides what is due.
+            return 0;
+        }
         let mut waiting = Vec::new();
         {
             let mut core = self.core();
@@ -56,7 +62,10 @@ impl Engine {
                     return;
                 }
                 let written = engine.run_due().await;
-                let sleep = if written >= DUE_RECORDS_PER_TICK_MAX {
+                let sleep = if !engine.is_serving() {
+                    // Replicated mode, not the primary: nothing to decide.
+                    NOT_SERVING_WAIT
+                } else if written >= DUE_RECORDS_PER_TICK_MAX {
                     Duration::from_millis(1)
                 } else {
                     let mut core = engine.core();

@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 use super::Engine;
 use super::core::Core;
 use super::error::WriteError;
-use super::sink::{Op, Reply};
+use super::sink::{Entry, Op, Reply};
 use crate::journal::JournalError;
 use crate::spool::{Command, Payload, Record};
 use crate::time::Millis;
@@ -21,11 +21,16 @@ impl Engine {
         payload: Option<&Payload>,
         reply: Reply,
     ) -> Result<(), JournalError> {
+        if self.inner.replication.is_some() {
+            return self.propose(record, payload, reply, 0);
+        }
         let kind = record.kind();
         self.inner
             .journal
-            .append(kind, Op { record, reply }, |op, buf| {
-                op.record.encode(payload, buf)
+            .append(kind, Entry::Local(Op { record, reply }), |entry, buf| {
+                if let Entry::Local(op) = entry {
+                    op.record.encode(payload, buf);
+                }
             })
     }
 
@@ -66,22 +71,16 @@ impl Engine {
                 .map(|command| Record { at: now, command })
                 .collect();
             let undo = records.clone();
-            let ops = records.into_iter().map(|record| {
+            let mut ops = Vec::with_capacity(records.len());
+            for record in records {
                 let (tx, rx) = oneshot::channel();
                 waiting.push(rx);
-                (
-                    record.kind(),
-                    Op {
-                        record,
-                        reply: Reply::Count(tx),
-                    },
-                )
-            });
-            if let Err(e) = self
-                .inner
-                .journal
-                .append_many(ops, |op, buf| op.record.encode(None, buf))
-            {
+                ops.push(Op {
+                    record,
+                    reply: Reply::Count(tx),
+                });
+            }
+            if let Err(e) = self.append_all(&core, ops) {
                 for record in &undo {
                     core.release(record);
                 }
@@ -93,6 +92,27 @@ impl Engine {
             total += rx.await.map_err(|_| closed())??;
         }
         Ok(total)
+    }
+}
+
+impl Engine {
+    /// Appends several records as one batch (one write, one fsync: all or
+    /// none) on a single node; in replicated mode, proposes them in order.
+    fn append_all(&self, _core: &Core, ops: Vec<Op>) -> Result<(), JournalError> {
+        if self.inner.replication.is_some() {
+            for op in ops {
+                self.propose(op.record, None, op.reply, 0)?;
+            }
+            return Ok(());
+        }
+        let entries = ops
+            .into_iter()
+            .map(|op| (op.record.kind(), Entry::Local(op)));
+        self.inner.journal.append_many(entries, |entry, buf| {
+            if let Entry::Local(op) = entry {
+                op.record.encode(None, buf);
+            }
+        })
     }
 }
 

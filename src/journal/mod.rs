@@ -43,7 +43,7 @@ pub use error::JournalError;
 pub(crate) use format::SpoolIdentity;
 pub use writer::RecordLoc;
 pub(crate) use writer::{
-    BatchFailure, BatchSink, Durable, Journal, Placed, WriterOptions, WriterStats,
+    BatchFailure, BatchSink, Durable, Journal, Placed, Truncate, WriterOptions, WriterStats,
 };
 
 use format::{META_BYTES, META_FILE_NAME, segment_file_name};
@@ -58,6 +58,17 @@ pub fn load_identity(
     dir: &Path,
     create: bool,
 ) -> Result<Option<SpoolIdentity>, JournalError> {
+    load_identity_or(storage, dir, create, SpoolIdentity::generate)
+}
+
+/// [`load_identity`], with the identity a new spool gets from `fresh`
+/// (replicated mode: the cluster's).
+pub(crate) fn load_identity_or(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    create: bool,
+    fresh: impl FnOnce() -> SpoolIdentity,
+) -> Result<Option<SpoolIdentity>, JournalError> {
     let path = dir.join(META_FILE_NAME);
     let has_files = !scan::list_files(storage.as_ref(), dir)?.is_empty();
     match storage.open(&path) {
@@ -70,7 +81,7 @@ pub fn load_identity(
                 None if !has_files && bytes.len() < META_BYTES && create => {
                     // A creation that died before its rename was synced can
                     // leave nothing else behind; start over.
-                    write_identity(storage, dir).map(Some)
+                    write_identity(storage, dir, fresh()).map(Some)
                 }
                 None => Err(JournalError::BadMeta {
                     dir: dir.to_path_buf(),
@@ -85,7 +96,7 @@ pub fn load_identity(
                     reason: "spool.meta is missing".into(),
                 })
             } else if create {
-                write_identity(storage, dir).map(Some)
+                write_identity(storage, dir, fresh()).map(Some)
             } else {
                 Ok(None)
             }
@@ -94,8 +105,11 @@ pub fn load_identity(
     }
 }
 
-fn write_identity(storage: &Arc<dyn Storage>, dir: &Path) -> Result<SpoolIdentity, JournalError> {
-    let identity = SpoolIdentity::generate();
+fn write_identity(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    identity: SpoolIdentity,
+) -> Result<SpoolIdentity, JournalError> {
     atomic::write_atomically(storage, dir, META_FILE_NAME, |file| {
         file.write_all_at(&identity.encode(), 0)
     })

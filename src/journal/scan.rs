@@ -43,6 +43,8 @@ pub struct ScannedRecord<'a> {
     /// Offset of the frame (not the body) in its file.
     pub offset: u64,
     pub seq: u64,
+    /// The Raft term it was appended in (0 outside replicated mode).
+    pub term: u64,
     pub kind: u8,
     pub body: &'a [u8],
     /// Part of the live log after the checkpoint: replay applies it. Every
@@ -323,6 +325,7 @@ pub fn scan_dir(
                     file: file.id,
                     offset: frame.offset as u64,
                     seq: frame.seq,
+                    term: frame.term,
                     kind: frame.kind,
                     body,
                     applies: frame.applies,
@@ -393,6 +396,7 @@ struct CheckedFrame {
     offset: usize,
     end: usize,
     seq: u64,
+    term: u64,
     kind: u8,
     applies: bool,
 }
@@ -676,6 +680,7 @@ fn checked(f: &super::frames::Frame<'_>, applies: bool) -> CheckedFrame {
         offset: f.offset,
         end: f.end(),
         seq: f.header.seq,
+        term: f.header.term,
         kind: f.header.kind,
         applies,
     }

@@ -116,9 +116,12 @@ pub(crate) struct WriterStart {
 
 struct Pending<E> {
     buf: Vec<u8>,
-    /// (start offset in `buf`, kind) of each record.
-    frames: Vec<(usize, u8)>,
+    /// (start offset in `buf`, kind, term) of each record.
+    frames: Vec<(usize, u8, u64)>,
     entries: Vec<E>,
+    /// A truncation asked for (replicated mode); the writer runs it once
+    /// everything appended before it is written.
+    truncate: Option<Truncate>,
     closed: bool,
     /// The writer sleeps on `wake` until an appender clears this: only the
     /// first append after the writer went idle pays for a wake-up.
@@ -141,6 +144,21 @@ struct Shared<E> {
     /// Tests hold durable batches back from the sink (see
     /// [`Journal::hold_apply`]).
     hold: Arc<ApplyHold>,
+    /// Sequence number of the last durable record (replicated mode waits
+    /// on it: apply, the vote, truncation).
+    durable_seq: tokio::sync::watch::Sender<u64>,
+}
+
+/// Cutting the log after `keep_seq` (replicated mode: a follower's
+/// uncommitted suffix that the primary's log replaces).
+#[derive(Debug)]
+pub(crate) struct Truncate {
+    pub keep_seq: u64,
+    /// The frame of record `keep_seq + 1`: it and everything after it go.
+    pub cut: RecordLoc,
+    /// The frame of record `keep_seq`, if the log keeps any record.
+    pub last_kept: Option<RecordLoc>,
+    pub done: tokio::sync::oneshot::Sender<Result<(), JournalError>>,
 }
 
 /// Lets a test keep durable batches from being applied, so that it can
@@ -292,6 +310,7 @@ impl<E: Send + 'static> Journal<E> {
                 buf: Vec::new(),
                 frames: Vec::new(),
                 entries: Vec::new(),
+                truncate: None,
                 closed: false,
                 writer_waiting: false,
             }),
@@ -303,6 +322,7 @@ impl<E: Send + 'static> Journal<E> {
             batches: AtomicU64::new(0),
             records: AtomicU64::new(0),
             hold: Arc::default(),
+            durable_seq: tokio::sync::watch::Sender::new(start.next_seq.saturating_sub(1)),
         });
         let (tx, rx) = std::sync::mpsc::sync_channel(APPLY_QUEUE_BATCHES_MAX);
         let sink = Arc::new(Mutex::new(sink));
@@ -357,6 +377,19 @@ impl<E: Send + 'static> Journal<E> {
     pub(crate) fn append_many(
         &self,
         records: impl IntoIterator<Item = (u8, E)>,
+        encode: impl FnMut(&E, &mut Vec<u8>),
+    ) -> Result<(), JournalError> {
+        self.append_terms(
+            records.into_iter().map(|(kind, entry)| (kind, 0, entry)),
+            encode,
+        )
+    }
+
+    /// Appends records with the Raft term each was proposed in
+    /// (replicated mode); otherwise as [`Journal::append_many`].
+    pub(crate) fn append_terms(
+        &self,
+        records: impl IntoIterator<Item = (u8, u64, E)>,
         mut encode: impl FnMut(&E, &mut Vec<u8>),
     ) -> Result<(), JournalError> {
         if self.shared.poisoned.load(Ordering::Acquire) {
@@ -372,13 +405,45 @@ impl<E: Send + 'static> Journal<E> {
             entries,
             ..
         } = &mut *pending;
-        for (kind, entry) in records {
+        for (kind, term, entry) in records {
             let start = buf.len();
             buf.resize(start + FRAME_HEADER_BYTES, 0);
             entries.push(entry);
             encode(entries.last().expect("just pushed"), buf);
-            frames.push((start, kind));
+            frames.push((start, kind, term));
         }
+        let wake = std::mem::take(&mut pending.writer_waiting);
+        drop(pending);
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Sequence number of the last durable record, as a watch: replicated
+    /// mode waits on it before it applies, votes or truncates.
+    pub(crate) fn durable_seq(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.durable_seq.subscribe()
+    }
+
+    /// A receipt for every record up to `seq`, if they are all durable
+    /// (replicated mode answers a proposal with it once Raft applied it).
+    pub(crate) fn durable_receipt(&self, seq: u64) -> Option<Durable> {
+        (*self.shared.durable_seq.borrow() >= seq).then_some(Durable {
+            last_seq: seq,
+            fsync_duration: Duration::ZERO,
+        })
+    }
+
+    /// Cuts the log after record `t.keep_seq` (replicated mode). The caller
+    /// has waited until everything it appended is durable; the writer runs
+    /// the cut between batches and answers on `t.done`.
+    pub(crate) fn truncate(&self, t: Truncate) -> Result<(), JournalError> {
+        let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
+        if pending.closed {
+            return Err(JournalError::Closed);
+        }
+        pending.truncate = Some(t);
         let wake = std::mem::take(&mut pending.writer_waiting);
         drop(pending);
         if wake {
@@ -576,7 +641,7 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         loop {
             {
                 let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
-                while pending.entries.is_empty() && !pending.closed {
+                while pending.entries.is_empty() && pending.truncate.is_none() && !pending.closed {
                     pending.writer_waiting = true;
                     pending = self
                         .shared
@@ -586,7 +651,18 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
                 }
                 pending.writer_waiting = false;
                 if pending.entries.is_empty() {
-                    return;
+                    match pending.truncate.take() {
+                        Some(t) => {
+                            drop(pending);
+                            let result = self.truncate(t.keep_seq, t.cut, t.last_kept);
+                            if result.is_err() {
+                                self.shared.poisoned.store(true, Ordering::Release);
+                            }
+                            let _ = t.done.send(result);
+                            continue;
+                        }
+                        None => return,
+                    }
                 }
                 std::mem::swap(&mut buf, &mut pending.buf);
                 std::mem::swap(&mut frames, &mut pending.frames);
@@ -598,7 +674,7 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         }
     }
 
-    fn commit(&mut self, buf: &mut [u8], frames: &[(usize, u8)], entries: Vec<E>) {
+    fn commit(&mut self, buf: &mut [u8], frames: &[(usize, u8, u64)], entries: Vec<E>) {
         if self.shared.poisoned.load(Ordering::Acquire) {
             // Appended after the fsync failure: never written, so rejected
             // rather than in doubt.
@@ -608,7 +684,7 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         }
         let first_seq = self.next_seq;
         let last = frames.len() - 1;
-        for (i, &(start, kind)) in frames.iter().enumerate() {
+        for (i, &(start, kind, term)) in frames.iter().enumerate() {
             let end = frames.get(i + 1).map_or(buf.len(), |f| f.0);
             FrameHeader::seal(
                 &mut buf[start..end],
@@ -616,7 +692,7 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
                 FrameHeader {
                     body_len: 0,
                     seq: first_seq + i as u64,
-                    term: 0,
+                    term,
                     kind,
                     flags: if i == last { FRAME_FLAG_BATCH_END } else { 0 },
                     batch_index: u32::try_from(i).expect("bug: 2³² records in one batch"),
@@ -626,8 +702,15 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
 
         let full = self.segment.len > FILE_HEADER_BYTES as u64
             && self.segment.len + buf.len() as u64 > self.options.segment_bytes;
-        if full {
-            match self.segment.create(self.segment.id + 1, first_seq, false) {
+        // After a truncation removed the segment it would append to.
+        let missing = self.segment.file.is_none();
+        if full || missing {
+            let id = if missing {
+                self.segment.id
+            } else {
+                self.segment.id + 1
+            };
+            match self.segment.create(id, first_seq, false) {
                 Ok(added) => {
                     self.shared.disk_bytes.fetch_add(added, Ordering::Relaxed);
                     self.shared
@@ -727,5 +810,93 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
             fsync_duration,
         };
         self.sink.durable(&receipt, placed);
+        self.shared.durable_seq.send_replace(self.next_seq - 1);
+    }
+
+    /// Cuts the log after `keep_seq`. Never rewrites a byte in place:
+    /// later segments are deleted newest first, and the segment the cut
+    /// falls in is replaced by a copy of its kept prefix (whose last frame
+    /// now ends its batch), so at every crash point the directory holds a
+    /// log that has every record up to `keep_seq`.
+    fn truncate(
+        &mut self,
+        keep_seq: u64,
+        cut: RecordLoc,
+        last_kept: Option<RecordLoc>,
+    ) -> Result<(), JournalError> {
+        let FileId::Segment(cut_id) = FileId::from_loc(cut.file) else {
+            panic!("bug: truncating inside a pack");
+        };
+        let storage = self.segment.storage.clone();
+        let dir = self.segment.dir.clone();
+        let mut removed_bytes = 0;
+        for id in (cut_id + 1..=self.segment.id).rev() {
+            let path = dir.join(segment_file_name(id));
+            removed_bytes += storage
+                .open(&path)
+                .and_then(|f| f.size_bytes())
+                .unwrap_or(0);
+            match storage.remove(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(JournalError::io(&path, e)),
+            }
+            self.segment.reader.unregister(FileId::Segment(id));
+        }
+        storage
+            .sync_dir(&dir)
+            .map_err(|e| JournalError::io(&dir, e))?;
+        let cut_path = dir.join(segment_file_name(cut_id));
+        let old = storage
+            .open(&cut_path)
+            .map_err(|e| JournalError::io(&cut_path, e))?;
+        removed_bytes += old.size_bytes().unwrap_or(0);
+        self.segment.reader.unregister(FileId::Segment(cut_id));
+        match last_kept.filter(|l| l.file == cut.file) {
+            None => {
+                // Nothing of this segment is kept: the next batch creates
+                // it again, starting at the record after `keep_seq`.
+                crate::journal::atomic::remove_files(&storage, &dir, &[segment_file_name(cut_id)])?;
+                self.segment.file = None;
+                self.segment.len = 0;
+                self.segment.file_len = 0;
+            }
+            Some(last) => {
+                let mut prefix = vec![0u8; cut.offset as usize];
+                old.read_exact_at(&mut prefix, 0)
+                    .map_err(|e| JournalError::io(&cut_path, e))?;
+                let frame = &mut prefix[last.offset as usize..(last.offset + last.len) as usize];
+                let mut header = FrameHeader::peek(frame);
+                header.flags |= FRAME_FLAG_BATCH_END;
+                header.body_len = 0;
+                FrameHeader::seal(frame, self.segment.salt, header);
+                let file = crate::journal::atomic::write_atomically(
+                    &storage,
+                    &dir,
+                    &segment_file_name(cut_id),
+                    |f| f.write_all_at(&prefix, 0),
+                )
+                .map_err(|e| e.into_inner())?;
+                self.segment
+                    .reader
+                    .register(FileId::Segment(cut_id), file.clone());
+                self.segment.file = Some(file);
+                self.segment.len = u64::from(cut.offset);
+                self.segment.file_len = u64::from(cut.offset);
+                removed_bytes -= u64::from(cut.offset).min(removed_bytes);
+            }
+        }
+        self.segment.id = cut_id;
+        self.shared.disk_bytes.fetch_sub(
+            removed_bytes.min(self.shared.disk_bytes.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+        self.shared.active_segment.store(cut_id, Ordering::Release);
+        self.shared
+            .active_file_bytes
+            .store(self.segment.file_len, Ordering::Relaxed);
+        self.next_seq = keep_seq + 1;
+        self.shared.durable_seq.send_replace(keep_seq);
+        Ok(())
     }
 }

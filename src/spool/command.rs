@@ -194,6 +194,13 @@ pub enum Command<'a> {
         id: MessageId,
         attempts: Vec<AttemptInfo>,
     },
+    /// Replicated mode: Raft's blank entry; nothing to apply.
+    RaftBlank,
+    /// Replicated mode: the replica set changed. The state machine keeps
+    /// nothing of it (the cluster layer reads it back from the log).
+    RaftMembership {
+        config: Cow<'a, [u8]>,
+    },
     /// A dedup key that outlives its message: written by compaction in place
     /// of a dropped enqueue whose key is still inside its window.
     DedupKey {

@@ -34,6 +34,11 @@ pub mod kind {
     /// Format 1 only (compaction wrote it for a dropped enqueue whose key
     /// was still in its window); read when upgrading, never written now.
     pub const DEDUP_KEY: u8 = 14;
+    /// Replicated mode: a new primary's empty entry (Raft's blank).
+    pub const RAFT_BLANK: u8 = 15;
+    /// Replicated mode: a change of the replica set (openraft's
+    /// membership, serialized with postcard).
+    pub const RAFT_MEMBERSHIP: u8 = 16;
 }
 
 /// An enqueue's flags: it carries a dedup key hash; a stored request.
@@ -61,6 +66,8 @@ impl Record<'_> {
             Command::Epoch { .. } => kind::EPOCH,
             Command::DedupKey { .. } => kind::DEDUP_KEY,
             Command::Attempt { .. } => kind::ATTEMPT,
+            Command::RaftBlank => kind::RAFT_BLANK,
+            Command::RaftMembership { .. } => kind::RAFT_MEMBERSHIP,
         }
     }
 
@@ -176,6 +183,8 @@ impl Record<'_> {
                 put_i64(out, *first_at);
                 put_u64(out, id.0);
             }
+            Command::RaftBlank => {}
+            Command::RaftMembership { config } => put_bytes32(out, config),
         }
     }
 
@@ -287,6 +296,10 @@ impl Record<'_> {
                 hash: r.u64()?,
                 first_at: r.i64()?,
                 id: r.id()?,
+            },
+            kind::RAFT_BLANK => Command::RaftBlank,
+            kind::RAFT_MEMBERSHIP => Command::RaftMembership {
+                config: Cow::Borrowed(r.bytes32()?),
             },
             other => return Err(DecodeError(format!("unknown record kind {other}"))),
         };

@@ -235,8 +235,9 @@ fn failure_queue_settings(parent: &QueueSettings) -> QueueSettings {
     }
 }
 
-/// What applying a record did, for the engine's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What applying a record did, for the engine's answer (in replicated
+/// mode it travels back from Raft's state machine, hence serde).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Applied {
     Done,
     /// The record referred to a queue or message that is gone.
@@ -462,6 +463,7 @@ impl Spool {
                 self.epoch = self.epoch.max(*epoch);
                 Applied::Done
             }
+            Command::RaftBlank | Command::RaftMembership { .. } => Applied::Done,
             Command::Attempt { queue, id, .. } => self.apply_attempt(queue, *id, loc),
             Command::DedupKey {
                 queue,
@@ -1164,7 +1166,6 @@ impl Spool {
 
     /// Drops every lease (a new epoch): their messages are visible at once,
     /// in their old place in line, retry counts unchanged.
-    #[cfg(test)]
     pub(crate) fn drop_leases(&mut self) {
         for q in self.queues.values_mut() {
             for (id, _) in q.leases.drain() {

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod cluster;
 pub mod process;
 pub mod server;
 pub mod sink;
@@ -35,6 +36,8 @@ pub fn sim_options(sim: &SimStorage, clock: &ManualClock) -> EngineOptions {
         max_bytes: u64::MAX,
         quarantine_corruption: false,
         policy: Default::default(),
+        replicated: None,
+        identity: None,
     }
 }
 

@@ -179,6 +179,29 @@ pub async fn start_in(cwd: &Path, args: &[&str]) -> Spoold {
 /// the process is ready. Logs at `info` unless the command sets
 /// `SPOOLD_LOG`.
 pub async fn start_command(command: &mut Command) -> Spoold {
+    let spoold = spawn_command(command);
+    wait_ready(&spoold).await;
+    spoold
+}
+
+/// Waits (at most 30 s) until `spoold` answers `/readyz` with 200.
+pub async fn wait_ready(spoold: &Spoold) {
+    let client = client();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = client.get(format!("{}/readyz", spoold.base)).send().await
+            && r.status() == StatusCode::OK
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "spoold never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts `command` and returns once it logged the address it listens on
+/// (before it is ready: a replica is ready only once a primary is known).
+pub fn spawn_command(command: &mut Command) -> Spoold {
     if !command.get_envs().any(|(name, _)| name == "SPOOLD_LOG") {
         command.env("SPOOLD_LOG", "info");
     }
@@ -209,23 +232,12 @@ pub async fn start_command(command: &mut Command) -> Spoold {
         .expect("spoold logged its address");
     let addr = addr.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == ':' || c == '.'));
     let base = format!("http://{addr}");
-    let spoold = Spoold {
+    Spoold {
         child,
         api: super::api::Api::new(base.clone(), None),
         base,
         log,
         reader: Some(reader),
-    };
-    let client = client();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = client.get(format!("{}/readyz", spoold.base)).send().await
-            && r.status() == StatusCode::OK
-        {
-            return spoold;
-        }
-        assert!(Instant::now() < deadline, "spoold never became ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -1,0 +1,396 @@
+//! Replicated mode (docs/contract.md §9): three or five replicas, each a
+//! spoold with its own spool, agreeing through Raft (openraft, pinned in
+//! `Cargo.toml`). The rest of spoold sees [`Cluster`]: open a replica,
+//! learn who the primary is, serve `/v1/cluster`, and stop.
+//!
+//! - `types.rs`: openraft's type configuration (a record is an entry).
+//! - `store.rs`: the journal as the Raft log, the spool as its state
+//!   machine (the engine's side is `engine/replicated.rs`).
+//! - `files.rs`: the vote and the commit pointer beside the journal.
+//! - `net.rs`: replication traffic on `cluster.listen`, with the secret.
+//! - `forward.rs`: a follower's `/v1` calls relayed to the primary.
+
+pub(crate) mod files;
+pub(crate) mod forward;
+pub(crate) mod net;
+pub(crate) mod store;
+pub(crate) mod types;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::ServerState;
+use openraft::async_runtime::WatchReceiver;
+use openraft::async_runtime::instant::Instant as _;
+use openraft::impls::ProgressResponder;
+use openraft::vote::leader_id_std::CommittedLeaderId;
+use tokio::sync::mpsc;
+
+use crate::config::ClusterConfig;
+use crate::engine::replicated::Proposal;
+use crate::engine::{Engine, EngineOptions, ReplayReport};
+use crate::journal::JournalError;
+use files::RaftFiles;
+use store::{LogStore, StateMachine};
+use types::{Peer, RecordData, TypeConfig, seq_of};
+
+pub(crate) type Raft = openraft::Raft<TypeConfig, StateMachine>;
+
+/// Longest a proposal waits for Raft before its outcome is called
+/// unknown (`500 operation_unconfirmed`).
+const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a replica could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("cannot listen for replication on {addr}: {reason}")]
+    Listen { addr: String, reason: String },
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// One replica of a cluster.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    raft: Raft,
+    node_id: u64,
+    api_url: String,
+    forward_to_primary: bool,
+    /// The API URL of each peer, as its replication requests announce it.
+    api_urls: Arc<Mutex<BTreeMap<u64, String>>>,
+    forwarder: forward::Forwarder,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// Who the primary is, as this replica knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Primary {
+    pub node_id: u64,
+    /// `None` until this replica has heard from it.
+    pub api_url: Option<String>,
+}
+
+impl Cluster {
+    /// Opens this replica's spool (replaying only what is known
+    /// committed), starts Raft and the replication listener, and
+    /// bootstraps the cluster if this replica has never been part of one.
+    pub async fn open(
+        mut options: EngineOptions,
+        config: &ClusterConfig,
+        secret: &str,
+    ) -> Result<(Engine, ReplayReport, Cluster), ClusterError> {
+        options
+            .storage
+            .create_dir_all(&options.dir)
+            .map_err(|e| JournalError::io(&options.dir, e))?;
+        let (files, vote) = RaftFiles::open(options.storage.clone(), &options.dir)?;
+        options.replicated = Some(files.committed().map_or(0, |c| seq_of(c.index())));
+        options.identity = Some(net::cluster_identity(secret));
+        let (engine, report) = Engine::open(options).await?;
+
+        let election = config.election_timeout_ms;
+        let raft_config = openraft::Config {
+            cluster_name: "spoold".into(),
+            heartbeat_interval: config.heartbeat_ms,
+            election_timeout_min: election / 2,
+            election_timeout_max: election,
+            // Checkpoints are not yet Raft snapshots: keep the whole log.
+            snapshot_policy: openraft::SnapshotPolicy::Never,
+            enable_pre_vote: Some(true),
+            // A restarted primary starts a new term (and proposes its
+            // barrier) rather than resuming the old one.
+            enable_leader_restore: Some(false),
+            ..Default::default()
+        };
+        let raft_config = Arc::new(
+            raft_config
+                .validate()
+                .map_err(|e| ClusterError::Raft(e.to_string()))?,
+        );
+        let auth: Arc<str> = net::auth_token(secret).into();
+        let api_urls = Arc::new(Mutex::new(BTreeMap::new()));
+        let network = net::Network::new(auth.clone(), config.node_id, config.api_url.clone());
+        let log = LogStore::new(engine.clone(), Arc::new(files), vote);
+        let raft = Raft::new(
+            config.node_id,
+            raft_config,
+            network,
+            log,
+            StateMachine::new(engine.clone()),
+        )
+        .await
+        .map_err(|e| ClusterError::Raft(e.to_string()))?;
+
+        let listener = tokio::net::TcpListener::bind(&config.listen)
+            .await
+            .map_err(|e| ClusterError::Listen {
+                addr: config.listen.clone(),
+                reason: e.to_string(),
+            })?;
+        let app = net::router(raft.clone(), config.node_id, auth, api_urls.clone());
+        let mut tasks = vec![tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "the replication listener stopped");
+            }
+        })];
+
+        let (tx, rx) = mpsc::unbounded_channel();
+        engine.attach_proposer(tx);
+        // The leader lease: openraft lets no follower vote for another
+        // candidate until `election_timeout_min` after it last heard from
+        // this leader, so within that time no other primary exists.
+        let lease = Duration::from_millis(election / 2);
+        let metrics = raft.metrics();
+        engine.set_quorum_check(Box::new(move || {
+            let m = metrics.borrow_watched();
+            let alone = m.membership_config.membership().voter_ids().count() == 1;
+            alone
+                || m.last_quorum_acked
+                    .as_ref()
+                    .is_some_and(|at| at.elapsed() < lease)
+        }));
+        tasks.push(tokio::spawn(propose(raft.clone(), engine.clone(), rx)));
+        tasks.push(tokio::spawn(lead(
+            raft.clone(),
+            engine.clone(),
+            config.node_id,
+        )));
+
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|e| ClusterError::Raft(e.to_string()))?
+        {
+            let members: BTreeMap<u64, Peer> = config
+                .peer_ids()
+                .into_iter()
+                .map(|(id, raft_addr)| (id, Peer { raft_addr }))
+                .collect();
+            // Every new replica proposes the same first membership (the
+            // config's peers); openraft accepts it once, on whichever
+            // replica starts first, and refuses it on the others.
+            match raft.initialize(members).await {
+                Ok(()) => tracing::info!("bootstrapped a new cluster"),
+                Err(e) => tracing::info!(reason = %e, "joined an existing cluster"),
+            }
+        }
+        let cluster = Cluster {
+            inner: Arc::new(Inner {
+                raft,
+                node_id: config.node_id,
+                api_url: config.api_url.clone(),
+                forward_to_primary: config.forward_to_primary,
+                api_urls,
+                forwarder: forward::Forwarder::new(),
+                tasks: Mutex::new(tasks),
+            }),
+        };
+        Ok((engine, report, cluster))
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.inner.node_id
+    }
+
+    /// The primary as this replica knows it.
+    pub fn primary(&self) -> Option<Primary> {
+        let leader = self.inner.raft.metrics().borrow_watched().current_leader?;
+        let api_url = if leader == self.inner.node_id {
+            Some(self.inner.api_url.clone())
+        } else {
+            self.inner
+                .api_urls
+                .lock()
+                .expect("bug: api url lock poisoned")
+                .get(&leader)
+                .cloned()
+        };
+        Some(Primary {
+            node_id: leader,
+            api_url,
+        })
+    }
+
+    pub(crate) fn forward_to_primary(&self) -> bool {
+        self.inner.forward_to_primary
+    }
+
+    pub(crate) fn forwarder(&self) -> &forward::Forwarder {
+        &self.inner.forwarder
+    }
+
+    /// `GET /v1/cluster`.
+    pub fn status(&self) -> ClusterStatus {
+        let m = self.inner.raft.metrics().borrow_watched().clone();
+        let role = match m.state {
+            ServerState::Leader => "primary",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Follower | ServerState::Shutdown => "follower",
+        };
+        let membership = m.membership_config.membership();
+        let voters: Vec<u64> = membership.voter_ids().collect();
+        let last_index = m.last_log_index.unwrap_or(0);
+        let members = membership
+            .nodes()
+            .map(|(id, peer)| {
+                let matched = match &m.replication {
+                    Some(r) => r.get(id).and_then(|l| l.as_ref()).map(|l| l.index()),
+                    None if *id == m.id => m.last_log_index,
+                    None => None,
+                };
+                MemberStatus {
+                    node_id: *id,
+                    addr: peer.raft_addr.clone(),
+                    voter: voters.contains(id),
+                    match_index: matched,
+                    lag_records: matched.map(|i| last_index.saturating_sub(i)),
+                }
+            })
+            .collect();
+        ClusterStatus {
+            node_id: self.inner.node_id,
+            role,
+            term: m.current_term,
+            primary: self.primary(),
+            commit_index: m.cluster_committed.map(|c| c.index()),
+            members,
+        }
+    }
+
+    /// Stops Raft and the replication listener.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.raft.shutdown().await;
+        for task in self
+            .inner
+            .tasks
+            .lock()
+            .expect("bug: task lock poisoned")
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+}
+
+/// `GET /v1/cluster`, as data.
+#[derive(Debug, Clone)]
+pub struct ClusterStatus {
+    pub node_id: u64,
+    pub role: &'static str,
+    pub term: u64,
+    pub primary: Option<Primary>,
+    pub commit_index: Option<u64>,
+    pub members: Vec<MemberStatus>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MemberStatus {
+    pub node_id: u64,
+    pub addr: String,
+    pub voter: bool,
+    pub match_index: Option<u64>,
+    pub lag_records: Option<u64>,
+}
+
+/// Hands the engine's proposals to Raft in the order they were decided,
+/// each bound to the term it was decided in, and answers each once Raft
+/// has: applied (its waiter learns the outcome), refused before it was
+/// appended (`503`), or unknown (`500 operation_unconfirmed`).
+async fn propose(raft: Raft, engine: Engine, mut rx: mpsc::UnboundedReceiver<Proposal>) {
+    while let Some(p) = rx.recv().await {
+        let proposed = std::time::Instant::now();
+        let (responder, done) = ProgressResponder::complete_only();
+        let submitted = raft
+            .write(RecordData {
+                kind: p.kind,
+                body: p.body,
+            })
+            .with_leader(CommittedLeaderId::new(p.term))
+            .responder(responder)
+            .await;
+        if let Err(fatal) = submitted {
+            engine.fail_proposal(p.ticket, fatal.to_string(), false);
+            continue;
+        }
+        let engine = engine.clone();
+        let ticket = p.ticket;
+        tokio::spawn(async move {
+            match tokio::time::timeout(PROPOSAL_TIMEOUT, done).await {
+                Ok(Ok(Ok(response))) => {
+                    let seq = seq_of(response.log_id.index());
+                    engine.finish_proposal(ticket, seq, response.data).await;
+                    crate::metrics::record_commit(proposed.elapsed());
+                }
+                Ok(Ok(Err(openraft::error::ClientWriteError::ForwardToLeader(f)))) => {
+                    engine.fail_proposal(ticket, format!("not the primary: {f}"), false);
+                }
+                Ok(Ok(Err(e))) => engine.fail_proposal(ticket, e.to_string(), true),
+                Ok(Err(_)) => {
+                    engine.fail_proposal(ticket, "raft dropped the proposal".into(), true)
+                }
+                Err(_) => {
+                    engine.fail_proposal(ticket, "no answer from the replicas in time".into(), true)
+                }
+            }
+        });
+    }
+}
+
+/// Follows leadership: serve as the primary while this replica leads
+/// (once its barrier is applied), stop at once when it does not.
+async fn lead(raft: Raft, engine: Engine, node_id: u64) {
+    let mut metrics = raft.metrics();
+    let mut acting = 0;
+    let mut leader = None;
+    loop {
+        let want = {
+            let m = metrics.borrow_and_update();
+            if m.current_leader != leader {
+                if m.current_leader.is_some() {
+                    crate::metrics::record_leader_change();
+                }
+                leader = m.current_leader;
+            }
+            match (m.state, m.current_leader) {
+                (ServerState::Leader, Some(leader)) if leader == node_id => m.current_term,
+                _ => 0,
+            }
+        };
+        if want != acting {
+            if acting != 0 {
+                engine.stop_serving();
+            }
+            acting = want;
+            if want != 0 {
+                let engine = engine.clone();
+                let metrics = raft.metrics();
+                tokio::spawn(async move {
+                    // The barrier can fail while leadership settles; try
+                    // again as long as this replica still leads in `want`.
+                    while let Err(e) = engine.start_serving(want).await {
+                        let still = {
+                            let m = metrics.borrow_watched();
+                            m.state == ServerState::Leader && m.current_term == want
+                        };
+                        if !still {
+                            return;
+                        }
+                        tracing::warn!(term = want, error = %e, "could not start serving; retrying");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                });
+            }
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! openraft's storage traits over the engine: the journal is the Raft log
+//! ([`LogStore`]), the spool its state machine ([`StateMachine`]).
+//!
+//! - A Raft entry is one journal record: its index is the record's
+//!   sequence number − 1, its term the frame's term. Blank and membership
+//!   entries are records too (`RAFT_BLANK`, `RAFT_MEMBERSHIP`), so the log
+//!   has no holes.
+//! - `append` hands entries to the journal's writer, which writes and
+//!   fsyncs them with group commit and only then reports them flushed.
+//! - `truncate_after` cuts the journal (`writer.rs`: later segments
+//!   deleted, the cut segment replaced by its kept prefix).
+//! - The vote is a file of its own, written atomically once every entry
+//!   appended before it is durable (openraft's I/O ordering rule); the
+//!   commit index is a small file written without fsync: losing it only
+//!   means start-up applies less and Raft applies the rest.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use openraft::entry::RaftEntry;
+use openraft::storage::{
+    EntryResponder, IOFlushed, LogState, RaftLogReader, RaftLogStorage, RaftSnapshotBuilder,
+    RaftStateMachine,
+};
+use openraft::{EntryPayload, OptionalSend};
+
+use super::files::RaftFiles;
+use super::types::{
+    Entry, LogId, Membership, RecordData, StoredMembership, TypeConfig, Vote, index_of, seq_of,
+};
+use crate::engine::Engine;
+use crate::engine::replicated::LogRecord;
+use crate::journal::JournalError;
+use crate::spool::record::kind;
+use crate::spool::{Command, Record};
+
+/// Most bytes one read of the log returns: an AppendEntries request must
+/// reach a follower within a heartbeat interval.
+const READ_BATCH_BYTES_MAX: usize = 4 << 20;
+
+fn io_error(e: JournalError) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// A record of the journal as a Raft entry.
+fn to_entry(record: LogRecord) -> io::Result<Entry> {
+    let log_id = LogId::new_term_index(record.term, index_of(record.seq));
+    let payload = match record.kind {
+        kind::RAFT_BLANK => EntryPayload::Blank,
+        kind::RAFT_MEMBERSHIP => {
+            let decoded = Record::decode(record.kind, &record.body).map_err(io::Error::other)?;
+            let Command::RaftMembership { config } = decoded.command else {
+                unreachable!("decoded by kind");
+            };
+            let membership: Membership = postcard::from_bytes(&config).map_err(io::Error::other)?;
+            EntryPayload::Membership(membership)
+        }
+        kind => EntryPayload::Normal(RecordData {
+            kind,
+            body: record.body,
+        }),
+    };
+    Ok(Entry::new(log_id, payload))
+}
+
+/// A Raft entry as a journal record.
+fn to_record(entry: Entry) -> io::Result<LogRecord> {
+    let seq = seq_of(entry.log_id.index());
+    let term = entry.log_id.committed_leader_id().term;
+    let (kind, body) = match entry.payload {
+        EntryPayload::Normal(data) => (data.kind, data.body),
+        EntryPayload::Blank => {
+            let mut body = Vec::new();
+            Record {
+                at: 0,
+                command: Command::RaftBlank,
+            }
+            .encode(None, &mut body);
+            (kind::RAFT_BLANK, body)
+        }
+        EntryPayload::Membership(m) => {
+            let config = postcard::to_allocvec(&m).map_err(io::Error::other)?;
+            let mut body = Vec::new();
+            Record {
+                at: 0,
+                command: Command::RaftMembership {
+                    config: config.into(),
+                },
+            }
+            .encode(None, &mut body);
+            (kind::RAFT_MEMBERSHIP, body)
+        }
+    };
+    Ok(LogRecord {
+        seq,
+        term,
+        kind,
+        body,
+    })
+}
+
+/// The Raft log: the engine's journal, plus the vote and commit files.
+#[derive(Clone)]
+pub(crate) struct LogStore {
+    engine: Engine,
+    files: Arc<RaftFiles>,
+    vote: Arc<Mutex<Option<Vote>>>,
+}
+
+impl LogStore {
+    pub(crate) fn new(engine: Engine, files: Arc<RaftFiles>, vote: Option<Vote>) -> LogStore {
+        LogStore {
+            engine,
+            files,
+            vote: Arc::new(Mutex::new(vote)),
+        }
+    }
+}
+
+impl LogStore {
+    /// Entries of `range` (Raft indexes), stopping after `bytes_max` bytes
+    /// of bodies (but never before the first).
+    fn read_range<RB: RangeBounds<u64>>(
+        &self,
+        range: RB,
+        bytes_max: usize,
+    ) -> io::Result<Vec<Entry>> {
+        let (first, last, _) = self.engine.log_bounds();
+        // In sequence numbers: [start, end).
+        let start = match range.start_bound() {
+            Bound::Included(&i) => seq_of(i),
+            Bound::Excluded(&i) => seq_of(i).saturating_add(1),
+            Bound::Unbounded => 1,
+        }
+        .max(first);
+        let end = match range.end_bound() {
+            Bound::Included(&i) => seq_of(i).saturating_add(1),
+            Bound::Excluded(&i) => seq_of(i),
+            Bound::Unbounded => u64::MAX,
+        }
+        .min(last + 1);
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        for seq in start..end {
+            let record = self
+                .engine
+                .read_log(seq)
+                .map_err(io_error)?
+                .ok_or_else(|| {
+                    io::Error::other(format!("record {seq} of the Raft log is missing"))
+                })?;
+            bytes += record.body.len();
+            entries.push(to_entry(record)?);
+            if bytes >= bytes_max {
+                break;
+            }
+        }
+        Ok(entries)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    /// Every entry of `range` that the log holds (the state machine applies
+    /// from here: a prefix would skip records).
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> io::Result<Vec<Entry>> {
+        self.read_range(range, usize::MAX)
+    }
+
+    /// A prefix of `[start, end)` of at most about 4 MiB: replication
+    /// sends it in one AppendEntries, which must arrive within a heartbeat.
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
+        self.read_range(start..end, READ_BATCH_BYTES_MAX)
+    }
+
+    async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
+        Ok(*self.vote.lock().expect("bug: vote lock poisoned"))
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
+        let (first, last, last_term) = self.engine.log_bounds();
+        let last_log_id = match last_term {
+            Some(term) if last >= first => Some(LogId::new_term_index(term, index_of(last))),
+            _ => None,
+        };
+        Ok(LogState {
+            last_purged_log_id: None,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
+        // A vote must never be durable ahead of the entries appended
+        // before it (openraft's I/O ordering rule).
+        self.engine.flush_log().await.map_err(io_error)?;
+        self.files.save_vote(vote).map_err(io_error)?;
+        *self.vote.lock().expect("bug: vote lock poisoned") = Some(*vote);
+        Ok(())
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
+        self.files
+            .save_committed(committed.as_ref())
+            .map_err(io_error)
+    }
+
+    async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
+        Ok(self.files.committed())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let records = entries
+            .into_iter()
+            .map(to_record)
+            .collect::<io::Result<Vec<_>>>()?;
+        self.engine
+            .append_log(
+                records,
+                Box::new(move |result| callback.io_completed(result)),
+            )
+            .map_err(io_error)
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
+        let keep_seq = last_log_id.map_or(0, |id| seq_of(id.index()));
+        self.engine.truncate_log(keep_seq).await.map_err(io_error)
+    }
+
+    async fn purge(&mut self, _log_id: LogId) -> io::Result<()> {
+        // Never asked for: no snapshot exists yet, so openraft keeps the
+        // whole log (docs/replication.md).
+        Ok(())
+    }
+}
+
+/// The state machine: the engine's spool.
+pub(crate) struct StateMachine {
+    engine: Engine,
+}
+
+impl StateMachine {
+    pub(crate) fn new(engine: Engine) -> StateMachine {
+        StateMachine { engine }
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    type SnapshotData = ();
+
+    async fn build_snapshot(
+        &mut self,
+    ) -> io::Result<openraft::alias::SnapshotOf<TypeConfig, Self::SnapshotData>> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "snapshots are not built yet: every replica keeps the whole log",
+        ))
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = ();
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
+        let applied = self.engine.applied();
+        if applied == 0 {
+            return Ok((None, StoredMembership::default()));
+        }
+        let term = self.engine.log_term(applied).ok_or_else(|| {
+            io::Error::other(format!("applied record {applied} is not in the log"))
+        })?;
+        let last = LogId::new_term_index(term, index_of(applied));
+        let membership = match self
+            .engine
+            .last_of_kind(kind::RAFT_MEMBERSHIP, applied)
+            .map_err(io_error)?
+        {
+            Some(record) => {
+                let entry = to_entry(record)?;
+                let log_id = entry.log_id;
+                let EntryPayload::Membership(m) = entry.payload else {
+                    unreachable!("read by kind");
+                };
+                StoredMembership::new(Some(log_id), m)
+            }
+            None => StoredMembership::default(),
+        };
+        Ok((Some(last), membership))
+    }
+
+    async fn apply<S>(&mut self, mut entries: S) -> io::Result<()>
+    where
+        S: futures_util::Stream<Item = io::Result<EntryResponder<TypeConfig>>>
+            + Unpin
+            + OptionalSend,
+    {
+        while let Some(next) = entries.next().await {
+            let (entry, responder) = next?;
+            let record = to_record(entry)?;
+            let applied = self
+                .engine
+                .apply_committed(record.seq, record.kind, &record.body)
+                .await
+                .map_err(io_error)?;
+            if let Some(responder) = responder {
+                responder.send(applied);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        StateMachine {
+            engine: self.engine.clone(),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        _meta: &openraft::alias::SnapshotMetaOf<TypeConfig>,
+        _snapshot: Self::SnapshotData,
+    ) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "snapshots are not installed yet: every replica keeps the whole log",
+        ))
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> io::Result<Option<openraft::alias::SnapshotOf<TypeConfig, Self::SnapshotData>>> {
+        Ok(None)
+    }
+}

@@ -1,0 +1,60 @@
+//! The types openraft is instantiated with.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spool::Applied;
+
+/// One spoold record as Raft carries it: the record's kind and body, the
+/// bytes every replica writes into its journal as they are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RecordData {
+    pub kind: u8,
+    pub body: Vec<u8>,
+}
+
+impl fmt::Display for RecordData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "record kind {} ({} bytes)", self.kind, self.body.len())
+    }
+}
+
+/// A replica as the membership names it: where its replication listener
+/// is (`cluster.peers`). Its API address is not part of the membership (a
+/// replica knows only its own); followers learn the primary's from its
+/// replication requests (`net.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Peer {
+    pub raft_addr: String,
+}
+
+openraft::declare_raft_types!(
+    /// spoold's Raft: records as entries, what applying one did as the
+    /// answer, one leader per term (a term names one primary).
+    pub(crate) TypeConfig:
+        D = RecordData,
+        R = Applied,
+        Node = Peer,
+        LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+);
+
+pub(crate) type Entry = openraft::Entry<
+    <<TypeConfig as openraft::RaftTypeConfig>::LeaderId as openraft::vote::RaftLeaderId>::Committed,
+    <TypeConfig as openraft::RaftTypeConfig>::Payload,
+>;
+pub(crate) type LogId = openraft::alias::LogIdOf<TypeConfig>;
+pub(crate) type Vote = openraft::alias::VoteOf<TypeConfig>;
+pub(crate) type Membership = openraft::Membership<u64, Peer>;
+pub(crate) type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+
+/// A record's sequence number from its Raft index: openraft counts from 0
+/// (its first membership), the journal from 1 (0 means "none").
+pub(crate) fn seq_of(index: u64) -> u64 {
+    index + 1
+}
+
+/// The Raft index of record `seq`.
+pub(crate) fn index_of(seq: u64) -> u64 {
+    seq - 1
+}

@@ -1,0 +1,486 @@
+//! Replicated mode, Jepsen-style: three real replicas on loopback under
+//! senders, forwarders (to a local destination) and receivers that ack and
+//! nack, while a nemesis kills the primary with SIGKILL, kills a follower,
+//! and freezes the primary with SIGSTOP past the election timeout, round
+//! after round. Clients talk to any replica (followers relay).
+//!
+//! The checker (as `tests/crash_loop.rs`'s, plus what replication adds):
+//!
+//! - lost: a `2xx` never received nor delivered: must be 0;
+//! - resurrected: received by a receive asked for after its ack's `204`;
+//! - unexpected: received but never sent; ids reused: one id for two
+//!   messages: must be 0;
+//! - retry counts raised by a primary change: a receive showing a retry
+//!   count above the nacks of that message that were answered `204` or in
+//!   doubt (leases last 10 minutes, so no lease expires during the test):
+//!   must be 0;
+//! - stale tokens: a token of an older term answered anything but
+//!   `409 stale_lease`: must be 0;
+//! - duplicates: counted, allowed.
+//!
+//! It also measures failover: from `kill -9` of the primary to the first
+//! `201` through a follower. Rounds: `CLUSTER_NEMESIS_ROUNDS` (default 6,
+//! what CI runs; local runs and their figures: `docs/reliability.md`).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::cluster::TestCluster;
+use common::sink::Sink;
+use reqwest::{Client, StatusCode};
+use serde_json::Value;
+
+const SENDERS: usize = 4;
+const RECEIVERS: usize = 2;
+
+#[derive(Default)]
+struct History {
+    attempted: BTreeSet<String>,
+    acknowledged: BTreeSet<String>,
+    /// tag → (instant the receive was asked for, retry count shown, nacks
+    /// answered 204 or in doubt before it).
+    received: BTreeMap<String, Vec<(Instant, u32, u32)>>,
+    acked: BTreeMap<String, Instant>,
+    nacked: BTreeMap<String, u32>,
+    ids: BTreeMap<String, BTreeSet<String>>,
+    stale_token_violations: Vec<String>,
+    stale_tokens_checked: usize,
+    failovers: Vec<Duration>,
+}
+
+type Shared = Arc<Mutex<History>>;
+
+fn pick(bases: &[String]) -> &str {
+    &bases[rand::random::<u64>() as usize % bases.len()]
+}
+
+/// The term a lease token was issued in (`src/engine/token.rs`).
+fn token_term(token: &str) -> u64 {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .unwrap();
+    u64::from_le_bytes(bytes[1..9].try_into().unwrap())
+}
+
+async fn send(
+    client: &Client,
+    history: &Shared,
+    base: &str,
+    path: &str,
+    tag: &str,
+    ok: StatusCode,
+) -> bool {
+    history.lock().unwrap().attempted.insert(tag.to_owned());
+    let Ok(r) = client
+        .post(format!("{base}{path}"))
+        .header("content-type", "text/plain")
+        .body(tag.to_owned())
+        .send()
+        .await
+    else {
+        return false;
+    };
+    if r.status() != ok {
+        return false;
+    }
+    let Ok(v) = r.json::<Value>().await else {
+        return false;
+    };
+    let mut h = history.lock().unwrap();
+    h.acknowledged.insert(tag.to_owned());
+    h.ids
+        .entry(v["id"].as_str().unwrap().to_owned())
+        .or_default()
+        .insert(tag.to_owned());
+    true
+}
+
+async fn sender(
+    client: Client,
+    bases: Vec<String>,
+    history: Shared,
+    w: usize,
+    stop: Arc<Mutex<bool>>,
+) {
+    for n in 0.. {
+        if *stop.lock().unwrap() {
+            return;
+        }
+        let tag = format!("send w{w} n{n}");
+        let base = pick(&bases).to_owned();
+        send(
+            &client,
+            &history,
+            &base,
+            "/v1/queues/jobs/messages",
+            &tag,
+            StatusCode::CREATED,
+        )
+        .await;
+        if n % 8 == 0 {
+            let tag = format!("forward w{w} n{n}");
+            let base = pick(&bases).to_owned();
+            send(
+                &client,
+                &history,
+                &base,
+                "/v1/forward/hooks/in",
+                &tag,
+                StatusCode::ACCEPTED,
+            )
+            .await;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Receives and settles: acks most, nacks some (visible again at once).
+/// Returns when `stop` is set, or (`drain`) when nothing is left.
+async fn receiver(
+    client: Client,
+    bases: Vec<String>,
+    history: Shared,
+    stop: Arc<Mutex<bool>>,
+    drain: bool,
+) {
+    let mut empty = 0;
+    loop {
+        if *stop.lock().unwrap() {
+            return;
+        }
+        let base = pick(&bases).to_owned();
+        let asked = Instant::now();
+        let wait = if drain { 0 } else { 1 };
+        let Ok(r) = client
+            .post(format!(
+                "{base}/v1/queues/jobs/receive-batch?max=10&wait={wait}"
+            ))
+            .send()
+            .await
+        else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        if r.status() != StatusCode::OK {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        let Ok(batch) = r.json::<Value>().await else {
+            continue;
+        };
+        let messages = batch["messages"].as_array().cloned().unwrap_or_default();
+        if messages.is_empty() {
+            empty += 1;
+            if drain && empty >= 5 {
+                return;
+            }
+            continue;
+        }
+        empty = 0;
+        for m in messages {
+            let tag = m["body"].as_str().unwrap().to_owned();
+            let retry = m["retryCount"].as_u64().unwrap() as u32;
+            {
+                let mut h = history.lock().unwrap();
+                let nacks = h.nacked.get(&tag).copied().unwrap_or(0);
+                h.received
+                    .entry(tag.clone())
+                    .or_default()
+                    .push((asked, retry, nacks));
+            }
+            let token = m["leaseToken"].as_str().unwrap();
+            let nack = !drain && rand::random::<u64>().is_multiple_of(8);
+            let verb = if nack { "nack" } else { "ack" };
+            let base = pick(&bases).to_owned();
+            let answer = client
+                .post(format!("{base}/v1/queues/jobs/leases/{token}/{verb}"))
+                .send()
+                .await
+                .map(|r| r.status());
+            let mut h = history.lock().unwrap();
+            match (nack, answer) {
+                (false, Ok(StatusCode::NO_CONTENT)) => {
+                    h.acked.insert(tag, Instant::now());
+                }
+                // A nack that was applied, or may have been.
+                (true, Ok(StatusCode::NO_CONTENT))
+                | (true, Ok(StatusCode::INTERNAL_SERVER_ERROR))
+                | (true, Err(_)) => {
+                    *h.nacked.entry(tag).or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    KillPrimary,
+    KillFollower,
+    FreezePrimary,
+}
+
+fn rounds() -> usize {
+    std::env::var("CLUSTER_NEMESIS_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6)
+}
+
+/// Leases one message at the primary and keeps its token, to ack it after
+/// the next fault.
+async fn take_token(client: &Client, base: &str, history: &Shared) -> Option<(String, String)> {
+    let r = client
+        .post(format!("{base}/v1/queues/jobs/receive-batch?max=1"))
+        .send()
+        .await
+        .ok()?;
+    let batch: Value = r.json().await.ok()?;
+    let m = batch["messages"].as_array()?.first()?.clone();
+    let tag = m["body"].as_str()?.to_owned();
+    let mut h = history.lock().unwrap();
+    let nacks = h.nacked.get(&tag).copied().unwrap_or(0);
+    let retry = m["retryCount"].as_u64()? as u32;
+    h.received
+        .entry(tag.clone())
+        .or_default()
+        .push((Instant::now(), retry, nacks));
+    Some((tag, m["leaseToken"].as_str()?.to_owned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
+    spoold::testing::install_crypto_provider();
+    let client = Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let (sink, sink_url) = Sink::start().await;
+    let tables = format!(
+        "[queues.jobs]\nlease_timeout = \"10m\"\nmax_retries = 1000\n\n\
+         [queues.hooks]\ndestination = \"{sink_url}\"\nconcurrency = 4\nmax_retries = 1000\n\
+         backoff = {{ initial = \"50ms\", max = \"200ms\" }}\n"
+    );
+    let mut cluster = TestCluster::new(3, "", &tables);
+    cluster.start_all().await;
+    let bases: Vec<String> = cluster.replicas.iter().map(|r| r.base()).collect();
+    cluster.primary(Duration::from_secs(10)).await;
+    let history: Shared = Arc::default();
+    let stop = Arc::new(Mutex::new(false));
+    let mut clients = Vec::new();
+    for w in 0..SENDERS {
+        let (c, b, h, s) = (client.clone(), bases.clone(), history.clone(), stop.clone());
+        clients.push(tokio::spawn(sender(c, b, h, w, s)));
+    }
+    for _ in 0..RECEIVERS {
+        let (c, b, h, s) = (client.clone(), bases.clone(), history.clone(), stop.clone());
+        clients.push(tokio::spawn(receiver(c, b, h, s, false)));
+    }
+
+    let faults = [
+        Fault::KillPrimary,
+        Fault::FreezePrimary,
+        Fault::KillFollower,
+    ];
+    for round in 0..rounds() {
+        tokio::time::sleep(Duration::from_millis(500 + rand::random::<u64>() % 1000)).await;
+        let primary = cluster.primary(Duration::from_secs(20)).await;
+        let held = take_token(&client, &bases[primary], &history).await;
+        let fault = faults[round % faults.len()];
+        let follower = (primary + 1 + rand::random::<u64>() as usize % 2) % 3;
+        match fault {
+            Fault::KillPrimary => {
+                cluster.kill(primary);
+                let killed = Instant::now();
+                let through = bases[follower].clone();
+                loop {
+                    let tag = format!("probe r{round} {:?}", killed.elapsed());
+                    if send(
+                        &client,
+                        &history,
+                        &through,
+                        "/v1/queues/jobs/messages",
+                        &tag,
+                        StatusCode::CREATED,
+                    )
+                    .await
+                    {
+                        break;
+                    }
+                    if killed.elapsed() > Duration::from_secs(30) {
+                        cluster.dump_logs(40);
+                        panic!(
+                            "no 201 through node {} within 30 s of the kill",
+                            follower + 1
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                history.lock().unwrap().failovers.push(killed.elapsed());
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                cluster.start(primary);
+            }
+            Fault::KillFollower => {
+                cluster.kill(follower);
+                tokio::time::sleep(Duration::from_millis(1000)).await;
+                cluster.start(follower);
+            }
+            Fault::FreezePrimary => {
+                let process = cluster.replicas[primary].process.as_ref().unwrap();
+                process.signal("-STOP");
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                process.signal("-CONT");
+            }
+        }
+        // The token taken before the fault: stale if the primary changed.
+        let now = cluster.primary(Duration::from_secs(20)).await;
+        let term = cluster.status(now).await.unwrap()["term"].as_u64().unwrap();
+        if let Some((tag, token)) = held {
+            let r = client
+                .post(format!("{}/v1/queues/jobs/leases/{token}/ack", bases[now]))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            let v: Value = r.json().await.unwrap_or(Value::Null);
+            let mut h = history.lock().unwrap();
+            if token_term(&token) < term {
+                h.stale_tokens_checked += 1;
+                if status != StatusCode::CONFLICT || v["kind"] != "stale_lease" {
+                    h.stale_token_violations
+                        .push(format!("{fault:?}: {status} {v}"));
+                }
+            } else if status == StatusCode::NO_CONTENT {
+                h.acked.insert(tag, Instant::now());
+            }
+        }
+        eprintln!(
+            "round {round}: {fault:?} done, primary now node {}",
+            now + 1
+        );
+    }
+
+    // Stop the clients; every replica up; one last primary change drops
+    // the leases of acks that failed, then drain.
+    *stop.lock().unwrap() = true;
+    for c in clients {
+        tokio::time::timeout(Duration::from_secs(60), c)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    for i in 0..3 {
+        if cluster.replicas[i].process.is_none() {
+            cluster.start(i);
+        }
+    }
+    let primary = cluster.primary(Duration::from_secs(20)).await;
+    cluster.kill(primary);
+    cluster.primary(Duration::from_secs(20)).await;
+    cluster.start(primary);
+    let drain_stop = Arc::new(Mutex::new(false));
+    receiver(
+        client.clone(),
+        bases.clone(),
+        history.clone(),
+        drain_stop,
+        true,
+    )
+    .await;
+
+    let h = history.lock().unwrap();
+    let forwards: BTreeSet<&String> = h
+        .acknowledged
+        .iter()
+        .filter(|t| t.starts_with("forward"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let delivered: BTreeMap<String, usize> = loop {
+        let mut delivered = BTreeMap::<String, usize>::new();
+        for seen in sink.seen() {
+            *delivered
+                .entry(String::from_utf8(seen.body.to_vec()).unwrap())
+                .or_default() += 1;
+        }
+        if forwards.iter().all(|t| delivered.contains_key(*t)) || Instant::now() > deadline {
+            break delivered;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+
+    let lost: Vec<&String> = h
+        .acknowledged
+        .iter()
+        .filter(|t| !h.received.contains_key(*t) && !delivered.contains_key(*t))
+        .collect();
+    let resurrected: Vec<&String> = h
+        .acked
+        .iter()
+        .filter(|(t, at)| h.received[*t].iter().any(|(asked, _, _)| asked > *at))
+        .map(|(t, _)| t)
+        .collect();
+    let unexpected: Vec<&String> = h
+        .received
+        .keys()
+        .chain(delivered.keys())
+        .filter(|t| !h.attempted.contains(*t))
+        .collect();
+    let reused: Vec<&String> = h
+        .ids
+        .iter()
+        .filter(|(_, tags)| tags.len() > 1)
+        .map(|(id, _)| id)
+        .collect();
+    let raised: Vec<String> = h
+        .received
+        .iter()
+        .flat_map(|(t, seen)| {
+            seen.iter()
+                .filter(|(_, retry, nacks)| retry > nacks)
+                .map(move |(_, retry, nacks)| format!("{t}: retry {retry} after {nacks} nacks"))
+        })
+        .collect();
+    let duplicates: usize = h.received.values().map(|v| v.len() - 1).sum::<usize>()
+        + delivered.values().map(|n| n - 1).sum::<usize>();
+    let mut failovers = h.failovers.clone();
+    failovers.sort();
+    let median = failovers
+        .get(failovers.len() / 2)
+        .copied()
+        .unwrap_or_default();
+    let worst = failovers.last().copied().unwrap_or_default();
+    eprintln!(
+        "cluster nemesis: {} rounds; acknowledged {}, acked {}, nacked {}; lost {}, resurrected {}, \
+         unexpected {}, ids reused {}, retry counts raised {}, stale tokens {} checked / {} wrong, \
+         duplicates {}; failover median {median:?}, worst {worst:?} ({} kills)",
+        rounds(),
+        h.acknowledged.len(),
+        h.acked.len(),
+        h.nacked.values().sum::<u32>(),
+        lost.len(),
+        resurrected.len(),
+        unexpected.len(),
+        reused.len(),
+        raised.len(),
+        h.stale_tokens_checked,
+        h.stale_token_violations.len(),
+        duplicates,
+        failovers.len(),
+    );
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    assert!(resurrected.is_empty(), "resurrected: {resurrected:?}");
+    assert!(unexpected.is_empty(), "unexpected: {unexpected:?}");
+    assert!(reused.is_empty(), "ids reused: {reused:?}");
+    assert!(raised.is_empty(), "retry counts raised: {raised:?}");
+    assert!(
+        h.stale_token_violations.is_empty(),
+        "{:?}",
+        h.stale_token_violations
+    );
+    assert!(h.acknowledged.len() > 100, "too little traffic to judge");
+}

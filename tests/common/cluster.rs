@@ -1,0 +1,171 @@
+//! Replicated mode under test: replicas as child processes on loopback,
+//! each with its own spool, API port and replication port.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use super::process::{Spoold, bin, client, spawn_command, wait_ready};
+
+pub const SECRET: &str = "cluster-secret-for-tests-0123456789";
+
+pub struct Replica {
+    pub id: u64,
+    pub config: PathBuf,
+    pub dir: PathBuf,
+    pub api_port: u16,
+    pub raft_port: u16,
+    pub process: Option<Spoold>,
+}
+
+impl Replica {
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.api_port)
+    }
+}
+
+pub struct TestCluster {
+    pub replicas: Vec<Replica>,
+    _tmp: tempfile::TempDir,
+}
+
+/// Ports the kernel calls free now (held open together, so they differ).
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+impl TestCluster {
+    /// Writes the configs of `n` replicas; `cluster_keys` are added to
+    /// each `[cluster]` table, `tables` (queues) to each file.
+    pub fn new(n: usize, cluster_keys: &str, tables: &str) -> TestCluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let ports = free_ports(2 * n);
+        let peers: Vec<String> = (0..n)
+            .map(|i| format!("{} = \"127.0.0.1:{}\"", i + 1, ports[n + i]))
+            .collect();
+        let peers = peers.join(", ");
+        let replicas = (0..n)
+            .map(|i| {
+                let id = i as u64 + 1;
+                let dir = tmp.path().join(format!("replica-{id}"));
+                std::fs::create_dir_all(&dir).unwrap();
+                let (api_port, raft_port) = (ports[i], ports[n + i]);
+                let config = dir.join("spoold.toml");
+                std::fs::write(
+                    &config,
+                    format!(
+                        "[server]\nlisten = \"127.0.0.1:{api_port}\"\n\
+                         [spool]\ndir = \"{}\"\nsegment_bytes = \"1MiB\"\n\
+                         [cluster]\nnode_id = {id}\nlisten = \"127.0.0.1:{raft_port}\"\n\
+                         api_url = \"http://127.0.0.1:{api_port}\"\nsecret = \"{SECRET}\"\n\
+                         peers = {{ {peers} }}\n{cluster_keys}\n{tables}\n",
+                        dir.join("spool").display()
+                    ),
+                )
+                .unwrap();
+                Replica {
+                    id,
+                    config,
+                    dir,
+                    api_port,
+                    raft_port,
+                    process: None,
+                }
+            })
+            .collect();
+        TestCluster {
+            replicas,
+            _tmp: tmp,
+        }
+    }
+
+    /// Starts replica `i` (without waiting for it to be ready).
+    pub fn start(&mut self, i: usize) {
+        let r = &mut self.replicas[i];
+        assert!(r.process.is_none(), "replica {} already runs", r.id);
+        r.process = Some(spawn_command(
+            Command::new(bin()).args(["run", "--config"]).arg(&r.config),
+        ));
+    }
+
+    /// Starts every replica and waits until each is ready (knows a primary).
+    pub async fn start_all(&mut self) {
+        for i in 0..self.replicas.len() {
+            self.start(i);
+        }
+        for r in &self.replicas {
+            wait_ready(r.process.as_ref().unwrap()).await;
+        }
+    }
+
+    /// `kill -9` of replica `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.replicas[i].process.take() {
+            p.signal("-KILL");
+            p.wait_exit();
+        }
+    }
+
+    /// The last lines of every running replica's log (for a failure).
+    pub fn dump_logs(&self, lines: usize) {
+        for r in &self.replicas {
+            if let Some(p) = &r.process {
+                let log = p.log();
+                let all: Vec<&str> = log.lines().filter(|l| !l.contains(" openraft::")).collect();
+                eprintln!("---- node {} ----", r.id);
+                for l in &all[all.len().saturating_sub(lines)..] {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.replicas.len()).filter(|&i| self.replicas[i].process.is_some())
+    }
+
+    /// `GET /v1/cluster` of replica `i`.
+    pub async fn status(&self, i: usize) -> Option<Value> {
+        let r = client()
+            .get(format!("{}/v1/cluster", self.replicas[i].base()))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        (r.status() == StatusCode::OK).then_some(())?;
+        r.json().await.ok()
+    }
+
+    /// The running replica that says it is the primary and serves (its
+    /// `/readyz` is 200 and a follower names it), waiting up to `within`.
+    pub async fn primary(&self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            for i in self.running() {
+                if let Some(s) = self.status(i).await
+                    && s["role"] == "primary"
+                {
+                    let probe = client()
+                        .get(format!("{}/v1/queues", self.replicas[i].base()))
+                        .timeout(Duration::from_secs(2))
+                        .send()
+                        .await;
+                    if probe.is_ok_and(|r| r.status() == StatusCode::OK) {
+                        return i;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no primary within {within:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
