@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, watch};
 
-use super::sink::SendReply;
+use super::sink::{Reply, SendReply};
 use crate::spool::queue::failed_queue_name;
 use crate::spool::{Command, MessageId, Record, Spool};
 use crate::time::Millis;
@@ -78,6 +78,33 @@ impl Core {
         if let Some(n) = self.notifies.get(queue) {
             n.notify_waiters();
         }
+    }
+
+    /// Compaction learns of a file once a record in it is applied.
+    pub(super) fn note_file(&mut self, file: u32) {
+        if !self.files.contains_key(&file) {
+            let bytes = self.segment_bytes;
+            self.files.insert(file, FileMeta { bytes });
+        }
+    }
+
+    /// The sends waiting on the dedup key that `reply`'s send owns (none
+    /// for other replies), taken out; `answered` counts them as
+    /// deduplicated (the first send was stored).
+    pub(super) fn take_dedup_waiters(&mut self, reply: &Reply, answered: bool) -> Vec<SendReply> {
+        let Reply::Send {
+            dedup: Some(key), ..
+        } = reply
+        else {
+            return Vec::new();
+        };
+        let waiters = self.pending_dedup.remove(key).unwrap_or_default();
+        if answered {
+            for _ in &waiters {
+                self.spool.count_deduplicated(&key.0);
+            }
+        }
+        waiters
     }
 
     /// Undoes what the engine reserved before appending `record`.

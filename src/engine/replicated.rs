@@ -26,7 +26,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Engine;
-use super::core::FileMeta;
 use super::error::WriteError;
 use super::sink::{self, Entry, FlushCallback, Op, Replicated, Reply};
 use crate::journal::{Durable, JournalError, RecordLoc, Truncate};
@@ -113,7 +112,7 @@ impl Replication {
 
     /// The writer placed entry `seq` (called by the sink, in order).
     pub(super) fn placed(&self, seq: u64, term: u64, kind: u8, loc: RecordLoc) {
-        let mut index = self.index.lock().expect("bug: index lock poisoned");
+        let mut index = self.index();
         assert_eq!(
             seq,
             index.last_seq() + 1,
@@ -126,6 +125,10 @@ impl Replication {
         while unwritten.front().is_some_and(|e| e.seq <= seq) {
             unwritten.pop_front();
         }
+    }
+
+    fn index(&self) -> std::sync::MutexGuard<'_, LogIndex> {
+        self.index.lock().expect("bug: index lock poisoned")
     }
 
     /// `f` of entry `seq` while it waits to be written.
@@ -235,19 +238,7 @@ impl Engine {
             }
         };
         let Op { record, reply } = ticket.0;
-        let dedup_waiters = match &reply {
-            Reply::Send {
-                dedup: Some(key), ..
-            } => {
-                let mut core = self.core();
-                let waiters = core.pending_dedup.remove(key).unwrap_or_default();
-                for _ in &waiters {
-                    core.spool.count_deduplicated(&key.0);
-                }
-                waiters
-            }
-            _ => Vec::new(),
-        };
+        let dedup_waiters = self.core().take_dedup_waiters(&reply, true);
         sink::answer(&receipt, reply, &record, applied, dedup_waiters);
     }
 
@@ -287,8 +278,8 @@ impl Engine {
             done(Ok(()));
             return Ok(());
         };
-        let mut expected = r.appended_seq.load(Ordering::Acquire) + 1;
-        for e in &entries {
+        let first = r.appended_seq.load(Ordering::Acquire) + 1;
+        for (expected, e) in (first..).zip(&entries) {
             assert_eq!(
                 e.seq,
                 expected,
@@ -296,15 +287,10 @@ impl Engine {
                 e.seq,
                 expected - 1
             );
-            expected += 1;
-        }
-        {
-            let mut unwritten = r.unwritten.lock().expect("bug: tail lock poisoned");
-            unwritten.extend(entries.iter().cloned());
         }
         let mut done = Some(done);
         let n = entries.len();
-        let records = entries.into_iter().enumerate().map(|(i, e)| {
+        let records = entries.iter().enumerate().map(|(i, e)| {
             (
                 e.kind,
                 e.term,
@@ -312,22 +298,22 @@ impl Engine {
                     seq: e.seq,
                     term: e.term,
                     kind: e.kind,
-                    body: e.body,
                     done: if i + 1 == n { done.take() } else { None },
                 }),
             )
         });
-        let result = self.inner.journal.append_terms(records, |entry, buf| {
-            if let Entry::Replicated(r) = entry {
-                buf.extend_from_slice(&r.body);
-            }
+        // The bodies are copied into the writer's buffer in the order of
+        // the entries; the tail keeps them until they are written.
+        let mut bodies = entries.iter().map(|e| &e.body);
+        // Into the tail first: once appended, the sink may place an entry
+        // (and take it out of the tail) at any moment.
+        let mut unwritten = r.unwritten.lock().expect("bug: tail lock poisoned");
+        let result = self.inner.journal.append_terms(records, |_, buf| {
+            buf.extend_from_slice(bodies.next().expect("one body per entry"));
         });
-        match &result {
-            Ok(()) => r.appended_seq.store(last, Ordering::Release),
-            Err(_) => {
-                let mut unwritten = r.unwritten.lock().expect("bug: tail lock poisoned");
-                unwritten.retain(|e| e.seq < expected - n as u64);
-            }
+        if result.is_ok() {
+            r.appended_seq.store(last, Ordering::Release);
+            unwritten.extend(entries);
         }
         result
     }
@@ -342,7 +328,7 @@ impl Engine {
         }
         self.durable(appended).await?;
         let (cut, last_kept) = {
-            let index = r.index.lock().expect("bug: index lock poisoned");
+            let index = r.index();
             let cut = index
                 .get(keep_seq + 1)
                 .ok_or(JournalError::Closed)
@@ -357,7 +343,7 @@ impl Engine {
             done: tx,
         })?;
         rx.await.map_err(|_| JournalError::Closed)??;
-        let mut index = r.index.lock().expect("bug: index lock poisoned");
+        let mut index = r.index();
         let keep = (keep_seq + 1).saturating_sub(index.first_seq) as usize;
         index.entries.truncate(keep);
         drop(index);
@@ -377,7 +363,7 @@ impl Engine {
     pub(crate) fn log_bounds(&self) -> (u64, u64, Option<u64>) {
         let r = self.replication();
         let appended = r.appended_seq.load(Ordering::Acquire);
-        let first = r.index.lock().expect("bug: index lock poisoned").first_seq;
+        let first = r.index().first_seq;
         (first, appended, self.log_term(appended))
     }
 
@@ -389,7 +375,7 @@ impl Engine {
         if let Some(e) = r.unwritten_entry(seq, |e| e.term) {
             return Some(e);
         }
-        let index = r.index.lock().expect("bug: index lock poisoned");
+        let index = r.index();
         index.get(seq).map(|(term, _, _)| term)
     }
 
@@ -400,11 +386,7 @@ impl Engine {
         seq: u64,
     ) -> Result<Option<LogRecord>, JournalError> {
         let found = {
-            let index = self
-                .replication()
-                .index
-                .lock()
-                .expect("bug: index lock poisoned");
+            let index = self.replication().index();
             let last = seq.min(index.last_seq());
             (index.first_seq..=last)
                 .rev()
@@ -426,7 +408,7 @@ impl Engine {
         if unwritten.is_some() {
             return Ok(unwritten);
         }
-        let placed = r.index.lock().expect("bug: index lock poisoned").get(seq);
+        let placed = r.index().get(seq);
         let Some((term, kind, loc)) = placed else {
             return Ok(None);
         };
@@ -450,11 +432,7 @@ impl Engine {
     ) -> Result<Applied, JournalError> {
         self.durable(seq).await?;
         let loc = {
-            let index = self
-                .replication()
-                .index
-                .lock()
-                .expect("bug: index lock poisoned");
+            let index = self.replication().index();
             index.get(seq).map(|(_, _, loc)| loc)
         };
         let loc = loc.ok_or_else(|| JournalError::BadRecord {
@@ -469,16 +447,13 @@ impl Engine {
         })?;
         let mut core = self.core();
         core.last_now = core.last_now.max(record.at);
-        let applied = core.spool.apply(&record, seq, loc);
-        if applied != Applied::Missing {
-            sink::announce(&self.inner.shared, &record.command);
-        }
-        if !core.files.contains_key(&loc.file) {
-            let bytes = core.segment_bytes;
-            core.files.insert(loc.file, FileMeta { bytes });
-        }
-        sink::wake_after(&core, &record.command);
-        Ok(applied)
+        Ok(sink::apply(
+            &self.inner.shared,
+            &mut core,
+            &record,
+            seq,
+            loc,
+        ))
     }
 
     /// This replica was elected primary in `term`: propose the barrier and

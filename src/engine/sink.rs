@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::core::{Arrival, Core, FileMeta, Shared};
+use super::core::{Arrival, Core, Shared};
 use super::error::{SendError, WriteError};
-use crate::journal::{BatchFailure, BatchSink, Durable, Placed};
+use crate::journal::{BatchFailure, BatchSink, Durable, Placed, RecordLoc};
 use crate::spool::queue::failed_queue_name;
 use crate::spool::{Applied, Command, MessageId, Record};
 
@@ -62,7 +62,6 @@ pub(super) struct Replicated {
     pub seq: u64,
     pub term: u64,
     pub kind: u8,
-    pub body: Vec<u8>,
     /// Told once this entry (and every one before it) is durable, or not.
     pub done: Option<FlushCallback>,
 }
@@ -88,35 +87,13 @@ impl BatchSink<Entry> for Sink {
                         if let Some(replication) = &self.replication {
                             replication.placed(r.seq, r.term, r.kind, placed.loc);
                         }
-                        if !core.files.contains_key(&placed.loc.file) {
-                            let bytes = core.segment_bytes;
-                            core.files.insert(placed.loc.file, FileMeta { bytes });
-                        }
+                        core.note_file(placed.loc.file);
                         flushed.extend(r.done);
                         continue;
                     }
                 };
-                let applied = core.spool.apply(&record, placed.seq, placed.loc);
-                if applied != Applied::Missing {
-                    announce(&self.shared, &record.command);
-                }
-                if !core.files.contains_key(&placed.loc.file) {
-                    let bytes = core.segment_bytes;
-                    core.files.insert(placed.loc.file, FileMeta { bytes });
-                }
-                wake_after(&core, &record.command);
-                let dedup_waiters = match &reply {
-                    Reply::Send {
-                        dedup: Some(key), ..
-                    } => {
-                        let waiters = core.pending_dedup.remove(key).unwrap_or_default();
-                        for _ in &waiters {
-                            core.spool.count_deduplicated(&key.0);
-                        }
-                        waiters
-                    }
-                    _ => Vec::new(),
-                };
+                let applied = apply(&self.shared, &mut core, &record, placed.seq, placed.loc);
+                let dedup_waiters = core.take_dedup_waiters(&reply, true);
                 answers.push((reply, record, applied, dedup_waiters));
             }
         }
@@ -176,12 +153,7 @@ pub(super) fn refuse(
         let mut core = shared.core.lock().expect("core lock poisoned");
         for op in ops {
             core.release(&op.record);
-            let waiters = match &op.reply {
-                Reply::Send {
-                    dedup: Some(key), ..
-                } => core.pending_dedup.remove(key).unwrap_or_default(),
-                _ => Vec::new(),
-            };
+            let waiters = core.take_dedup_waiters(&op.reply, false);
             answers.push((op.reply, waiters));
         }
     }
@@ -204,8 +176,26 @@ pub(super) fn refuse(
     }
 }
 
+/// Applies one durable record (committed, in replicated mode) and tells
+/// whoever waits for what it changed: `tail` subscribers, receivers.
+pub(super) fn apply(
+    shared: &Shared,
+    core: &mut Core,
+    record: &Record<'_>,
+    seq: u64,
+    loc: RecordLoc,
+) -> Applied {
+    let applied = core.spool.apply(record, seq, loc);
+    if applied != Applied::Missing {
+        announce(shared, &record.command);
+    }
+    core.note_file(loc.file);
+    wake_after(core, &record.command);
+    applied
+}
+
 /// Tells `tail` subscribers what arrived where.
-pub(super) fn announce(shared: &Shared, command: &Command<'_>) {
+fn announce(shared: &Shared, command: &Command<'_>) {
     if shared.arrivals.receiver_count() == 0 {
         return;
     }
@@ -225,7 +215,7 @@ pub(super) fn announce(shared: &Shared, command: &Command<'_>) {
 }
 
 /// Wakes the receivers of whichever queue just gained a visible message.
-pub(super) fn wake_after(core: &Core, command: &Command<'_>) {
+fn wake_after(core: &Core, command: &Command<'_>) {
     match command {
         Command::Enqueue(meta) => core.wake_one(&meta.queue),
         Command::Retry { queue, .. } => core.wake_one(queue),
