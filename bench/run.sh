@@ -17,6 +17,11 @@
 #             spool directories on this one machine) at 64 connections to
 #             the primary, beside a single node's in the same trials, with
 #             CPU per message on each replica
+#   catchup   catch-up by snapshot: a follower of a 3-replica cluster is
+#             down while wrk sends for DURATION × 4 seconds (every message
+#             kept), the primary purges its log, the follower comes back
+#             and receives the checkpoint streamed: time, bytes, and the
+#             follower's peak memory beside the snapshot's size
 #   alloc     the allocators side by side: jemalloc (the default), glibc,
 #             glibc with a larger tcache and heap top pad, mimalloc (two more
 #             release builds)
@@ -52,7 +57,7 @@ PORT=${PORT:-18787}
 REDIS_PORT=${REDIS_PORT:-18788}
 SINK_PORT=${SINK_PORT:-18789}
 SKIP=${SKIP:-}
-ONLY=${ONLY:-floor sends redis pull push replay slowdisk cluster alloc}
+ONLY=${ONLY:-floor sends redis pull push replay slowdisk cluster catchup alloc}
 run_section() { [[ " $ONLY " == *" $1 "* && " $SKIP " != *" $1 "* ]]; }
 
 install_missing wrk=wrk redis-server=redis-server redis-benchmark=redis-tools strace=strace curl=curl
@@ -202,17 +207,20 @@ run_section slowdisk && { echo "== durable sends with a 2 ms fdatasync (strace d
   done
 }
 
-# cluster_once TRIAL: one trial of a 3-replica cluster: starts it, finds the
-# primary, runs wrk against it, and reports with each replica's CPU per
-# acknowledged message.
-cluster_once() {
-  local trial=$1 i dir peers="" pids_c=() ticks0=() primary="" line
+# start_cluster [SPOOL_TOML]: writes and starts three replicas in
+# $work/cluster-{1,2,3} (SPOOL_TOML added to each [spool] table); sets
+# pids_c (their pids) and primary (its API URL) once it serves.
+start_cluster() {
+  local extra=${1:-} i dir peers=""
+  pids_c=()
+  primary=""
   for i in 1 2 3; do peers+="$i = \"127.0.0.1:$((PORT + 200 + i))\", "; done
   for i in 1 2 3; do
     dir=$work/cluster-$i
     rm -rf "$dir"
     write_config "$dir" true
     sed -i "s/^listen = .*/listen = \"127.0.0.1:$((PORT + 100 + i))\"/" "$dir/spoold.toml"
+    [ -n "$extra" ] && sed -i "s|^\[spool\]|[spool]\n$extra|" "$dir/spoold.toml"
     cat >>"$dir/spoold.toml" <<TOML
 [cluster]
 node_id = $i
@@ -226,13 +234,34 @@ TOML
     pids+=("$!")
   done
   for _ in $(seq 1 200); do
-    primary=$(curl -fs "http://127.0.0.1:$((PORT + 101))/v1/cluster" 2>/dev/null \
-      | python3 -c 'import json,sys; p=json.load(sys.stdin)["primary"]; print(p["apiUrl"] or "")' 2>/dev/null || true)
-    [ -n "$primary" ] && curl -fs "$primary/v1/queues/bench" >/dev/null 2>&1 && break
+    primary=$(cluster_json 1 'p["primary"]["apiUrl"] or ""')
+    [ -n "$primary" ] && curl -fs "$primary/v1/queues/bench" >/dev/null 2>&1 && return 0
     primary=""
     sleep 0.1
   done
-  [ -n "$primary" ] || { echo "the cluster elected no primary" >&2; tail -20 "$work"/cluster-*/log >&2; return 1; }
+  echo "the cluster elected no primary" >&2
+  tail -20 "$work"/cluster-*/log >&2
+  return 1
+}
+
+# cluster_json I EXPR: EXPR of replica I's GET /v1/cluster (as `p`).
+cluster_json() {
+  curl -fs "http://127.0.0.1:$((PORT + 100 + $1))/v1/cluster" 2>/dev/null \
+    | python3 -c "import json,sys; p=json.load(sys.stdin); print($2)" 2>/dev/null || true
+}
+
+stop_cluster() {
+  local i
+  for i in 0 1 2; do kill -TERM "${pids_c[$i]}" 2>/dev/null || true; done
+  for i in 0 1 2; do wait "${pids_c[$i]}" 2>/dev/null || true; done
+}
+
+# cluster_once TRIAL: one trial of a 3-replica cluster: starts it, finds the
+# primary, runs wrk against it, and reports with each replica's CPU per
+# acknowledged message.
+cluster_once() {
+  local trial=$1 i ticks0=() line
+  start_cluster
   for i in 0 1 2; do ticks0+=("$(cpu_ticks "${pids_c[$i]}")"); done
   line=$(BODY_BYTES=1024 wrk -t2 -c64 -d"${DURATION}s" --latency -s bench/post.lua \
     "$primary/v1/queues/bench/messages" | grep RESULT)
@@ -241,9 +270,43 @@ TOML
   for i in 0 1 2; do
     cpu+=" cpu_us_per_msg_$((i + 1))=$(( ($(cpu_ticks "${pids_c[$i]}") - ${ticks0[$i]}) * 10000 / (requests > 0 ? requests : 1) ))"
   done
-  for i in 0 1 2; do kill -TERM "${pids_c[$i]}" 2>/dev/null || true; done
-  for i in 0 1 2; do wait "${pids_c[$i]}" 2>/dev/null || true; done
+  stop_cluster
   result "cluster replicas=3 trial=$trial primary=${primary##*:} $line$cpu"
+}
+
+# catchup_once TRIAL: a follower down while the others take messages and
+# purge their log; then the time until it has applied everything, the
+# snapshot's bytes, and its peak resident memory.
+catchup_once() {
+  local trial=$1 f i line requests commit t0 t1 bytes rss
+  start_cluster 'compaction_interval = "200ms"'
+  for i in 1 2 3; do
+    [ "$primary" != "http://127.0.0.1:$((PORT + 100 + i))" ] && { f=$i; break; }
+  done
+  kill -KILL "${pids_c[$((f - 1))]}"
+  wait "${pids_c[$((f - 1))]}" 2>/dev/null || true
+  line=$(BODY_BYTES=1024 wrk -t2 -c64 -d"$((DURATION * 4))s" -s bench/post.lua \
+    "$primary/v1/queues/bench/messages" | grep RESULT)
+  requests=$(field requests "$line")
+  local p=$(( ${primary##*:} - PORT - 100 ))
+  for _ in $(seq 1 300); do
+    [ "$(cluster_json "$p" '(p["purgedIndex"] or 0) > 1000')" = True ] && break
+    sleep 0.1
+  done
+  commit=$(cluster_json "$p" 'p["commitIndex"]')
+  t0=$(date +%s.%N)
+  "$spoold_bin" run --config "$work/cluster-$f/spoold.toml" 2>>"$work/cluster-$f/log" &
+  pids_c[$((f - 1))]=$!
+  pids+=("$!")
+  for _ in $(seq 1 6000); do
+    [ "$(cluster_json "$f" "(p['appliedIndex'] or 0) >= $commit")" = True ] && break
+    sleep 0.05
+  done
+  t1=$(date +%s.%N)
+  rss=$(awk '/VmHWM/ {print $2}' "/proc/${pids_c[$((f - 1))]}/status")
+  bytes=$(grep -o 'received a snapshot.*' "$work/cluster-$f/log" | grep -o 'bytes=[0-9]*' | tail -1 | cut -d= -f2)
+  stop_cluster
+  result "catchup trial=$trial messages=$requests snapshot_bytes=${bytes:-0} seconds=$(python3 -c "print(round($t1 - $t0, 2))") follower_peak_rss_kib=$rss"
 }
 
 run_section cluster && { echo "== a 3-replica cluster beside a single node: durable sends, 64 connections ($TRIALS trials)" >&2
@@ -258,6 +321,10 @@ run_section cluster && { echo "== a 3-replica cluster beside a single node: dura
     result "cluster replicas=1 trial=$trial $line cpu_us_per_msg_1=$(( ticks * 10000 / $(field requests "$line") ))"
     cluster_once "$trial"
   done
+}
+
+run_section catchup && { echo "== catch-up by snapshot ($TRIALS trials)" >&2
+  for trial in $(seq 1 "$TRIALS"); do catchup_once "$trial"; done
 }
 
 run_section alloc && { echo "== allocators side by side ($TRIALS trials, interleaved)" >&2

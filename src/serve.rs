@@ -261,7 +261,11 @@ async fn run(
         }
         // Only the primary writes: each replica reconciles whenever it
         // starts serving.
-        Some(_) => Some(tokio::spawn(reconcile_when_serving(engine.clone(), wanted))),
+        Some(_) => Some(tokio::spawn(reconcile_when_serving(
+            engine.clone(),
+            wanted,
+            state.clone(),
+        ))),
     };
     let _timer = engine.spawn_timer();
     let _compactor =
@@ -320,18 +324,33 @@ async fn run(
 }
 
 /// Replicated mode: reconciles the config's queues each time this replica
-/// starts serving as the primary (retrying while leadership settles).
-async fn reconcile_when_serving(engine: Engine, wanted: BTreeMap<String, QueueSettings>) {
-    let mut done_in = 0;
+/// starts serving as the primary (retrying while leadership settles),
+/// then opens the API: no call sees the queues before they are in place.
+async fn reconcile_when_serving(
+    engine: Engine,
+    wanted: BTreeMap<String, QueueSettings>,
+    state: std::sync::Arc<AppState>,
+) {
+    let Some(mut serving) = engine.serving_changes() else {
+        return;
+    };
     loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let term = engine.epoch();
-        if term == 0 || term == done_in {
-            continue;
+        let term = *serving.borrow_and_update();
+        // Retried while this replica still serves in `term`.
+        while term != 0 && *serving.borrow() == term {
+            match reconcile_config_queues(&engine, &wanted).await {
+                Ok(()) => {
+                    state.open_in(term);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reconciling the config's queues; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
         }
-        match reconcile_config_queues(&engine, &wanted).await {
-            Ok(()) => done_in = term,
-            Err(e) => tracing::warn!(error = %e, "reconciling the config's queues; retrying"),
+        if serving.changed().await.is_err() {
+            return;
         }
     }
 }

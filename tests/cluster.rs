@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::TestCluster;
 use common::process::client;
+use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -288,4 +289,139 @@ async fn a_whole_cluster_killed_at_once_comes_back_with_everything_and_keys_dedu
     };
     assert!(acknowledged.contains(v["id"].as_str().unwrap()), "{v}");
     assert_eq!(ids(&survivor).await.len(), 30);
+}
+
+/// `GET /v1/cluster?digest=true` of replica `i`: its applied index and the
+/// digest of its state.
+async fn digest(cluster: &TestCluster, i: usize) -> Option<(u64, String)> {
+    let r = client()
+        .get(format!(
+            "{}/v1/cluster?digest=true",
+            cluster.replicas[i].base()
+        ))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    let v: Value = r.json().await.ok()?;
+    let d = &v["stateDigest"];
+    Some((
+        d["appliedIndex"].as_u64()?,
+        d["sha256"].as_str()?.to_owned(),
+    ))
+}
+
+/// The lowest log segment id in replica `i`'s spool directory.
+fn first_segment(cluster: &TestCluster, i: usize) -> Option<u64> {
+    std::fs::read_dir(cluster.replicas[i].dir.join("spool"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            u64::from_str_radix(name.strip_suffix(".seg")?, 16).ok()
+        })
+        .min()
+}
+
+/// A follower that was down while the primary compacted the log it missed
+/// comes back through a snapshot (the checkpoint, streamed), then the log
+/// after it, and ends with the primary's state exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
+    let spool = "segment_bytes = \"64KiB\"\ncompaction_interval = \"100ms\"";
+    let mut cluster = TestCluster::with_spool(3, spool, "", "[queues.jobs]\n");
+    cluster.start_all().await;
+    let primary = cluster.primary(Duration::from_secs(10)).await;
+    let behind = (primary + 1) % 3;
+    let base = cluster.replicas[primary].base();
+    cluster.kill(behind);
+    let started = Instant::now();
+
+    // Many segments of messages (more than the 1 000 records openraft
+    // keeps behind a snapshot), all purged, then some that stay.
+    let filler = "x".repeat(1000);
+    // One client (a new one per request costs more than the request).
+    let http = client();
+    let statuses: Vec<StatusCode> = futures_util::stream::iter(0..1500)
+        .map(|i| {
+            let sent = http
+                .post(format!("{base}/v1/queues/{QUEUE}/messages"))
+                .body(format!("early {i} {filler}"))
+                .send();
+            async move { sent.await.unwrap().status() }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    assert!(statuses.iter().all(|&s| s == StatusCode::CREATED));
+    let r = client()
+        .delete(format!("{base}/v1/queues/{QUEUE}/messages"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut kept = BTreeSet::new();
+    for i in 0..60 {
+        let r = send(&base, &format!("kept {i} {filler}")).await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let v: Value = r.json().await.unwrap();
+        kept.insert(v["id"].as_str().unwrap().to_owned());
+    }
+
+    // The primary snapshots, purges, and deletes the segments it no longer
+    // needs: the log the follower missed is gone.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while first_segment(&cluster, primary).is_none_or(|s| s < 8) {
+        assert!(
+            Instant::now() < deadline,
+            "the primary kept its early segments: first is {:?}",
+            first_segment(&cluster, primary)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = cluster.status(primary).await.unwrap();
+    assert!(s["purgedIndex"].as_u64().unwrap() > 400, "{s}");
+    assert!(s["snapshotIndex"].as_u64().unwrap() > 1500, "{s}");
+
+    // The follower comes back and catches up.
+    cluster.start(behind);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (p, b) = (
+            digest(&cluster, primary).await,
+            digest(&cluster, behind).await,
+        );
+        if let (Some(p), Some(b)) = (&p, &b)
+            && p == b
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            cluster.dump_logs(30);
+            panic!("the follower did not catch up: primary {p:?}, follower {b:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("caught up {:?} after the first send", started.elapsed());
+    let log = cluster.replicas[behind].process.as_ref().unwrap().log();
+    assert!(
+        log.contains("installed a snapshot"),
+        "no snapshot was installed:\n{log}"
+    );
+
+    // And it holds the state on its own: with the primary gone, it and the
+    // other follower serve every message that was kept.
+    cluster.kill(primary);
+    let survivor = cluster.replicas[behind].base();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = send(&survivor, "after").await;
+        if r.status() == StatusCode::CREATED {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no primary after the kill");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ids = ids(&survivor).await;
+    assert!(kept.is_subset(&ids), "lost {:?}", kept.difference(&ids));
+    assert_eq!(ids.len(), kept.len() + 1);
 }

@@ -541,6 +541,7 @@ impl Model {
             epoch: self.epoch,
             next_message_id: 0,
             queues,
+            cluster_config: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -23,7 +23,26 @@ pub(crate) struct ClusterView {
     term: u64,
     primary: Option<PrimaryView>,
     commit_index: Option<u64>,
+    /// The last entry this replica applied.
+    applied_index: Option<u64>,
+    /// The last entry of this replica's newest snapshot (its checkpoint).
+    snapshot_index: Option<u64>,
+    /// The last entry this replica's log no longer holds (a snapshot
+    /// covers it): a replica that needs older ones gets the snapshot.
+    purged_index: Option<u64>,
+    /// With `?digest=true`: SHA-256 of this replica's state without leases
+    /// and record locations, with the applied index it is of. Two replicas
+    /// at the same applied index with the same digest hold the same state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_digest: Option<StateDigestView>,
     members: Vec<MemberView>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StateDigestView {
+    applied_index: u64,
+    sha256: String,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -58,6 +77,10 @@ impl From<ClusterStatus> for ClusterView {
                 api_url: p.api_url,
             }),
             commit_index: s.commit_index,
+            applied_index: s.applied_index,
+            snapshot_index: s.snapshot_index,
+            purged_index: s.purged_index,
+            state_digest: None,
             members: s
                 .members
                 .into_iter()
@@ -76,14 +99,32 @@ impl From<ClusterStatus> for ClusterView {
 /// This replica's view of its cluster.
 #[utoipa::path(
     get, path = "/v1/cluster", operation_id = "clusterStatus", tag = "operations",
+    params(("digest" = Option<bool>, Query, description = "add `stateDigest` (reads the whole state)")),
     responses(
         (status = 200, description = "role, term, primary, commit index and members", body = ClusterView),
         (status = 404, description = "a single node, not a cluster", body = ErrorBody),
     )
 )]
-pub(crate) async fn status(State(state): State<Arc<AppState>>) -> Response {
+pub(crate) async fn status(
+    State(state): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let digest = query
+        .as_deref()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "digest=true" || kv == "digest"));
     match state.cluster() {
-        Some(cluster) => Json(ClusterView::from(cluster.status())).into_response(),
+        Some(cluster) => {
+            let mut view = ClusterView::from(cluster.status());
+            if digest && let Ok(engine) = state.engine() {
+                let (applied_index, sha256) = engine.state_digest();
+                view.state_digest = Some(StateDigestView {
+                    // The Raft index of the applied record.
+                    applied_index: applied_index.saturating_sub(1),
+                    sha256,
+                });
+            }
+            Json(view).into_response()
+        }
         None => ApiError::new(
             axum::http::StatusCode::NOT_FOUND,
             "not_found",

@@ -86,6 +86,9 @@ pub(crate) struct AppState {
     /// end.
     shutting_down: watch::Sender<bool>,
     long_polls: Arc<Semaphore>,
+    /// Replicated mode: the term in which the config's queues are in place
+    /// on this primary; `/v1` calls are served here only in that term.
+    open_term: std::sync::atomic::AtomicU64,
 }
 
 impl AppState {
@@ -96,7 +99,15 @@ impl AppState {
             config,
             shutting_down: watch::Sender::new(false),
             long_polls: Arc::new(Semaphore::new(LONG_POLLS_MAX)),
+            open_term: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Replicated mode: this primary serves `/v1` calls in `term` (the
+    /// config's queues are reconciled).
+    pub(crate) fn open_in(&self, term: u64) {
+        self.open_term
+            .store(term, std::sync::atomic::Ordering::Release);
     }
 
     /// Hands over the engine once replay is done.
@@ -252,7 +263,11 @@ async fn in_cluster(
     if !path.starts_with("/v1/") || path == "/v1/cluster" || path == "/v1/openapi.json" {
         return Ok(request);
     }
-    let serving = state.engine.get().is_some_and(Engine::is_serving);
+    let open = state.open_term.load(std::sync::atomic::Ordering::Acquire);
+    let serving = state
+        .engine
+        .get()
+        .is_some_and(|e| e.is_serving() && e.epoch() == open);
     crate::cluster::forward::route(cluster, serving, request).await
 }
 

@@ -114,6 +114,17 @@ pub(crate) async fn route(
         return Ok(request);
     }
     let primary = cluster.primary();
+    if primary
+        .as_ref()
+        .is_some_and(|p| p.node_id == cluster.node_id())
+    {
+        // Elected, but not serving yet (its barrier, the config's queues)
+        // or not any more (its majority is silent).
+        return Err(ApiError::unavailable(
+            "this replica leads but does not serve right now; retry shortly",
+        )
+        .into_response());
+    }
     let api_url = primary
         .as_ref()
         .filter(|p| p.node_id != cluster.node_id())

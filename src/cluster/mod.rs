@@ -101,7 +101,8 @@ impl Cluster {
             heartbeat_interval: config.heartbeat_ms,
             election_timeout_min: election / 2,
             election_timeout_max: election,
-            // Checkpoints are not yet Raft snapshots: keep the whole log.
+            // Snapshots are checkpoints: the compactor asks for one when it
+            // would free space (`engine/snapshot.rs`), never a count.
             snapshot_policy: openraft::SnapshotPolicy::Never,
             enable_pre_vote: Some(true),
             // A restarted primary starts a new term (and proposes its
@@ -134,7 +135,22 @@ impl Cluster {
                 addr: config.listen.clone(),
                 reason: e.to_string(),
             })?;
-        let app = net::router(raft.clone(), config.node_id, auth, api_urls.clone());
+        let app = net::router(
+            raft.clone(),
+            engine.clone(),
+            config.node_id,
+            auth,
+            api_urls.clone(),
+        );
+        let trigger = raft.clone();
+        engine.set_snapshot_trigger(Box::new(move || {
+            let raft = trigger.clone();
+            tokio::spawn(async move {
+                if let Err(e) = raft.trigger().snapshot().await {
+                    tracing::warn!(error = %e, "could not ask for a snapshot");
+                }
+            });
+        }));
         let mut tasks = vec![tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!(error = %e, "the replication listener stopped");
@@ -261,6 +277,9 @@ impl Cluster {
             term: m.current_term,
             primary: self.primary(),
             commit_index: m.cluster_committed.map(|c| c.index()),
+            applied_index: m.last_applied.map(|c| c.index()),
+            snapshot_index: m.snapshot.map(|c| c.index()),
+            purged_index: m.purged.map(|c| c.index()),
             members,
         }
     }
@@ -288,6 +307,12 @@ pub struct ClusterStatus {
     pub term: u64,
     pub primary: Option<Primary>,
     pub commit_index: Option<u64>,
+    /// The last entry this replica applied.
+    pub applied_index: Option<u64>,
+    /// The last entry of its newest snapshot (its checkpoint).
+    pub snapshot_index: Option<u64>,
+    /// The last entry its log no longer holds.
+    pub purged_index: Option<u64>,
     pub members: Vec<MemberStatus>,
 }
 

@@ -1,5 +1,8 @@
 //! Replication traffic between replicas, on `cluster.listen` (never the
-//! API port): `POST /raft/{append,vote,pre-vote}` with postcard bodies.
+//! API port): `POST /raft/{append,vote,pre-vote}` with postcard bodies,
+//! and `POST /raft/snapshot`, a streamed body of length-prefixed messages
+//! (the snapshot's header, then the engine's stream of a checkpoint and
+//! its records: `engine/snapshot.rs`).
 //!
 //! Every request carries a proof of the cluster secret (an HMAC of a fixed
 //! label under it, so the secret itself never crosses the network) and the
@@ -12,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,7 +31,10 @@ use serde::de::DeserializeOwned;
 use sha2::Sha256;
 
 use super::Raft;
-use super::types::{Peer, TypeConfig, Vote};
+use super::store::{Snapshot, SnapshotData, SnapshotMeta};
+use super::types::{Peer, TypeConfig, Vote, seq_of};
+use crate::engine::Engine;
+use crate::journal::JournalError;
 
 const AUTH_HEADER: &str = "spooler-cluster-auth";
 const TARGET_HEADER: &str = "spooler-cluster-target";
@@ -76,6 +82,9 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 #[derive(Clone)]
 struct ServerState {
     raft: Raft,
+    engine: Engine,
+    /// One snapshot received at a time.
+    receiving: Arc<tokio::sync::Mutex<()>>,
     node_id: u64,
     auth: Arc<str>,
     api_urls: Arc<Mutex<BTreeMap<u64, String>>>,
@@ -84,12 +93,15 @@ struct ServerState {
 /// The replication listener's routes.
 pub(crate) fn router(
     raft: Raft,
+    engine: Engine,
     node_id: u64,
     auth: Arc<str>,
     api_urls: Arc<Mutex<BTreeMap<u64, String>>>,
 ) -> Router {
     let state = ServerState {
         raft,
+        engine,
+        receiving: Arc::default(),
         node_id,
         auth,
         api_urls,
@@ -99,6 +111,11 @@ pub(crate) fn router(
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))
         .layer(axum::extract::DefaultBodyLimit::max(RAFT_BODY_MAX_BYTES))
+        // A snapshot is as large as the spool; it is read as it arrives.
+        .route(
+            "/raft/snapshot",
+            post(snapshot).layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .with_state(state)
 }
 
@@ -207,6 +224,145 @@ async fn pre_vote(State(s): State<ServerState>, headers: HeaderMap, body: Bytes)
     .await
 }
 
+/// Receives a snapshot: the messages are handed, as they arrive, to the
+/// engine on a blocking thread, which writes the records into packs; then
+/// openraft installs it.
+async fn snapshot(State(s): State<ServerState>, headers: HeaderMap, body: Body) -> Response {
+    if let Some(refused) = refuse(&s, &headers) {
+        return refused;
+    }
+    let _one_at_a_time = s.receiving.lock().await;
+    let mut messages = Messages::new(body.into_data_stream());
+    let head = match messages.next().await {
+        Some(Ok(head)) => head,
+        Some(Err(e)) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+        None => return (StatusCode::BAD_REQUEST, "an empty snapshot").into_response(),
+    };
+    let (vote, meta): (Vote, SnapshotMeta) = match decode(&head) {
+        Ok(head) => head,
+        Err(bad) => return *bad,
+    };
+    let Some(last) = meta.last_log_id else {
+        return (StatusCode::BAD_REQUEST, "a snapshot of nothing").into_response();
+    };
+    let (seq, term) = (seq_of(last.index()), last.committed_leader_id().term);
+    tracing::info!(seq, term, "receiving a snapshot from the primary");
+    let started = std::time::Instant::now();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(SNAPSHOT_MESSAGES_BUFFERED);
+    let engine = s.engine.clone();
+    let receiving = tokio::task::spawn_blocking(move || {
+        let arriving = std::iter::from_fn(|| rx.blocking_recv());
+        engine.receive_snapshot(seq, term, arriving)
+    });
+    let mut bytes = 0u64;
+    while let Some(m) = messages.next().await {
+        bytes += m.as_ref().map_or(0, |m| m.len() as u64);
+        let m = m.map_err(|e| JournalError::io("snapshot stream", e));
+        if tx.send(m).await.is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let staged = match receiving.await {
+        Ok(Ok(staged)) => staged,
+        Ok(Err(e)) => {
+            tracing::warn!(seq, error = %e, "a snapshot from the primary failed");
+            return (StatusCode::BAD_REQUEST, e.to_string()).into_response();
+        }
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    tracing::info!(
+        seq,
+        bytes,
+        seconds = started.elapsed().as_secs_f64(),
+        "received a snapshot; installing it"
+    );
+    let snapshot = Snapshot {
+        meta,
+        snapshot: SnapshotData::Received(Box::new(staged)),
+    };
+    reply(s.raft.install_full_snapshot(vote, snapshot).await)
+}
+
+/// Messages buffered between the network and the thread writing packs.
+const SNAPSHOT_MESSAGES_BUFFERED: usize = 64;
+/// Bytes gathered into one piece of a streamed snapshot body.
+const SNAPSHOT_PIECE_BYTES: usize = 256 << 10;
+
+/// Length-prefixed messages (`u32` little-endian, then the bytes) read
+/// from a stream of byte pieces.
+struct Messages<S> {
+    pieces: S,
+    buf: Vec<u8>,
+    /// Where the next message starts in `buf`.
+    start: usize,
+    done: bool,
+}
+
+impl<S, E> Messages<S>
+where
+    S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    fn new(pieces: S) -> Self {
+        Messages {
+            pieces,
+            buf: Vec::new(),
+            start: 0,
+            done: false,
+        }
+    }
+
+    async fn next(&mut self) -> Option<std::io::Result<Vec<u8>>> {
+        use futures_util::StreamExt;
+        loop {
+            let rest = &self.buf[self.start..];
+            if rest.len() >= 4 {
+                let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+                if len > RAFT_BODY_MAX_BYTES {
+                    return Some(Err(self.fail(format!("a snapshot message of {len} bytes"))));
+                }
+                if rest.len() >= 4 + len {
+                    let m = rest[4..4 + len].to_vec();
+                    self.start += 4 + len;
+                    return Some(Ok(m));
+                }
+            }
+            if self.done {
+                return (self.start < self.buf.len())
+                    .then(|| Err(self.fail("the snapshot stream was cut short".into())));
+            }
+            // What is left of the pieces so far moves to the front once,
+            // before the next piece is added.
+            self.buf.drain(..self.start);
+            self.start = 0;
+            match self.pieces.next().await {
+                Some(Ok(piece)) => self.buf.extend_from_slice(&piece),
+                Some(Err(e)) => return Some(Err(self.fail(e.to_string()))),
+                None => self.done = true,
+            }
+        }
+    }
+
+    /// Ends the stream with an error: every later call returns `None`.
+    fn fail(&mut self, reason: String) -> std::io::Error {
+        self.done = true;
+        self.buf.clear();
+        self.start = 0;
+        std::io::Error::other(reason)
+    }
+}
+
+/// Appends `m` with its length prefix.
+fn put_message(out: &mut Vec<u8>, m: &[u8]) {
+    out.extend_from_slice(
+        &u32::try_from(m.len())
+            .expect("messages stay small")
+            .to_le_bytes(),
+    );
+    out.extend_from_slice(m);
+}
+
 /// Makes a client per peer; they share one connection pool.
 #[derive(Clone)]
 pub(crate) struct Network {
@@ -256,6 +412,15 @@ pub(crate) struct PeerClient {
 }
 
 impl PeerClient {
+    /// `POST /raft/{path}` to the peer, with the cluster's headers.
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{}/raft/{path}", self.base))
+            .header(AUTH_HEADER, &*self.auth)
+            .header(TARGET_HEADER, self.target.to_string())
+            .header(FROM_HEADER, &*self.from)
+    }
+
     async fn call<Q: Serialize, A: DeserializeOwned>(
         &self,
         path: &str,
@@ -265,11 +430,7 @@ impl PeerClient {
         let body =
             postcard::to_allocvec(rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let sent = self
-            .client
-            .post(format!("{}/raft/{path}", self.base))
-            .header(AUTH_HEADER, &*self.auth)
-            .header(TARGET_HEADER, self.target.to_string())
-            .header(FROM_HEADER, &*self.from)
+            .post(path)
             .timeout(option.hard_ttl())
             .body(body)
             .send()
@@ -297,7 +458,7 @@ impl PeerClient {
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
-    type SnapshotData = ();
+    type SnapshotData = SnapshotData;
 
     async fn append_entries(
         &mut self,
@@ -323,17 +484,125 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         self.call("pre-vote", &rpc, &option).await
     }
 
+    /// Streams this replica's checkpoint: a blocking thread reads the
+    /// messages from disk into pieces of about 256 KiB, which the request
+    /// body sends as they come (bounded memory whatever the spool's size).
+    /// No deadline but `cancel`: a large spool takes as long as it takes.
     async fn full_snapshot(
         &mut self,
-        _vote: Vote,
-        _snapshot: openraft::alias::SnapshotOf<TypeConfig, ()>,
-        _cancel: impl std::future::Future<Output = openraft::error::ReplicationClosed>
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl std::future::Future<Output = openraft::error::ReplicationClosed>
         + openraft::OptionalSend
         + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let e =
-            std::io::Error::other("snapshots are not sent yet: every replica keeps the whole log");
-        Err(StreamingError::Unreachable(Unreachable::new(&e)))
+        let unreachable = |e: &dyn std::fmt::Display| {
+            StreamingError::Unreachable(Unreachable::new(&std::io::Error::other(e.to_string())))
+        };
+        let SnapshotData::Local { engine, seq } = snapshot.snapshot else {
+            return Err(unreachable(&"only a replica's own checkpoint is sent"));
+        };
+        let head = postcard::to_allocvec(&(vote, &snapshot.meta)).map_err(|e| unreachable(&e))?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+        let target = self.target;
+        tokio::task::spawn_blocking(move || {
+            let mut piece = Vec::with_capacity(SNAPSHOT_PIECE_BYTES);
+            put_message(&mut piece, &head);
+            let source = match engine.snapshot_source(seq) {
+                Ok(source) => source,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            };
+            tracing::info!(seq, target, "sending a snapshot");
+            for m in source {
+                match m {
+                    Ok(m) => put_message(&mut piece, &m),
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                        return;
+                    }
+                }
+                if piece.len() >= SNAPSHOT_PIECE_BYTES {
+                    let full =
+                        std::mem::replace(&mut piece, Vec::with_capacity(SNAPSHOT_PIECE_BYTES));
+                    if tx.blocking_send(Ok(full.into())).is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = tx.blocking_send(Ok(piece.into()));
+        });
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|piece| (piece, rx))
+        });
+        let sent = self
+            .post("snapshot")
+            .body(reqwest::Body::wrap_stream(body))
+            .send();
+        let response = tokio::select! {
+            response = sent => response.map_err(|e| unreachable(&e))?,
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+        };
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| unreachable(&e))?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            return Err(unreachable(&format!(
+                "peer {} answered {status}: {text}",
+                self.target
+            )));
+        }
+        let result: Result<SnapshotResponse<TypeConfig>, String> =
+            postcard::from_bytes(&bytes).map_err(|e| unreachable(&e))?;
+        result.map_err(|e| unreachable(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages come out whole and in order however the body is cut into
+    /// pieces; a body cut inside a message is an error, not a message.
+    #[tokio::test]
+    async fn messages_survive_any_cut_of_the_body() {
+        let sent: Vec<Vec<u8>> = (0..200u32)
+            .map(|i| vec![i as u8; (i as usize * 37) % 3000])
+            .collect();
+        let mut body = Vec::new();
+        for m in &sent {
+            put_message(&mut body, m);
+        }
+        for piece in [1, 3, 4, 5, 999, 4096, body.len()] {
+            let pieces: Vec<Result<Bytes, std::io::Error>> = body
+                .chunks(piece)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            let mut messages = Messages::new(futures_util::stream::iter(pieces));
+            let mut got = Vec::new();
+            while let Some(m) = messages.next().await {
+                got.push(m.unwrap());
+            }
+            assert_eq!(got, sent, "pieces of {piece} bytes");
+        }
+        let cut: Vec<Result<Bytes, std::io::Error>> =
+            vec![Ok(Bytes::copy_from_slice(&body[..body.len() - 1]))];
+        let mut messages = Messages::new(futures_util::stream::iter(cut));
+        let mut got = Vec::new();
+        while let Some(m) = messages.next().await {
+            got.push(m);
+        }
+        assert_eq!(
+            got.len(),
+            sent.len(),
+            "the messages before the cut, then one error"
+        );
+        assert!(
+            got.last().unwrap().is_err(),
+            "a message cut short is an error"
+        );
     }
 }

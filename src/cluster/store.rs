@@ -29,10 +29,11 @@ use openraft::{EntryPayload, OptionalSend};
 
 use super::files::RaftFiles;
 use super::types::{
-    Entry, LogId, Membership, RecordData, StoredMembership, TypeConfig, Vote, index_of, seq_of,
+    Entry, LogId, RecordData, StoredMembership, TypeConfig, Vote, index_of, seq_of,
 };
 use crate::engine::Engine;
 use crate::engine::replicated::LogRecord;
+use crate::engine::snapshot::{SnapshotInfo, StagedSnapshot};
 use crate::journal::JournalError;
 use crate::spool::record::kind;
 use crate::spool::{Command, Record};
@@ -55,8 +56,7 @@ fn to_entry(record: LogRecord) -> io::Result<Entry> {
             let Command::RaftMembership { config } = decoded.command else {
                 unreachable!("decoded by kind");
             };
-            let membership: Membership = postcard::from_bytes(&config).map_err(io::Error::other)?;
-            EntryPayload::Membership(membership)
+            EntryPayload::Membership(decode_membership(&config)?.membership().clone())
         }
         kind => EntryPayload::Normal(RecordData {
             kind,
@@ -82,7 +82,10 @@ fn to_record(entry: Entry) -> io::Result<LogRecord> {
             (kind::RAFT_BLANK, body)
         }
         EntryPayload::Membership(m) => {
-            let config = postcard::to_allocvec(&m).map_err(io::Error::other)?;
+            // The record carries its own log id: the spool keeps the newest
+            // one applied, and a checkpoint (a snapshot) carries it.
+            let stored = StoredMembership::new(Some(entry.log_id), m);
+            let config = postcard::to_allocvec(&stored).map_err(io::Error::other)?;
             let mut body = Vec::new();
             Record {
                 at: 0,
@@ -100,6 +103,11 @@ fn to_record(entry: Entry) -> io::Result<LogRecord> {
         kind,
         body,
     })
+}
+
+/// A membership record's (or a checkpoint's) replica set.
+fn decode_membership(config: &[u8]) -> io::Result<StoredMembership> {
+    postcard::from_bytes(config).map_err(io::Error::other)
 }
 
 /// The Raft log: the engine's journal, plus the vote and commit files.
@@ -188,12 +196,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
         let (first, last, last_term) = self.engine.log_bounds();
+        let last_purged_log_id = self
+            .engine
+            .log_purged()
+            .map(|(seq, term)| LogId::new_term_index(term, index_of(seq)));
         let last_log_id = match last_term {
             Some(term) if last >= first => Some(LogId::new_term_index(term, index_of(last))),
-            _ => None,
+            _ => last_purged_log_id,
         };
         Ok(LogState {
-            last_purged_log_id: None,
+            last_purged_log_id,
             last_log_id,
         })
     }
@@ -243,9 +255,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.engine.truncate_log(keep_seq).await.map_err(io_error)
     }
 
-    async fn purge(&mut self, _log_id: LogId) -> io::Result<()> {
-        // Never asked for: no snapshot exists yet, so openraft keeps the
-        // whole log (docs/replication.md).
+    /// Nothing to persist: the entries up to `log_id` are in a checkpoint,
+    /// and after a restart the log starts right after the newest one (so
+    /// the purge point never goes back). The segments that held them are
+    /// deleted by the next compaction.
+    async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
+        self.engine
+            .purge_log(seq_of(log_id.index()), log_id.committed_leader_id().term);
         Ok(())
     }
 }
@@ -261,48 +277,86 @@ impl StateMachine {
     }
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
-    type SnapshotData = ();
+/// The snapshot of a replica: a checkpoint ([`crate::engine::snapshot`]).
+pub(crate) enum SnapshotData {
+    /// This replica's own checkpoint of record `seq`: read from disk when
+    /// it is sent (`net.rs`).
+    Local { engine: Engine, seq: u64 },
+    /// A checkpoint received from the primary, its records staged.
+    Received(Box<StagedSnapshot>),
+}
 
-    async fn build_snapshot(
-        &mut self,
-    ) -> io::Result<openraft::alias::SnapshotOf<TypeConfig, Self::SnapshotData>> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "snapshots are not built yet: every replica keeps the whole log",
-        ))
+impl std::fmt::Debug for SnapshotData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotData::Local { seq, .. } => write!(f, "local checkpoint {seq}"),
+            SnapshotData::Received(staged) => write!(f, "received {staged:?}"),
+        }
+    }
+}
+
+pub(crate) type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
+pub(crate) type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+
+/// openraft's view of a checkpoint.
+fn snapshot_meta(info: &SnapshotInfo) -> io::Result<SnapshotMeta> {
+    let last_membership = match &info.cluster_config {
+        Some(config) => decode_membership(config)?,
+        None => StoredMembership::default(),
+    };
+    Ok(SnapshotMeta {
+        last_log_id: (info.seq > 0).then(|| LogId::new_term_index(info.term, index_of(info.seq))),
+        last_membership,
+    })
+}
+
+impl StateMachine {
+    fn snapshot_of(&self, info: &SnapshotInfo) -> io::Result<Snapshot> {
+        Ok(Snapshot {
+            meta: snapshot_meta(info)?,
+            snapshot: SnapshotData::Local {
+                engine: self.engine.clone(),
+                seq: info.seq,
+            },
+        })
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotData;
+
+    /// Compacts, writing a checkpoint of the last applied record.
+    async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
+        let engine = self.engine.clone();
+        let info = tokio::task::spawn_blocking(move || engine.build_snapshot())
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io_error)?;
+        tracing::debug!(seq = info.seq, "built a snapshot");
+        self.snapshot_of(&info)
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotData = ();
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = StateMachine;
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
-        let applied = self.engine.applied();
+        let (applied, config) = self.engine.applied_with_cluster_config();
+        let membership = match config {
+            Some(config) => decode_membership(&config)?,
+            None => StoredMembership::default(),
+        };
         if applied == 0 {
-            return Ok((None, StoredMembership::default()));
+            return Ok((None, membership));
         }
         let term = self.engine.log_term(applied).ok_or_else(|| {
             io::Error::other(format!("applied record {applied} is not in the log"))
         })?;
-        let last = LogId::new_term_index(term, index_of(applied));
-        let membership = match self
-            .engine
-            .last_of_kind(kind::RAFT_MEMBERSHIP, applied)
-            .map_err(io_error)?
-        {
-            Some(record) => {
-                let entry = to_entry(record)?;
-                let log_id = entry.log_id;
-                let EntryPayload::Membership(m) = entry.payload else {
-                    unreachable!("read by kind");
-                };
-                StoredMembership::new(Some(log_id), m)
-            }
-            None => StoredMembership::default(),
-        };
-        Ok((Some(last), membership))
+        Ok((
+            Some(LogId::new_term_index(term, index_of(applied))),
+            membership,
+        ))
     }
 
     async fn apply<S>(&mut self, mut entries: S) -> io::Result<()>
@@ -334,18 +388,33 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn install_snapshot(
         &mut self,
-        _meta: &openraft::alias::SnapshotMetaOf<TypeConfig>,
-        _snapshot: Self::SnapshotData,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
     ) -> io::Result<()> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "snapshots are not installed yet: every replica keeps the whole log",
-        ))
+        let SnapshotData::Received(staged) = snapshot else {
+            // openraft installs a stored snapshot only when it is ahead of
+            // the state, which a checkpoint never is here.
+            return Err(io::Error::other("a local checkpoint is never installed"));
+        };
+        let expected = meta
+            .last_log_id
+            .map(|id| (seq_of(id.index()), id.committed_leader_id().term));
+        if expected != Some((staged.seq, staged.term)) {
+            return Err(io::Error::other(format!(
+                "the snapshot's records are of {:?}, its meta says {expected:?}",
+                (staged.seq, staged.term)
+            )));
+        }
+        self.engine
+            .install_snapshot(*staged)
+            .await
+            .map_err(io_error)
     }
 
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> io::Result<Option<openraft::alias::SnapshotOf<TypeConfig, Self::SnapshotData>>> {
-        Ok(None)
+    async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
+        match self.engine.current_snapshot() {
+            Some(info) => self.snapshot_of(&info).map(Some),
+            None => Ok(None),
+        }
     }
 }

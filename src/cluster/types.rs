@@ -45,7 +45,6 @@ pub(crate) type Entry = openraft::Entry<
 >;
 pub(crate) type LogId = openraft::alias::LogIdOf<TypeConfig>;
 pub(crate) type Vote = openraft::alias::VoteOf<TypeConfig>;
-pub(crate) type Membership = openraft::Membership<u64, Peer>;
 pub(crate) type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 
 /// A record's sequence number from its Raft index: openraft counts from 0

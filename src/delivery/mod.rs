@@ -116,3 +116,80 @@ fn reconcile(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::AsyncReadExt;
+    use tokio::sync::{oneshot, watch};
+
+    use crate::engine::replicated::testing::{self, raft_of_one};
+    use crate::engine::{Engine, Origin, SendRequest};
+    use crate::journal::sim::SimStorage;
+    use crate::spool::Payload;
+    use crate::spool::queue::QueueSettings;
+
+    /// A primary that steps down drops its push attempt in flight at once
+    /// (the destination sees the connection close long before the
+    /// attempt's 60 s timeout), and settles nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_primary_that_steps_down_abandons_the_attempt_in_flight() {
+        // A destination that reads the request and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (arrived_tx, arrived) = oneshot::channel();
+        let (closed_tx, closed) = oneshot::channel();
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 64 << 10];
+            assert!(conn.read(&mut buf).await.unwrap() > 0);
+            let _ = arrived_tx.send(());
+            while !matches!(conn.read(&mut buf).await, Ok(0) | Err(_)) {}
+            let _ = closed_tx.send(());
+        });
+
+        let sim = SimStorage::new();
+        let options = testing::options(&sim, 1 << 20, 0);
+        let (engine, _) = Engine::open(options).await.unwrap();
+        raft_of_one(&engine, 1);
+        engine.start_serving(1).await.unwrap();
+        let settings = QueueSettings {
+            destination: Some(format!("http://{addr}/hook")),
+            timeout_ms: 60_000,
+            ..QueueSettings::default()
+        };
+        engine
+            .upsert_queue("hooks", settings, Origin::Api)
+            .await
+            .unwrap();
+        let request = SendRequest {
+            payload: Payload {
+                content_type: "text/plain".into(),
+                request: None,
+                body: b"event".to_vec().into(),
+            },
+            delay_ms: 0,
+            dedup_key: None,
+        };
+        engine.send("hooks", request).await.unwrap();
+        let (_stop, stop) = watch::channel(false);
+        let delivery = tokio::spawn(super::run(engine.clone(), stop, false, Vec::new()));
+
+        tokio::time::timeout(Duration::from_secs(10), arrived)
+            .await
+            .expect("the attempt reached the destination")
+            .unwrap();
+        engine.stop_serving();
+        tokio::time::timeout(Duration::from_secs(5), closed)
+            .await
+            .expect("the attempt was abandoned when the primary stepped down")
+            .unwrap();
+        // Nothing was settled: the message waits, its retry count as it was.
+        let messages = engine.all_messages();
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].2.retry_count, 0);
+        delivery.abort();
+        engine.close();
+    }
+}

@@ -266,8 +266,18 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
     let started_at = shared.engine_now_ms();
     let started = Instant::now();
     let secrets = shared.secrets(&d);
-    let result = send(shared, &d)
-        .await
+    // A replica that stops being the primary abandons the attempt at once
+    // (the request is dropped mid-flight): its lease is gone, and the new
+    // primary delivers the message again without raising its retry count.
+    let sent = tokio::select! {
+        sent = send(shared, &d) => sent,
+        () = shared.engine.until_stepped_down() => {
+            tracing::info!(queue = %shared.queue, delivery_id = %shared.engine.tokens().format_id(d.id),
+                "no longer the primary: abandoned the delivery attempt in flight");
+            return false;
+        }
+    };
+    let result = sent
         .map(|answer| Answer {
             body: scrub(answer.body, &secrets),
             ..answer

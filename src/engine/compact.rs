@@ -34,7 +34,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::Engine;
-use super::core::{Core, FileMeta};
+use super::core::{CheckpointOnDisk, Core, FileMeta};
 use crate::journal::JournalError;
 use crate::journal::RecordLoc;
 use crate::journal::atomic::{AtomicWriteError, remove_files};
@@ -78,10 +78,13 @@ struct Plan {
     run: Vec<u32>,
     handles: HashMap<u32, Arc<dyn StorageFile>>,
     seq: u64,
+    /// The term of record `seq` (replicated mode).
+    term: u64,
     pack_id: u64,
     moves: Vec<Move>,
     chunks: Vec<(u8, Vec<u8>)>,
-    old_checkpoint: Option<(u64, u64)>,
+    cluster_config: Option<Vec<u8>>,
+    old_checkpoint: Option<CheckpointOnDisk>,
 }
 
 impl Engine {
@@ -90,11 +93,22 @@ impl Engine {
     /// nothing to do. Blocking file I/O: call it from a blocking thread.
     pub fn compact_once(&self, force: bool) -> Result<Option<CompactReport>, JournalError> {
         if self.is_replicated() {
-            // The Raft log is purged only behind a snapshot that openraft
-            // knows of; until checkpoints are Raft snapshots, a replica
-            // keeps its whole log (docs/replication.md).
+            // In replicated mode every checkpoint is a Raft snapshot that
+            // openraft must know of: compaction runs as its snapshot
+            // builder (`snapshot.rs`), asked for by the compactor.
             return Ok(None);
         }
+        self.compact(force, false)
+    }
+
+    /// One run; with `snapshot`, a checkpoint of the last applied record is
+    /// written even when no file is worth compacting (replicated mode's
+    /// snapshot), and `None` is never returned unless closed.
+    pub(super) fn compact(
+        &self,
+        force: bool,
+        snapshot: bool,
+    ) -> Result<Option<CompactReport>, JournalError> {
         let _one_at_a_time = self
             .inner
             .compacting
@@ -104,9 +118,16 @@ impl Engine {
             // Closed: the directory may already belong to another engine.
             return Ok(None);
         }
-        let Some(plan) = self.plan(force)? else {
+        let Some(plan) = self.plan(force, snapshot)? else {
             return Ok(None);
         };
+        if plan.run.is_empty() && plan.old_checkpoint.as_ref().map(|c| c.seq) == Some(plan.seq) {
+            // A snapshot asked for with nothing applied since the last one.
+            return Ok(Some(CompactReport {
+                checkpoint_seq: plan.seq,
+                ..CompactReport::default()
+            }));
+        }
         let storage = &self.inner.storage;
         let dir = &self.inner.dir;
         let salt = self.inner.identity.salt;
@@ -131,8 +152,8 @@ impl Engine {
                 Err(e) => return Err(e.into_inner()),
             }
         }
-        let checkpoint_bytes = match write_checkpoint(storage, dir, salt, plan.seq, 0, &plan.chunks)
-        {
+        let written = write_checkpoint(storage, dir, salt, plan.seq, plan.term, &plan.chunks);
+        let checkpoint_bytes = match written {
             Ok(n) => n,
             Err(AtomicWriteError::NotInstalled(e)) => {
                 if pack.is_some() {
@@ -176,8 +197,13 @@ impl Engine {
                     .all(|f| !plan.run.contains(&f)),
                 "bug: a message still points into a compacted file"
             );
-            let old = core.checkpoint.replace((plan.seq, checkpoint_bytes));
-            old.map_or(0, |(_, bytes)| bytes)
+            let old = core.checkpoint.replace(CheckpointOnDisk {
+                seq: plan.seq,
+                term: plan.term,
+                bytes: checkpoint_bytes,
+                cluster_config: plan.cluster_config,
+            });
+            old.map_or(0, |c| c.bytes)
         };
 
         // Step 4: delete what the checkpoint replaced.
@@ -186,10 +212,10 @@ impl Engine {
             .iter()
             .map(|&f| FileId::from_loc(f).file_name())
             .collect();
-        if let Some((old_seq, _)) = plan.old_checkpoint
-            && old_seq != plan.seq
+        if let Some(old) = &plan.old_checkpoint
+            && old.seq != plan.seq
         {
-            obsolete.push(checkpoint_file_name(old_seq));
+            obsolete.push(checkpoint_file_name(old.seq));
         }
         if let Err(e) = remove_files(storage, dir, &obsolete) {
             return Err(self.fatal(format!("compaction could not delete replaced files: {e}")));
@@ -210,11 +236,13 @@ impl Engine {
     }
 
     /// Step 1, under the core lock.
-    fn plan(&self, force: bool) -> Result<Option<Plan>, JournalError> {
+    fn plan(&self, force: bool, snapshot: bool) -> Result<Option<Plan>, JournalError> {
         let active = self.inner.journal.active_segment();
         let mut core = self.core();
-        let Some(run) = pick_run(&core, active, force) else {
-            return Ok(None);
+        let run = match pick_run(&core, active, force, self.purge_floor()) {
+            Some(run) => run,
+            None if snapshot => Vec::new(),
+            None => return Ok(None),
         };
         let mut handles = HashMap::new();
         for &f in &run {
@@ -222,6 +250,12 @@ impl Engine {
         }
         let in_run: BTreeSet<u32> = run.iter().copied().collect();
         let seq = core.spool.applied_seq();
+        let term = if self.is_replicated() {
+            self.log_term(seq)
+                .unwrap_or_else(|| panic!("bug: applied record {seq} has no term"))
+        } else {
+            0
+        };
         let pack_id = core.next_pack_id;
         let pack = FileId::Pack(pack_id).to_loc();
         let mut moves = Vec::new();
@@ -261,10 +295,12 @@ impl Engine {
             run,
             handles,
             seq,
+            term,
             pack_id,
             moves,
             chunks,
-            old_checkpoint: core.checkpoint,
+            cluster_config: core.spool.cluster_config().map(<[u8]>::to_vec),
+            old_checkpoint: core.checkpoint.clone(),
         }))
     }
 
@@ -306,20 +342,16 @@ impl Engine {
                     return;
                 }
                 // A full spool compacts whatever it can.
-                match engine.compact_all(engine.is_full()).await {
-                    Ok(reports) => {
-                        for r in reports {
-                            tracing::info!(
-                                files = ?r.files,
-                                moved = r.records_moved,
-                                bytes_before = r.bytes_before,
-                                bytes_after = r.bytes_after,
-                                checkpoint_seq = r.checkpoint_seq,
-                                checkpoint_bytes = r.checkpoint_bytes,
-                                "compacted"
-                            );
-                        }
+                let full = engine.is_full();
+                if engine.is_replicated() {
+                    // openraft runs the compaction as its snapshot builder.
+                    if engine.snapshot_due(full) {
+                        engine.request_snapshot();
                     }
+                    continue;
+                }
+                match engine.compact_all(full).await {
+                    Ok(reports) => reports.iter().for_each(CompactReport::log),
                     Err(e) => tracing::error!(error = %e, "compaction failed; will retry"),
                 }
             }
@@ -327,11 +359,32 @@ impl Engine {
     }
 }
 
+impl CompactReport {
+    pub(super) fn log(&self) {
+        tracing::info!(
+            files = ?self.files,
+            moved = self.records_moved,
+            bytes_before = self.bytes_before,
+            bytes_after = self.bytes_after,
+            checkpoint_seq = self.checkpoint_seq,
+            checkpoint_bytes = self.checkpoint_bytes,
+            "compacted"
+        );
+    }
+}
+
 /// Picks the files to compact: candidates (log segments below the highest
 /// one with an applied record and below the active one, and every pack)
 /// that are mostly garbage (with `force`: hold any garbage), oldest first,
-/// while their live bytes fit in one segment.
-fn pick_run(core: &Core, active: u64, force: bool) -> Option<Vec<u32>> {
+/// while their live bytes fit in one segment. In replicated mode a segment
+/// is a candidate only below `floor`, the one holding the oldest record
+/// the Raft log still has (openraft purges behind snapshots).
+pub(super) fn pick_run(
+    core: &Core,
+    active: u64,
+    force: bool,
+    floor: Option<u32>,
+) -> Option<Vec<u32>> {
     let highest_segment = core
         .files
         .keys()
@@ -339,7 +392,9 @@ fn pick_run(core: &Core, active: u64, force: bool) -> Option<Vec<u32>> {
         .filter(|&f| matches!(FileId::from_loc(f), FileId::Segment(_)))
         .max()?;
     let candidate = |f: u32| match FileId::from_loc(f) {
-        FileId::Segment(id) => id < active && f < highest_segment,
+        FileId::Segment(id) => {
+            id < active && f < highest_segment && floor.is_none_or(|floor| f < floor)
+        }
         FileId::Pack(_) => true,
     };
     let worth = |live: u64, meta: &FileMeta| {

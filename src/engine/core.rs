@@ -27,12 +27,23 @@ pub(super) struct Core {
     /// once its first record is applied, so every segment below the
     /// highest one listed is fully applied.
     pub files: BTreeMap<u32, FileMeta>,
-    /// The checkpoint on disk: (sequence number, bytes).
-    pub checkpoint: Option<(u64, u64)>,
+    /// The checkpoint on disk.
+    pub checkpoint: Option<CheckpointOnDisk>,
     /// The next pack's id.
     pub next_pack_id: u64,
     /// Nominal size of a new (preallocated) segment.
     pub segment_bytes: u64,
+}
+
+/// The checkpoint on disk (in replicated mode also the Raft snapshot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct CheckpointOnDisk {
+    pub seq: u64,
+    /// The term of record `seq` (0 outside replicated mode).
+    pub term: u64,
+    pub bytes: u64,
+    /// The replica set as of `seq` (replicated mode).
+    pub cluster_config: Option<Vec<u8>>,
 }
 
 /// Compaction's view of one file.

@@ -39,6 +39,7 @@ pub(crate) mod rules;
 mod send;
 pub(crate) mod settle;
 mod sink;
+pub(crate) mod snapshot;
 mod timer;
 pub(crate) mod token;
 mod write;
@@ -287,6 +288,18 @@ impl Engine {
     /// tools compare it across crashes and replays).
     pub fn state(&self) -> SpoolState {
         self.core().spool.state()
+    }
+
+    /// The last applied record and a SHA-256 (hex) of the state without
+    /// leases and record locations as of it: replicas compare them.
+    pub fn state_digest(&self) -> (u64, String) {
+        use sha2::Digest;
+        let (applied, state) = {
+            let core = self.core();
+            (core.spool.applied_seq(), core.spool.state())
+        };
+        let hash = sha2::Sha256::digest(format!("{:?}", state.without_locations()).as_bytes());
+        (applied, hash.iter().map(|b| format!("{b:02x}")).collect())
     }
 
     /// Test hook: while on, durable records wait before they are applied

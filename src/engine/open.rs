@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use tokio::sync::{oneshot, watch};
 
-use super::core::{Core, FileMeta, Shared};
+use super::core::{CheckpointOnDisk, Core, FileMeta, Shared};
 use super::replicated::Replication;
 use super::sink::{Reply, Sink};
 use super::token::Tokens;
@@ -38,6 +38,8 @@ pub(super) struct Loaded {
     pub spool: Spool,
     pub meta: CheckpointMeta,
     pub checkpoint: Option<CheckpointInfo>,
+    /// The replica set the checkpoint holds (replicated mode).
+    pub checkpoint_cluster_config: Option<Vec<u8>>,
     pub summary: ScanSummary,
     /// Records applied after the checkpoint.
     pub applied: u64,
@@ -115,6 +117,7 @@ impl Engine {
             spool,
             meta,
             checkpoint,
+            checkpoint_cluster_config,
             summary,
             applied,
             live,
@@ -146,15 +149,22 @@ impl Engine {
             core.files
                 .insert(FileId::Pack(id).to_loc(), FileMeta { bytes });
         }
-        core.checkpoint = checkpoint.map(|c| (c.seq, c.file_bytes));
+        core.checkpoint = checkpoint.map(|c| CheckpointOnDisk {
+            seq: c.seq,
+            term: c.term,
+            bytes: c.file_bytes,
+            cluster_config: checkpoint_cluster_config,
+        });
         core.next_pack_id = summary
             .packs
             .last()
             .map_or(1, |&(id, _)| id + 1)
             .max(meta.next_pack_id);
+        // The Raft log starts after the checkpoint: a restart purges
+        // whatever openraft kept behind its last snapshot.
         let replication = options.replicated.map(|_| {
-            let first_seq = checkpoint.map_or(1, |c| c.seq + 1);
-            Arc::new(Replication::new(first_seq, live))
+            let purged = checkpoint.map_or((0, 0), |c| (c.seq, c.term));
+            Arc::new(Replication::new(purged, live))
         });
         let (poisoned, _) = watch::channel(false);
         let (arrivals, _) = tokio::sync::broadcast::channel(ARRIVALS_BUFFERED_MAX);
@@ -286,6 +296,7 @@ pub(super) fn load(
     // applied); the first record to apply waits for it.
     let mut applied = 0u64;
     let mut live = Vec::new();
+    let mut checkpoint_cluster_config = None;
     // The last live record seen: in replicated mode records after `up_to`
     // are indexed but not applied, so the next one's number comes from here.
     let mut last_seen = None;
@@ -304,10 +315,12 @@ pub(super) fn load(
         let mut spool = None;
         let mut ready = |spool: &mut Option<Spool>| -> Result<(), JournalError> {
             if spool.is_none() {
-                *spool = Some(match decoding.take() {
+                let decoded = match decoding.take() {
                     Some(thread) => thread.join().expect("checkpoint-load thread panicked")?,
                     None => Spool::new(),
-                });
+                };
+                checkpoint_cluster_config = decoded.cluster_config().map(<[u8]>::to_vec);
+                *spool = Some(decoded);
             }
             Ok(())
         };
@@ -411,6 +424,7 @@ pub(super) fn load(
         spool,
         meta,
         checkpoint,
+        checkpoint_cluster_config,
         summary,
         applied,
         live,

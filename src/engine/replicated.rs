@@ -28,20 +28,23 @@ use tokio::sync::{mpsc, oneshot};
 use super::Engine;
 use super::error::WriteError;
 use super::sink::{self, Entry, FlushCallback, Op, Replicated, Reply};
-use crate::journal::{Durable, JournalError, RecordLoc, Truncate};
+use crate::journal::{Control, Durable, JournalError, RecordLoc, Truncate};
 use crate::spool::{Applied, Command, Payload, Record};
 
 /// The engine's replicated-mode state.
 pub(crate) struct Replication {
     /// Where each record of the live log is, with its term and kind.
-    index: Mutex<LogIndex>,
+    pub(super) index: Mutex<LogIndex>,
     /// Entries appended but not yet durable: Raft may read them back
     /// (to replicate them) before the writer placed them.
-    unwritten: Mutex<VecDeque<LogRecord>>,
+    pub(super) unwritten: Mutex<VecDeque<LogRecord>>,
     /// Sequence number of the last entry handed to the journal.
-    appended_seq: AtomicU64,
+    pub(super) appended_seq: AtomicU64,
     /// The term this replica serves in as the primary; 0 when it does not.
     serving: AtomicU64,
+    /// `serving`, for whoever waits on a change (the API opens after the
+    /// config's queues are in place; push workers abandon attempts).
+    serving_changes: tokio::sync::watch::Sender<u64>,
     /// The term whose barrier is being proposed; 0 when none.
     starting: AtomicU64,
     proposer: Mutex<Option<mpsc::UnboundedSender<Proposal>>>,
@@ -49,18 +52,23 @@ pub(crate) struct Replication {
     /// recently enough that no other primary can have been elected: a
     /// primary cut off (or frozen) stops leasing before a new one starts.
     quorum: std::sync::OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
+    /// Asks openraft for a snapshot (its builder runs the compaction).
+    pub(super) snapshot_trigger: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// The records of the live log: `(term, kind, location)` by sequence
-/// number, from `first_seq` on.
+/// number, from `first_seq` on. Everything before it is purged: covered by
+/// a snapshot (the checkpoint), and `purged_term` is the term of record
+/// `first_seq - 1`.
 #[derive(Debug, Default)]
-struct LogIndex {
-    first_seq: u64,
-    entries: VecDeque<(u64, u8, RecordLoc)>,
+pub(super) struct LogIndex {
+    pub(super) first_seq: u64,
+    pub(super) purged_term: u64,
+    pub(super) entries: VecDeque<(u64, u8, RecordLoc)>,
 }
 
 impl LogIndex {
-    fn get(&self, seq: u64) -> Option<(u64, u8, RecordLoc)> {
+    pub(super) fn get(&self, seq: u64) -> Option<(u64, u8, RecordLoc)> {
         let i = seq.checked_sub(self.first_seq)?;
         self.entries.get(usize::try_from(i).ok()?).copied()
     }
@@ -94,19 +102,23 @@ pub(crate) struct LogRecord {
 }
 
 impl Replication {
-    pub(super) fn new(first_seq: u64, live: Vec<(u64, u8, RecordLoc)>) -> Replication {
-        let appended = first_seq + live.len() as u64 - 1;
+    /// `purged`: `(seq, term)` of the last record before the live log.
+    pub(super) fn new(purged: (u64, u64), live: Vec<(u64, u8, RecordLoc)>) -> Replication {
+        let appended = purged.0 + live.len() as u64;
         Replication {
             index: Mutex::new(LogIndex {
-                first_seq,
+                first_seq: purged.0 + 1,
+                purged_term: purged.1,
                 entries: live.into(),
             }),
             unwritten: Mutex::new(VecDeque::new()),
             appended_seq: AtomicU64::new(appended),
             serving: AtomicU64::new(0),
+            serving_changes: tokio::sync::watch::Sender::new(0),
             starting: AtomicU64::new(0),
             proposer: Mutex::new(None),
             quorum: std::sync::OnceLock::new(),
+            snapshot_trigger: std::sync::OnceLock::new(),
         }
     }
 
@@ -127,7 +139,7 @@ impl Replication {
         }
     }
 
-    fn index(&self) -> std::sync::MutexGuard<'_, LogIndex> {
+    pub(super) fn index(&self) -> std::sync::MutexGuard<'_, LogIndex> {
         self.index.lock().expect("bug: index lock poisoned")
     }
 
@@ -155,7 +167,7 @@ impl Replication {
 }
 
 impl Engine {
-    fn replication(&self) -> &Replication {
+    pub(super) fn replication(&self) -> &Replication {
         self.inner
             .replication
             .as_deref()
@@ -175,6 +187,33 @@ impl Engine {
             .replication
             .as_ref()
             .is_none_or(|r| r.serving_now() != 0)
+    }
+
+    /// The term this replica serves in (0: none), as it changes; `None`
+    /// on a single node, which always serves.
+    pub fn serving_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let r = self.inner.replication.as_ref()?;
+        Some(r.serving_changes.subscribe())
+    }
+
+    /// Resolves once this replica no longer serves in the term it serves
+    /// in now: it stepped down, or lost its majority (checked every
+    /// 100 ms). Never on a single node.
+    pub async fn until_stepped_down(&self) {
+        let Some(mut changes) = self.serving_changes() else {
+            return std::future::pending().await;
+        };
+        let term = *changes.borrow_and_update();
+        while term != 0 && self.is_serving() && *changes.borrow() == term {
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            }
+        }
     }
 
     /// Sets the check of the leader lease (see [`Replication`]).
@@ -254,7 +293,7 @@ impl Engine {
     }
 
     /// Waits until record `seq` is durable in this replica's journal.
-    async fn durable(&self, seq: u64) -> Result<Durable, JournalError> {
+    pub(super) async fn durable(&self, seq: u64) -> Result<Durable, JournalError> {
         let mut watch = self.inner.journal.durable_seq();
         if watch.wait_for(|&d| d >= seq).await.is_err() {
             return Err(JournalError::Closed);
@@ -336,12 +375,12 @@ impl Engine {
             (cut, index.get(keep_seq).map(|(_, _, loc)| loc))
         };
         let (tx, rx) = oneshot::channel();
-        self.inner.journal.truncate(Truncate {
+        self.inner.journal.control(Control::Truncate(Truncate {
             keep_seq,
             cut,
             last_kept,
             done: tx,
-        })?;
+        }))?;
         rx.await.map_err(|_| JournalError::Closed)??;
         let mut index = r.index();
         let keep = (keep_seq + 1).saturating_sub(index.first_seq) as usize;
@@ -359,7 +398,8 @@ impl Engine {
     }
 
     /// `(first, last)` sequence numbers of the live log and the term of
-    /// the last one; `last < first` when it is empty.
+    /// the last one; `last < first` when it is empty (`last` is then the
+    /// last purged record, 0 if none).
     pub(crate) fn log_bounds(&self) -> (u64, u64, Option<u64>) {
         let r = self.replication();
         let appended = r.appended_seq.load(Ordering::Acquire);
@@ -367,7 +407,14 @@ impl Engine {
         (first, appended, self.log_term(appended))
     }
 
-    /// The term of record `seq`, if the live log holds it.
+    /// `(seq, term)` of the last purged record, if any.
+    pub(crate) fn log_purged(&self) -> Option<(u64, u64)> {
+        let index = self.replication().index();
+        (index.first_seq > 1).then(|| (index.first_seq - 1, index.purged_term))
+    }
+
+    /// The term of record `seq`, if the live log holds it or it is the
+    /// last purged one.
     pub(crate) fn log_term(&self, seq: u64) -> Option<u64> {
         let r = self.replication();
         // The tail first: the sink places an entry in the index before it
@@ -376,26 +423,37 @@ impl Engine {
             return Some(e);
         }
         let index = r.index();
+        if seq > 0 && seq + 1 == index.first_seq {
+            return Some(index.purged_term);
+        }
         index.get(seq).map(|(term, _, _)| term)
     }
 
-    /// The newest record of `kind` at or before `seq`.
-    pub(crate) fn last_of_kind(
-        &self,
-        kind: u8,
-        seq: u64,
-    ) -> Result<Option<LogRecord>, JournalError> {
-        let found = {
-            let index = self.replication().index();
-            let last = seq.min(index.last_seq());
-            (index.first_seq..=last)
-                .rev()
-                .find(|&s| index.get(s).is_some_and(|(_, k, _)| k == kind))
-        };
-        match found {
-            Some(s) => self.read_log(s),
-            None => Ok(None),
+    /// Forgets the log up to record `seq` (of `term`): a snapshot covers
+    /// it, and openraft will never read it again. Compaction may then
+    /// delete the segments that hold only such records.
+    pub(crate) fn purge_log(&self, seq: u64, term: u64) {
+        let r = self.replication();
+        let mut index = r.index();
+        if seq < index.first_seq {
+            return;
         }
+        let n = usize::try_from(seq + 1 - index.first_seq)
+            .unwrap_or(usize::MAX)
+            .min(index.entries.len());
+        index.entries.drain(..n);
+        index.first_seq = seq + 1;
+        index.purged_term = term;
+        r.appended_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// The segment (as a record location's file) that holds the oldest
+    /// record of the Raft log: compaction leaves it and every later one
+    /// alone. `None` on a single node, or when the log is all purged.
+    pub(super) fn purge_floor(&self) -> Option<u32> {
+        let r = self.inner.replication.as_ref()?;
+        let index = r.index();
+        index.entries.front().map(|&(_, _, loc)| loc.file)
     }
 
     /// Reads record `seq` of the live log back (from memory while it is not
@@ -483,6 +541,7 @@ impl Engine {
         core.spool.drop_leases();
         r.serving.store(term, Ordering::Release);
         drop(core);
+        r.serving_changes.send_replace(term);
         tracing::info!(term, "serving as the primary");
         Ok(())
     }
@@ -494,6 +553,7 @@ impl Engine {
         let r = self.replication();
         let was = r.serving.swap(0, Ordering::AcqRel);
         r.starting.store(0, Ordering::Release);
+        r.serving_changes.send_replace(0);
         let mut core = self.core();
         core.spool.drop_leases();
         drop(core);
@@ -502,31 +562,74 @@ impl Engine {
         }
     }
 
-    /// The spool's last applied record.
-    pub(crate) fn applied(&self) -> u64 {
-        self.core().spool.applied_seq()
+    /// The spool's last applied record and the replica set as of it.
+    pub(crate) fn applied_with_cluster_config(&self) -> (u64, Option<Vec<u8>>) {
+        let core = self.core();
+        let config = core.spool.cluster_config().map(<[u8]>::to_vec);
+        (core.spool.applied_seq(), config)
+    }
+}
+
+/// What tests of replicated mode without openraft need.
+#[cfg(test)]
+pub(crate) mod testing {
+    use tokio::sync::{mpsc, oneshot};
+
+    use super::{Engine, LogRecord};
+    use crate::engine::EngineOptions;
+    use crate::journal::sim::SimStorage;
+
+    /// A replicated-mode engine on `sim` with segments of `segment_bytes`,
+    /// applying at open what the log holds up to `apply_up_to`.
+    pub(crate) fn options(sim: &SimStorage, segment_bytes: u64, apply_up_to: u64) -> EngineOptions {
+        let mut o = EngineOptions::new("/spool");
+        o.storage = std::sync::Arc::new(sim.clone());
+        o.clock = std::sync::Arc::new(crate::time::ManualClock::new(1_800_000_000_000));
+        o.lock = false;
+        o.preallocate = false;
+        o.segment_bytes = segment_bytes;
+        o.replicated = Some(apply_up_to);
+        o
+    }
+
+    /// A Raft of one: each proposal is appended in `term`, then committed
+    /// and applied at once.
+    pub(crate) fn raft_of_one(engine: &Engine, term: u64) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<super::Proposal>();
+        engine.attach_proposer(tx);
+        let e = engine.clone();
+        tokio::spawn(async move {
+            while let Some(p) = rx.recv().await {
+                let seq = e.log_bounds().1 + 1;
+                let (done_tx, done_rx) = oneshot::channel();
+                let record = LogRecord {
+                    seq,
+                    term,
+                    kind: p.kind,
+                    body: p.body.clone(),
+                };
+                let done = Box::new(move |r: std::io::Result<()>| {
+                    let _ = done_tx.send(r.is_ok());
+                });
+                e.append_log(vec![record], done).unwrap();
+                assert!(done_rx.await.unwrap());
+                let applied = e.apply_committed(seq, p.kind, &p.body).await.unwrap();
+                e.finish_proposal(p.ticket, seq, applied).await;
+            }
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
     use crate::engine::EngineOptions;
     use crate::journal::sim::{SimStorage, Tear};
     use crate::spool::record::kind;
-    use crate::time::ManualClock;
 
     fn options(sim: &SimStorage) -> EngineOptions {
-        let mut o = EngineOptions::new("/spool");
-        o.storage = Arc::new(sim.clone());
-        o.clock = Arc::new(ManualClock::new(1_800_000_000_000));
-        o.lock = false;
-        o.preallocate = false;
-        o.segment_bytes = 64 << 10;
-        o.replicated = Some(0);
-        o
+        testing::options(sim, 64 << 10, 0)
     }
 
     /// An entry of `bytes` (a membership record: never applied here).

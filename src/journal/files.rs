@@ -150,14 +150,15 @@ fn frame_into(
     FrameHeader::seal(frame, salt, header);
 }
 
-/// A frame made anew (an upgrade re-frames format-1 records): the body
-/// framed with `seq` and `kind` as one complete batch of its own.
-pub(crate) fn frame(salt: u64, seq: u64, kind: u8, body: &[u8]) -> Vec<u8> {
+/// A frame made anew (an upgrade re-frames format-1 records, a replica
+/// re-frames the records of a snapshot under its own salt): the body
+/// framed with `seq`, `term` and `kind` as one complete batch of its own.
+pub(crate) fn frame(salt: u64, seq: u64, term: u64, kind: u8, body: &[u8]) -> Vec<u8> {
     let mut frame = Vec::new();
     let whole = Batch {
         index: 0,
         end: true,
     };
-    frame_into(&mut frame, salt, seq, 0, kind, whole, body);
+    frame_into(&mut frame, salt, seq, term, kind, whole, body);
     frame
 }

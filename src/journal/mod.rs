@@ -43,7 +43,8 @@ pub use error::JournalError;
 pub(crate) use format::SpoolIdentity;
 pub use writer::RecordLoc;
 pub(crate) use writer::{
-    BatchFailure, BatchSink, Durable, Journal, Placed, Truncate, WriterOptions, WriterStats,
+    BatchFailure, BatchSink, Control, Durable, Journal, Placed, Truncate, WriterOptions,
+    WriterStats,
 };
 
 use format::{META_BYTES, META_FILE_NAME, segment_file_name};
@@ -149,6 +150,18 @@ pub(crate) fn prepare_tail(
             disk_bytes: summary.file_bytes,
         });
     };
+    if summary.last_segment_next_seq < next_seq {
+        // Replicated mode: a snapshot installed from the primary put the
+        // checkpoint past the end of the log, whose records it all covers.
+        // The log goes on in a segment of its own.
+        return Ok(WriterStart {
+            segment_id: next_segment_id.max(last.id + 1),
+            end_offset: 0,
+            file_len: 0,
+            next_seq,
+            disk_bytes: summary.file_bytes,
+        });
+    }
     let path = dir.join(segment_file_name(last.id));
     let mut file_len = summary.last_segment_len;
     if let Some(torn) = summary.torn_tail {

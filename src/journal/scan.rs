@@ -181,6 +181,11 @@ pub struct ScanSummary {
     /// The last segment's file length (beyond the valid end: a torn write
     /// and/or preallocated zeros).
     pub last_segment_len: u64,
+    /// The sequence number the last segment's next record would carry
+    /// (its first one's if it holds none). Below `last_seq + 1` only in
+    /// replicated mode, after a snapshot from the primary put the
+    /// checkpoint ahead of the log.
+    pub last_segment_next_seq: u64,
     pub torn_tail: Option<TornTail>,
     /// The last segment (this id) has an incomplete header: it was being
     /// created when the process died and holds nothing.
@@ -651,6 +656,7 @@ fn check_files(
         if is_last {
             summary.last_segment_end = end as u64;
             summary.last_segment_len = buf.len() as u64;
+            summary.last_segment_next_seq = next_seq;
         }
         if !hand_over(&out, file, buf, frames) {
             return Ok(summary);

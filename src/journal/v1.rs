@@ -98,6 +98,7 @@ pub(crate) fn reframe(frame: &[u8], salt: u64) -> Option<Vec<u8>> {
     Some(super::files::frame(
         salt,
         le_u64(&frame[8..16]),
+        0,
         frame[16],
         &frame[FRAME_HEADER_BYTES..],
     ))

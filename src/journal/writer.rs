@@ -119,9 +119,9 @@ struct Pending<E> {
     /// (start offset in `buf`, kind, term) of each record.
     frames: Vec<(usize, u8, u64)>,
     entries: Vec<E>,
-    /// A truncation asked for (replicated mode); the writer runs it once
-    /// everything appended before it is written.
-    truncate: Option<Truncate>,
+    /// A truncation or restart asked for (replicated mode); the writer runs
+    /// it once everything appended before it is written.
+    control: Option<Control>,
     closed: bool,
     /// The writer sleeps on `wake` until an appender clears this: only the
     /// first append after the writer went idle pays for a wake-up.
@@ -159,6 +159,19 @@ pub(crate) struct Truncate {
     /// The frame of record `keep_seq`, if the log keeps any record.
     pub last_kept: Option<RecordLoc>,
     pub done: tokio::sync::oneshot::Sender<Result<(), JournalError>>,
+}
+
+/// What replicated mode asks of the writer between batches.
+#[derive(Debug)]
+pub(crate) enum Control {
+    Truncate(Truncate),
+    /// Go on at sequence number `next_seq` in a new segment (a snapshot
+    /// from the primary replaced the whole log). Nothing is written until
+    /// the next batch creates that segment.
+    Restart {
+        next_seq: u64,
+        done: tokio::sync::oneshot::Sender<Result<(), JournalError>>,
+    },
 }
 
 /// Lets a test keep durable batches from being applied, so that it can
@@ -310,7 +323,7 @@ impl<E: Send + 'static> Journal<E> {
                 buf: Vec::new(),
                 frames: Vec::new(),
                 entries: Vec::new(),
-                truncate: None,
+                control: None,
                 closed: false,
                 writer_waiting: false,
             }),
@@ -435,15 +448,16 @@ impl<E: Send + 'static> Journal<E> {
         })
     }
 
-    /// Cuts the log after record `t.keep_seq` (replicated mode). The caller
-    /// has waited until everything it appended is durable; the writer runs
-    /// the cut between batches and answers on `t.done`.
-    pub(crate) fn truncate(&self, t: Truncate) -> Result<(), JournalError> {
+    /// Runs `c` between batches (replicated mode): cuts the log after a
+    /// record, or restarts it at a later sequence number. The caller has
+    /// waited until everything it appended is durable; the writer answers
+    /// on the control's `done`.
+    pub(crate) fn control(&self, c: Control) -> Result<(), JournalError> {
         let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
         if pending.closed {
             return Err(JournalError::Closed);
         }
-        pending.truncate = Some(t);
+        pending.control = Some(c);
         let wake = std::mem::take(&mut pending.writer_waiting);
         drop(pending);
         if wake {
@@ -641,7 +655,7 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         loop {
             {
                 let mut pending = self.shared.pending.lock().expect("journal lock poisoned");
-                while pending.entries.is_empty() && pending.truncate.is_none() && !pending.closed {
+                while pending.entries.is_empty() && pending.control.is_none() && !pending.closed {
                     pending.writer_waiting = true;
                     pending = self
                         .shared
@@ -651,18 +665,24 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
                 }
                 pending.writer_waiting = false;
                 if pending.entries.is_empty() {
-                    match pending.truncate.take() {
-                        Some(t) => {
-                            drop(pending);
-                            let result = self.truncate(t.keep_seq, t.cut, t.last_kept);
-                            if result.is_err() {
-                                self.shared.poisoned.store(true, Ordering::Release);
-                            }
-                            let _ = t.done.send(result);
-                            continue;
+                    let Some(control) = pending.control.take() else {
+                        return;
+                    };
+                    drop(pending);
+                    let (result, done) = match control {
+                        Control::Truncate(t) => {
+                            (self.truncate(t.keep_seq, t.cut, t.last_kept), t.done)
                         }
-                        None => return,
+                        Control::Restart { next_seq, done } => {
+                            self.restart(next_seq);
+                            (Ok(()), done)
+                        }
+                    };
+                    if result.is_err() {
+                        self.shared.poisoned.store(true, Ordering::Release);
                     }
+                    let _ = done.send(result);
+                    continue;
                 }
                 std::mem::swap(&mut buf, &mut pending.buf);
                 std::mem::swap(&mut frames, &mut pending.frames);
@@ -898,5 +918,22 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         self.next_seq = keep_seq + 1;
         self.shared.durable_seq.send_replace(keep_seq);
         Ok(())
+    }
+
+    /// Goes on at `next_seq` in a new segment, created by the next batch.
+    /// The segments before it hold only records the installed checkpoint
+    /// covers; the engine deletes them.
+    fn restart(&mut self, next_seq: u64) {
+        if self.segment.file.take().is_some() {
+            self.segment.id += 1;
+        }
+        self.segment.len = 0;
+        self.segment.file_len = 0;
+        self.shared
+            .active_segment
+            .store(self.segment.id, Ordering::Release);
+        self.shared.active_file_bytes.store(0, Ordering::Relaxed);
+        self.next_seq = next_seq;
+        self.shared.durable_seq.send_replace(next_seq - 1);
     }
 }

@@ -38,6 +38,7 @@ pub(crate) mod kind {
     pub(crate) const MESSAGES: u8 = 66;
     pub(crate) const DEDUP: u8 = 67;
     pub(crate) const END: u8 = 68;
+    pub(crate) const CLUSTER: u8 = 69;
 }
 
 /// Version of the chunk layouts inside a checkpoint.
@@ -131,6 +132,8 @@ pub struct SpoolState {
     /// By name: the queue and its messages (ids ascending, base queue and
     /// failure queue together) and dedup keys (by window start).
     pub queues: BTreeMap<String, QueueState>,
+    /// Replicated mode: the replica set as last applied (opaque bytes).
+    pub cluster_config: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -166,6 +169,7 @@ impl Spool {
             epoch: self.epoch(),
             next_message_id: self.next_message_id(),
             queues: BTreeMap::new(),
+            cluster_config: self.cluster_config().map(<[u8]>::to_vec),
         };
         self.for_each_queue(|queue, messages, dedup| {
             state.queues.insert(
@@ -274,6 +278,11 @@ impl Spool {
             put_u32(&mut begin, *f);
         }
         out.chunks.insert(0, (kind::BEGIN, begin));
+        if let Some(config) = self.cluster_config() {
+            let mut body = Vec::new();
+            put_bytes32(&mut body, config);
+            out.chunks.push((kind::CLUSTER, body));
+        }
 
         let mut end = Vec::new();
         put_u64(&mut end, out.chunks.len() as u64);
@@ -703,6 +712,12 @@ impl CheckpointLoader {
                         .map_err(|e| DecodeError(format!("dedup key of {queue}: {e}")))?;
                     self.counts.dedup += 1;
                 }
+            }
+            (kind::CLUSTER, Some(spool)) => {
+                if spool.cluster_config().is_some() {
+                    return Err(DecodeError("a second CLUSTER chunk".into()));
+                }
+                spool.restore_cluster_config(r.bytes32()?.to_vec());
             }
             (kind::END, Some(_)) => {
                 let chunks = r.u64()?;

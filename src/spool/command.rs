@@ -197,7 +197,8 @@ pub enum Command<'a> {
     /// Replicated mode: Raft's blank entry; nothing to apply.
     RaftBlank,
     /// Replicated mode: the replica set changed. The state machine keeps
-    /// nothing of it (the cluster layer reads it back from the log).
+    /// the newest `config` (opaque bytes of the cluster module) so that a
+    /// checkpoint carries it.
     RaftMembership {
         config: Cow<'a, [u8]>,
     },

@@ -337,6 +337,10 @@ pub(crate) struct Spool {
     /// here point at (their enqueue record, their newest attempt record).
     /// What compaction would have to copy out of the file.
     live_bytes: BTreeMap<u32, u64>,
+    /// Replicated mode: the replica set as last applied, in bytes only the
+    /// cluster module reads (`src/cluster/store.rs`). A checkpoint keeps
+    /// it, so that the log behind a checkpoint can go.
+    cluster_config: Option<Vec<u8>>,
 }
 
 impl Spool {
@@ -354,6 +358,16 @@ impl Spool {
     /// Sequence number of the last record applied.
     pub(crate) fn applied_seq(&self) -> u64 {
         self.applied_seq
+    }
+
+    /// Replicated mode: the replica set as last applied (opaque bytes).
+    pub(crate) fn cluster_config(&self) -> Option<&[u8]> {
+        self.cluster_config.as_deref()
+    }
+
+    /// Restores the replica set from a checkpoint.
+    pub(crate) fn restore_cluster_config(&mut self, config: Vec<u8>) {
+        self.cluster_config = Some(config);
     }
 
     /// The latest time any applied record carries.
@@ -463,7 +477,11 @@ impl Spool {
                 self.epoch = self.epoch.max(*epoch);
                 Applied::Done
             }
-            Command::RaftBlank | Command::RaftMembership { .. } => Applied::Done,
+            Command::RaftBlank => Applied::Done,
+            Command::RaftMembership { config } => {
+                self.cluster_config = Some(config.to_vec());
+                Applied::Done
+            }
             Command::Attempt { queue, id, .. } => self.apply_attempt(queue, *id, loc),
             Command::DedupKey {
                 queue,

@@ -47,6 +47,11 @@ impl TestCluster {
     /// Writes the configs of `n` replicas; `cluster_keys` are added to
     /// each `[cluster]` table, `tables` (queues) to each file.
     pub fn new(n: usize, cluster_keys: &str, tables: &str) -> TestCluster {
+        TestCluster::with_spool(n, "segment_bytes = \"1MiB\"", cluster_keys, tables)
+    }
+
+    /// As [`TestCluster::new`], with `spool_keys` in each `[spool]` table.
+    pub fn with_spool(n: usize, spool_keys: &str, cluster_keys: &str, tables: &str) -> TestCluster {
         let tmp = tempfile::tempdir().unwrap();
         let ports = free_ports(2 * n);
         let peers: Vec<String> = (0..n)
@@ -64,7 +69,7 @@ impl TestCluster {
                     &config,
                     format!(
                         "[server]\nlisten = \"127.0.0.1:{api_port}\"\n\
-                         [spool]\ndir = \"{}\"\nsegment_bytes = \"1MiB\"\n\
+                         [spool]\ndir = \"{}\"\n{spool_keys}\n\
                          [cluster]\nnode_id = {id}\nlisten = \"127.0.0.1:{raft_port}\"\n\
                          api_url = \"http://127.0.0.1:{api_port}\"\nsecret = \"{SECRET}\"\n\
                          peers = {{ {peers} }}\n{cluster_keys}\n{tables}\n",
