@@ -478,7 +478,14 @@ impl Engine {
 
         // What the new checkpoint makes obsolete: every other checkpoint
         // and pack, and the segments that hold only records before the log.
-        let listing = list_files(inner.storage.as_ref(), &inner.dir)?;
+        let listing = match list_files(inner.storage.as_ref(), &inner.dir) {
+            Ok(listing) => listing,
+            Err(e) => {
+                return Err(self.fatal(format!(
+                    "installing a snapshot could not list the replaced files: {e}"
+                )));
+            }
+        };
         let new_packs: Vec<u64> = staged.packs.iter().map(|(id, _, _)| *id).collect();
         let mut obsolete: Vec<FileId> = listing
             .packs
@@ -488,22 +495,15 @@ impl Engine {
             .collect();
         let (added, removed) = {
             let mut core = self.core();
-            let mut index = r.index();
-            let floor = if keep_log {
-                let n = usize::try_from(seq + 1 - index.first_seq)
-                    .unwrap_or(usize::MAX)
-                    .min(index.entries.len());
-                index.entries.drain(..n);
-                index.entries.front().map(|&(_, _, loc)| loc.file)
-            } else {
-                index.entries.clear();
+            // The log before the snapshot is purged; without a log of its
+            // own after it, the log is empty and goes on after it.
+            self.purge_log(seq, term);
+            if !keep_log {
+                r.index().entries.clear();
                 r.unwritten.lock().expect("bug: tail lock poisoned").clear();
                 r.appended_seq.store(seq, Ordering::Release);
-                None
-            };
-            index.first_seq = seq + 1;
-            index.purged_term = term;
-            drop(index);
+            }
+            let floor = self.purge_floor();
             let active = inner.journal.active_segment();
             obsolete.extend(
                 listing
