@@ -246,16 +246,19 @@ def report(rows):
         out.append("A follower of a 3-replica cluster is down while wrk sends 1 KiB messages to the primary "
                    "(every message kept); the primary purges its log; the follower comes back and receives "
                    "the checkpoint streamed with every payload it points at. Time: from its start to having "
-                   "applied everything committed before it. Memory: its peak resident set (VmHWM).")
+                   "applied everything committed before it. Memory: its peak resident set (VmHWM), beside the "
+                   "primary's, which holds the same state and sent the snapshot.")
         out.append("")
-        out.append("| trial | messages | snapshot MiB | seconds | MiB/s | follower peak RSS MiB | RSS / snapshot |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|")
+        out.append("| trial | messages | snapshot MiB | seconds | MiB/s | follower peak RSS MiB | primary peak RSS MiB | follower RSS / snapshot |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
         for r in catchups:
             mib = num(r.get("snapshot_bytes")) / (1 << 20)
             secs = num(r.get("seconds"))
             rss = num(r.get("follower_peak_rss_kib")) / 1024
+            prss = num(r.get("primary_peak_rss_kib")) / 1024
             out.append(f"| {r.get('trial')} | {num(r.get('messages')):.0f} | {mib:.1f} | {secs:.2f} "
-                       f"| {mib / secs if secs else float('nan'):.1f} | {rss:.1f} | {rss / mib if mib else float('nan'):.2f} |")
+                       f"| {mib / secs if secs else float('nan'):.1f} | {rss:.1f} | {prss:.1f} "
+                       f"| {rss / mib if mib else float('nan'):.2f} |")
         out.append("")
 
     allocs = by.get("alloc", [])

@@ -278,7 +278,7 @@ cluster_once() {
 # purge their log; then the time until it has applied everything, the
 # snapshot's bytes, and its peak resident memory.
 catchup_once() {
-  local trial=$1 f i line requests commit t0 t1 bytes rss
+  local trial=$1 f i line requests commit t0 t1 bytes rss prss
   start_cluster 'compaction_interval = "200ms"'
   for i in 1 2 3; do
     [ "$primary" != "http://127.0.0.1:$((PORT + 100 + i))" ] && { f=$i; break; }
@@ -304,9 +304,10 @@ catchup_once() {
   done
   t1=$(date +%s.%N)
   rss=$(awk '/VmHWM/ {print $2}' "/proc/${pids_c[$((f - 1))]}/status")
+  prss=$(awk '/VmHWM/ {print $2}' "/proc/${pids_c[$((p - 1))]}/status")
   bytes=$(grep -o 'received a snapshot.*' "$work/cluster-$f/log" | grep -o 'bytes=[0-9]*' | tail -1 | cut -d= -f2)
   stop_cluster
-  result "catchup trial=$trial messages=$requests snapshot_bytes=${bytes:-0} seconds=$(python3 -c "print(round($t1 - $t0, 2))") follower_peak_rss_kib=$rss"
+  result "catchup trial=$trial messages=$requests snapshot_bytes=${bytes:-0} seconds=$(python3 -c "print(round($t1 - $t0, 2))") follower_peak_rss_kib=$rss primary_peak_rss_kib=$prss"
 }
 
 run_section cluster && { echo "== a 3-replica cluster beside a single node: durable sends, 64 connections ($TRIALS trials)" >&2
