@@ -128,7 +128,8 @@ pub(crate) const CLUSTER_SECRET_MIN_BYTES: usize = 16;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
-    /// Stable and unique, ≥ 1; never reused for another disk.
+    /// Stable and unique, ≥ 1; never reused for another disk (a replica
+    /// that lost its disk comes back under a new id: docs/operations.md).
     pub node_id: u64,
     /// Where replication traffic is accepted (not the API port).
     pub listen: String,
@@ -136,7 +137,8 @@ pub struct ClusterConfig {
     pub advertise: Option<String>,
     /// What other replicas name as the primary's API.
     pub api_url: String,
-    /// Every voter of the first start, this node included: id → address.
+    /// Every voter of the cluster's first start: id → address. A replica
+    /// not named here never bootstraps: it waits to be added.
     pub peers: BTreeMap<String, String>,
     /// Shared by every replica; also `SPOOLD_CLUSTER_SECRET`.
     pub secret: Option<String>,
@@ -229,14 +231,6 @@ impl ClusterConfig {
                     at("peers")
                 ));
             }
-        }
-        if !ids.contains_key(&self.node_id) {
-            return Err(format!(
-                "{}cluster.peers does not name this node (node_id = {}): list every voter, \
-                 this one included",
-                at("peers"),
-                self.node_id
-            ));
         }
         if ids.len() > CLUSTER_REPLICAS_MAX || ids.len() % 2 == 0 {
             return Err(format!(
@@ -973,7 +967,6 @@ mod tests {
     fn cluster_mistakes_name_the_key_and_line() {
         let cases = [
             ("node_id = 2", "node_id = 0", "node_id", 2),
-            ("node_id = 2", "node_id = 4", "does not name this node", 5),
             (", 3 = \"c:8788\"", "", "allowed 1, 3, 5 or 7", 5),
             ("c:8788", "c", "not host:port", 5),
             ("0.0.0.0:8788", "localhost", "cluster.listen", 3),

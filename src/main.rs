@@ -120,6 +120,25 @@ enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Adds replica ID, reachable for replication at ADDR (its
+    /// cluster.advertise): a learner until it caught up, then a voter. Use
+    /// an id the cluster never had.
+    Add {
+        id: u64,
+        addr: String,
+        /// How long the new member may take to catch up (default 5m).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        wait: Option<std::time::Duration>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Removes replica ID; refused if the voters left would not hold a
+    /// majority that answers the primary.
+    Remove {
+        id: u64,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -289,9 +308,26 @@ fn main() -> ExitCode {
                 &mut stdout(),
             )),
         },
-        Command::Cluster {
-            command: ClusterCommand::Status { json },
-        } => ops(ops::cluster_status(&target, json, &mut stdout())),
+        Command::Cluster { command } => match command {
+            ClusterCommand::Status { json } => {
+                ops(ops::cluster_status(&target, json, &mut stdout()))
+            }
+            ClusterCommand::Add {
+                id,
+                addr,
+                wait,
+                json,
+            } => ops(ops::cluster_add(
+                &target,
+                (id, &addr),
+                wait,
+                json,
+                &mut stdout(),
+            )),
+            ClusterCommand::Remove { id, json } => {
+                ops(ops::cluster_remove(&target, id, json, &mut stdout()))
+            }
+        },
         Command::Run(args) => run(args),
         Command::CheckConfig { config } => check_config(config),
         Command::Openapi => {

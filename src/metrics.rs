@@ -43,6 +43,12 @@ pub(crate) const CLUSTER_TERM: &str = "spoold_cluster_term";
 pub(crate) const CLUSTER_LEADER_CHANGES: &str = "spoold_cluster_leader_changes_total";
 pub(crate) const CLUSTER_REPLICATION_LAG: &str = "spoold_cluster_replication_lag_records";
 pub(crate) const CLUSTER_COMMIT_DURATION: &str = "spoold_cluster_commit_duration_seconds";
+pub(crate) const CLUSTER_PEER_CONTACT_AGE: &str = "spoold_cluster_peer_contact_age_seconds";
+pub(crate) const CLUSTER_MEMBERS: &str = "spoold_cluster_members";
+pub(crate) const CLUSTER_APPLIED_INDEX: &str = "spoold_cluster_applied_index";
+pub(crate) const CLUSTER_SNAPSHOT_RECEIVING: &str = "spoold_cluster_snapshot_receiving";
+pub(crate) const CLUSTER_SNAPSHOT_BYTES: &str = "spoold_cluster_snapshot_received_bytes_total";
+pub(crate) const CLUSTER_SNAPSHOTS_INSTALLED: &str = "spoold_cluster_snapshots_installed_total";
 
 pub(crate) const LABEL_QUEUE: &str = "queue";
 pub(crate) const LABEL_STATE: &str = "state";
@@ -51,6 +57,7 @@ pub(crate) const LABEL_ROUTE: &str = "route";
 pub(crate) const LABEL_STATUS: &str = "status";
 pub(crate) const LABEL_ROLE: &str = "role";
 pub(crate) const LABEL_PEER: &str = "peer";
+pub(crate) const LABEL_VOTER: &str = "voter";
 
 /// fsync takes ~50 µs on a fast NVMe disk and up to ~100 ms on a slow
 /// network volume.
@@ -222,6 +229,60 @@ fn describe() {
         Unit::Seconds,
         "Replicated mode, on the primary: from proposing a record to its answer (committed on a majority and applied)."
     );
+    describe_gauge!(
+        CLUSTER_PEER_CONTACT_AGE,
+        Unit::Seconds,
+        "Replicated mode, on the primary: seconds since each peer last answered it (a replica down grows it)."
+    );
+    describe_gauge!(
+        CLUSTER_MEMBERS,
+        "Replicated mode: members of the cluster as this replica knows them, voters (voter=\"true\") and learners."
+    );
+    describe_gauge!(
+        CLUSTER_APPLIED_INDEX,
+        "Replicated mode: the last entry this replica applied."
+    );
+    describe_gauge!(
+        CLUSTER_SNAPSHOT_RECEIVING,
+        "Replicated mode: 1 while this replica is catching up by receiving a snapshot."
+    );
+    describe_counter!(
+        CLUSTER_SNAPSHOT_BYTES,
+        Unit::Bytes,
+        "Replicated mode: bytes of snapshots this replica received (catch-up progress)."
+    );
+    describe_counter!(
+        CLUSTER_SNAPSHOTS_INSTALLED,
+        Unit::Count,
+        "Replicated mode: snapshots this replica received and installed since start."
+    );
+}
+
+/// Replicated mode: `spoold_cluster_snapshot_receiving` is 1 while one of
+/// these lives.
+pub(crate) struct SnapshotReceiving(());
+
+impl SnapshotReceiving {
+    pub(crate) fn start() -> SnapshotReceiving {
+        gauge!(CLUSTER_SNAPSHOT_RECEIVING).set(1.0);
+        SnapshotReceiving(())
+    }
+}
+
+impl Drop for SnapshotReceiving {
+    fn drop(&mut self) {
+        gauge!(CLUSTER_SNAPSHOT_RECEIVING).set(0.0);
+    }
+}
+
+/// Replicated mode: `bytes` more of a snapshot arrived.
+pub(crate) fn record_snapshot_bytes(bytes: u64) {
+    counter!(CLUSTER_SNAPSHOT_BYTES).increment(bytes);
+}
+
+/// Replicated mode: a received snapshot was installed.
+pub(crate) fn record_snapshot_installed() {
+    counter!(CLUSTER_SNAPSHOTS_INSTALLED).increment(1);
 }
 
 /// Replicated mode: the primary changed (as this replica saw it).
@@ -242,14 +303,26 @@ fn refresh_cluster(cluster: &crate::cluster::Cluster) {
         gauge!(CLUSTER_ROLE, LABEL_ROLE => role).set(on);
     }
     gauge!(CLUSTER_TERM).set(status.term as f64);
+    gauge!(CLUSTER_APPLIED_INDEX).set(status.applied_index.unwrap_or(0) as f64);
+    let voters = status.members.iter().filter(|m| m.voter).count();
+    gauge!(CLUSTER_MEMBERS, LABEL_VOTER => "true").set(voters as f64);
+    gauge!(CLUSTER_MEMBERS, LABEL_VOTER => "false").set((status.members.len() - voters) as f64);
     if status.role == "primary" {
         for m in status
             .members
             .iter()
             .filter(|m| m.node_id != status.node_id)
         {
+            let peer = m.node_id.to_string();
             let lag = m.lag_records.unwrap_or(0);
-            gauge!(CLUSTER_REPLICATION_LAG, LABEL_PEER => m.node_id.to_string()).set(lag as f64);
+            gauge!(CLUSTER_REPLICATION_LAG, LABEL_PEER => peer.clone()).set(lag as f64);
+            // A peer never heard from since this replica became primary
+            // is as old as its term here: the scrape interval is no guide,
+            // so report a large age rather than none.
+            let age = m
+                .last_contact
+                .map_or(f64::from(u32::MAX), |d| d.as_secs_f64());
+            gauge!(CLUSTER_PEER_CONTACT_AGE, LABEL_PEER => peer).set(age);
         }
     }
 }

@@ -291,26 +291,6 @@ async fn a_whole_cluster_killed_at_once_comes_back_with_everything_and_keys_dedu
     assert_eq!(ids(&survivor).await.len(), 30);
 }
 
-/// `GET /v1/cluster?digest=true` of replica `i`: its applied index and the
-/// digest of its state.
-async fn digest(cluster: &TestCluster, i: usize) -> Option<(u64, String)> {
-    let r = client()
-        .get(format!(
-            "{}/v1/cluster?digest=true",
-            cluster.replicas[i].base()
-        ))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .ok()?;
-    let v: Value = r.json().await.ok()?;
-    let d = &v["stateDigest"];
-    Some((
-        d["appliedIndex"].as_u64()?,
-        d["sha256"].as_str()?.to_owned(),
-    ))
-}
-
 /// The lowest log segment id in replica `i`'s spool directory.
 fn first_segment(cluster: &TestCluster, i: usize) -> Option<u64> {
     std::fs::read_dir(cluster.replicas[i].dir.join("spool"))
@@ -386,10 +366,7 @@ async fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
     cluster.start(behind);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let (p, b) = (
-            digest(&cluster, primary).await,
-            digest(&cluster, behind).await,
-        );
+        let (p, b) = (cluster.digest(primary).await, cluster.digest(behind).await);
         if let (Some(p), Some(b)) = (&p, &b)
             && p == b
         {

@@ -1,18 +1,28 @@
 //! `GET /v1/cluster` (docs/contract.md §9): this replica's view of its
 //! cluster. Answered by any replica, never relayed; `404` on a single node.
+//! `POST /v1/cluster/members` and `DELETE /v1/cluster/members/{id}`: add
+//! and remove members, on the primary (relayed there like every `/v1`
+//! call; `cluster/members.rs` decides).
 
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{RawQuery, State};
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::ApiError;
 use super::openapi::ErrorBody;
-use crate::cluster::ClusterStatus;
+use crate::cluster::{Cluster, ClusterStatus, MembershipError};
+
+/// How long an add waits by default for the new member to catch up.
+const CATCH_UP_DEFAULT_SECS: u64 = 300;
+/// The longest wait an add may ask for.
+const CATCH_UP_MAX_SECS: u64 = 3600;
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -59,11 +69,19 @@ pub(crate) struct MemberView {
     node_id: u64,
     /// Its replication address.
     addr: String,
+    /// The incarnation of its spool directory (16 hex digits) the
+    /// membership pins: a replica whose directory was wiped has another
+    /// and is refused until removed and added back. `null` until the
+    /// primary pins it.
+    incarnation: Option<String>,
     voter: bool,
     /// The last entry known to match the primary's log (the primary knows
     /// every member's; a follower only its own).
     match_index: Option<u64>,
     lag_records: Option<u64>,
+    /// On the primary: milliseconds since the member last answered it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_contact_ms: Option<u64>,
 }
 
 impl From<ClusterStatus> for ClusterView {
@@ -87,9 +105,11 @@ impl From<ClusterStatus> for ClusterView {
                 .map(|m| MemberView {
                     node_id: m.node_id,
                     addr: m.addr,
+                    incarnation: m.incarnation.map(|i| format!("{i:016x}")),
                     voter: m.voter,
                     match_index: m.match_index,
                     lag_records: m.lag_records,
+                    last_contact_ms: m.last_contact.map(|d| d.as_millis() as u64),
                 })
                 .collect(),
         }
@@ -125,11 +145,125 @@ pub(crate) async fn status(
             }
             Json(view).into_response()
         }
-        None => ApiError::new(
-            axum::http::StatusCode::NOT_FOUND,
-            "not_found",
-            "this spoold runs as a single node, not a cluster",
-        )
-        .into_response(),
+        None => single_node().into_response(),
     }
+}
+
+fn single_node() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "this spoold runs as a single node, not a cluster",
+    )
+}
+
+fn cluster(state: &AppState) -> Result<&Cluster, ApiError> {
+    state.cluster().ok_or_else(single_node)
+}
+
+/// A member to add.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct AddMemberBody {
+    /// A node id the cluster never had (a replica that lost its disk comes
+    /// back under a new one).
+    node_id: u64,
+    /// Its `cluster.advertise` address (host:port of replication).
+    addr: String,
+    /// Seconds to wait for it to catch up before it becomes a voter
+    /// (default 300, at most 3600).
+    #[serde(default)]
+    catch_up_timeout_secs: Option<u64>,
+}
+
+/// The node id of a member, in the path.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct MemberPath {
+    /// The member's node id.
+    #[allow(dead_code)] // read through `Path<u64>`; here for the document
+    id: u64,
+}
+
+impl From<MembershipError> for ApiError {
+    fn from(e: MembershipError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            MembershipError::BadRequest(_) => ApiError::bad_request(message),
+            MembershipError::Unavailable(_) => ApiError::unavailable(message),
+            MembershipError::AlreadyMember(_) => {
+                ApiError::new(StatusCode::CONFLICT, "already_member", message)
+            }
+            MembershipError::NotMember(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "member_not_found", message)
+            }
+            MembershipError::Unreachable { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "member_unreachable", message)
+            }
+            MembershipError::Behind { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "member_behind", message)
+            }
+            MembershipError::QuorumAtRisk(_) => {
+                ApiError::new(StatusCode::CONFLICT, "quorum_at_risk", message)
+            }
+            MembershipError::Unconfirmed(_) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "operation_unconfirmed",
+                message,
+            ),
+        }
+    }
+}
+
+/// Adds a member: a learner first, a voter once it caught up.
+#[utoipa::path(
+    post, path = "/v1/cluster/members", operation_id = "addMember", tag = "operations",
+    request_body(content = AddMemberBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "a voter now; the cluster as the primary sees it", body = ClusterView),
+        (status = 400, description = "a malformed body", body = ErrorBody),
+        (status = 404, description = "a single node, not a cluster", body = ErrorBody),
+        (status = 409, description = "`already_member`, `member_unreachable` (no answer, or another node answers there), `member_behind` (not caught up in time: it stays a learner)", body = ErrorBody),
+        (status = 503, description = "no primary, or another membership change in progress", body = ErrorBody),
+    )
+)]
+pub(crate) async fn add_member(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let cluster = cluster(&state)?;
+    let bytes = super::read_body(&state, &headers, body).await?;
+    let add: AddMemberBody = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid member: {e}")))?;
+    let wait = add.catch_up_timeout_secs.unwrap_or(CATCH_UP_DEFAULT_SECS);
+    if wait > CATCH_UP_MAX_SECS {
+        return Err(ApiError::bad_request(format!(
+            "catchUpTimeoutSecs = {wait}: at most {CATCH_UP_MAX_SECS}"
+        )));
+    }
+    let status = cluster
+        .add_member(add.node_id, &add.addr, std::time::Duration::from_secs(wait))
+        .await?;
+    Ok(Json(ClusterView::from(status)).into_response())
+}
+
+/// Removes a member (one at a time; refused if the voters left would not
+/// hold a majority that answers the primary).
+#[utoipa::path(
+    delete, path = "/v1/cluster/members/{id}", operation_id = "removeMember", tag = "operations",
+    params(MemberPath),
+    responses(
+        (status = 200, description = "removed; the cluster as the primary sees it", body = ClusterView),
+        (status = 404, description = "`member_not_found`, or a single node", body = ErrorBody),
+        (status = 409, description = "`quorum_at_risk`: the voters left would not hold an answering majority, or it is the last voter", body = ErrorBody),
+        (status = 503, description = "no primary, or another membership change in progress", body = ErrorBody),
+    )
+)]
+pub(crate) async fn remove_member(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<u64>,
+) -> Result<Response, ApiError> {
+    let status = cluster(&state)?.remove_member(id).await?;
+    Ok(Json(ClusterView::from(status)).into_response())
 }

@@ -175,6 +175,8 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(queues::pause))
         .routes(routes!(queues::resume))
         .routes(routes!(cluster::status))
+        .routes(routes!(cluster::add_member))
+        .routes(routes!(cluster::remove_member))
         .routes(routes!(openapi_json))
         .routes(routes!(healthz))
         .routes(routes!(readyz))

@@ -130,7 +130,11 @@ impl Target {
     }
 
     async fn json(&self, method: Method, path: &str) -> Result<Value, OpsError> {
-        let response = self.send(self.request(method, path)).await?;
+        self.json_of(self.request(method, path)).await
+    }
+
+    async fn json_of(&self, request: RequestBuilder) -> Result<Value, OpsError> {
+        let response = self.send(request).await?;
         response.json().await.map_err(|e| OpsError::Transport {
             url: self.url.clone(),
             reason: format!("unreadable answer: {}", with_causes(&e)),
@@ -235,8 +239,50 @@ pub async fn cluster_status(
     out: &mut impl Write,
 ) -> Result<(), OpsError> {
     let status = target.json(Method::GET, "/v1/cluster").await?;
+    print_cluster(&status, json, out)
+}
+
+/// `spoold cluster add ID ADDR`: adds a member through the primary and
+/// waits until it is a voter (up to `catch_up` for it to catch up).
+pub async fn cluster_add(
+    target: &Target,
+    (id, addr): (u64, &str),
+    catch_up: Option<std::time::Duration>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let mut body = serde_json::json!({ "nodeId": id, "addr": addr });
+    if let Some(wait) = catch_up {
+        body["catchUpTimeoutSecs"] = wait.as_secs().max(1).into();
+    }
+    let status = target
+        .json_of(
+            target
+                .request(Method::POST, "/v1/cluster/members")
+                .json(&body),
+        )
+        .await?;
+    print_cluster(&status, json, out)
+}
+
+/// `spoold cluster remove ID`: removes a member through the primary.
+pub async fn cluster_remove(
+    target: &Target,
+    id: u64,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let status = target
+        .json(Method::DELETE, &format!("/v1/cluster/members/{id}"))
+        .await?;
+    print_cluster(&status, json, out)
+}
+
+/// The answer of `GET /v1/cluster` (or of a membership change) as a
+/// table, or as one line of JSON.
+fn print_cluster(status: &Value, json: bool, out: &mut impl Write) -> Result<(), OpsError> {
     if json {
-        return json_lines(out, &[status]);
+        return json_lines(out, std::slice::from_ref(status));
     }
     let primary = match &status["primary"] {
         Value::Null => "none known".to_string(),

@@ -1,8 +1,10 @@
-//! The two small files of a replica beside its journal: `raft.vote` (the
-//! vote, replaced atomically and fsynced: a replica must never vote twice
-//! in a term) and `raft.commit` (the last entry known committed, written
-//! in place without fsync: a stale or torn one only means start-up
-//! applies less and Raft applies the rest). Layouts: docs/journal-format.md.
+//! The three small files of a replica beside its journal: `raft.id` (the
+//! node id the directory belongs to and its incarnation, written once),
+//! `raft.vote` (the vote, replaced atomically and fsynced: a replica must
+//! never vote twice in a term) and `raft.commit` (the last entry known
+//! committed, written in place without fsync: a stale or torn one only
+//! means start-up applies less and Raft applies the rest). Layouts:
+//! docs/journal-format.md.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -12,8 +14,11 @@ use crate::journal::JournalError;
 use crate::journal::atomic::write_atomically;
 use crate::journal::storage::{Storage, StorageFile};
 
+const ID_FILE: &str = "raft.id";
 const VOTE_FILE: &str = "raft.vote";
 const COMMIT_FILE: &str = "raft.commit";
+const ID_MAGIC: &[u8; 8] = b"SPOOLRID";
+const ID_BYTES: usize = 28;
 const VOTE_MAGIC: &[u8; 8] = b"SPOOLVOT";
 const COMMIT_MAGIC: &[u8; 8] = b"SPOOLCMT";
 const COMMIT_BYTES: usize = 32;
@@ -90,6 +95,76 @@ impl RaftFiles {
         *self.committed.lock().expect("bug: commit lock poisoned") = committed.copied();
         Ok(())
     }
+}
+
+/// The incarnation of `dir`, a random number drawn the first time a
+/// replica runs in it: a directory that was wiped (or a new replica given
+/// an old one's id) has a new incarnation, and the members know the old
+/// one (`types.rs` `Peer`). Refuses a directory that belongs to another
+/// node id.
+pub(crate) fn incarnation(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    node_id: u64,
+) -> Result<u64, IdError> {
+    let path = dir.join(ID_FILE);
+    match storage.open(&path) {
+        Ok(file) => {
+            let mut bytes = [0u8; ID_BYTES];
+            file.read_exact_at(&mut bytes, 0)
+                .map_err(|e| JournalError::io(&path, e))?;
+            let crc = u32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes"));
+            if &bytes[..8] != ID_MAGIC || crc32c::crc32c(&bytes[..24]) != crc {
+                return Err(IdError::Journal(JournalError::Corrupt {
+                    dir: dir.to_path_buf(),
+                    file: path,
+                    offset: 0,
+                    reason: "not a replica id file, or damaged".into(),
+                }));
+            }
+            let owner = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+            if owner != node_id {
+                return Err(IdError::OtherNode {
+                    dir: dir.to_path_buf(),
+                    owner,
+                    node_id,
+                });
+            }
+            Ok(u64::from_le_bytes(
+                bytes[16..24].try_into().expect("8 bytes"),
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Never 0: 0 is a member not pinned yet.
+            let incarnation = rand::random::<u64>() | 1;
+            let mut bytes = [0u8; ID_BYTES];
+            bytes[..8].copy_from_slice(ID_MAGIC);
+            bytes[8..16].copy_from_slice(&node_id.to_le_bytes());
+            bytes[16..24].copy_from_slice(&incarnation.to_le_bytes());
+            let crc = crc32c::crc32c(&bytes[..24]);
+            bytes[24..28].copy_from_slice(&crc.to_le_bytes());
+            write_atomically(storage, dir, ID_FILE, |f| f.write_all_at(&bytes, 0))
+                .map_err(|e| e.into_inner())?;
+            Ok(incarnation)
+        }
+        Err(e) => Err(JournalError::io(&path, e).into()),
+    }
+}
+
+/// Why a replica's directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum IdError {
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(
+        "{dir} is the spool directory of node {owner}, not of node {node_id} \
+         (cluster.node_id): give each replica its own directory"
+    )]
+    OtherNode {
+        dir: PathBuf,
+        owner: u64,
+        node_id: u64,
+    },
 }
 
 fn read_vote(storage: &dyn Storage, dir: &Path) -> Result<Option<Vote>, JournalError> {

@@ -6,12 +6,15 @@
 //! - `types.rs`: openraft's type configuration (a record is an entry).
 //! - `store.rs`: the journal as the Raft log, the spool as its state
 //!   machine (the engine's side is `engine/replicated.rs`).
-//! - `files.rs`: the vote and the commit pointer beside the journal.
+//! - `files.rs`: the replica's id, vote and commit pointer beside the
+//!   journal.
 //! - `net.rs`: replication traffic on `cluster.listen`, with the secret.
 //! - `forward.rs`: a follower's `/v1` calls relayed to the primary.
+//! - `members.rs`: adding and removing members.
 
 pub(crate) mod files;
 pub(crate) mod forward;
+pub(crate) mod members;
 pub(crate) mod net;
 pub(crate) mod store;
 pub(crate) mod types;
@@ -32,6 +35,7 @@ use crate::engine::replicated::Proposal;
 use crate::engine::{Engine, EngineOptions, ReplayReport};
 use crate::journal::JournalError;
 use files::RaftFiles;
+pub use members::MembershipError;
 use store::{LogStore, StateMachine};
 use types::{Peer, RecordData, TypeConfig, seq_of};
 
@@ -46,6 +50,8 @@ const PROPOSAL_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum ClusterError {
     #[error(transparent)]
     Journal(#[from] JournalError),
+    #[error(transparent)]
+    Directory(#[from] files::IdError),
     #[error("cannot listen for replication on {addr}: {reason}")]
     Listen { addr: String, reason: String },
     #[error("raft: {0}")]
@@ -66,6 +72,12 @@ struct Inner {
     /// The API URL of each peer, as its replication requests announce it.
     api_urls: Arc<Mutex<BTreeMap<u64, String>>>,
     forwarder: forward::Forwarder,
+    network: net::Network,
+    /// A voter silent this long is not counted on (`members.rs`).
+    silence: Duration,
+    /// When this replica last became the primary: the age of a peer it
+    /// never heard from.
+    leading_since: Arc<Mutex<Option<std::time::Instant>>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -90,6 +102,7 @@ impl Cluster {
             .storage
             .create_dir_all(&options.dir)
             .map_err(|e| JournalError::io(&options.dir, e))?;
+        let incarnation = files::incarnation(&options.storage, &options.dir, config.node_id)?;
         let (files, vote) = RaftFiles::open(options.storage.clone(), &options.dir)?;
         options.replicated = Some(files.committed().map_or(0, |c| seq_of(c.index())));
         options.identity = Some(net::cluster_identity(secret));
@@ -122,7 +135,7 @@ impl Cluster {
         let raft = Raft::new(
             config.node_id,
             raft_config,
-            network,
+            network.clone(),
             log,
             StateMachine::new(engine.clone()),
         )
@@ -138,7 +151,7 @@ impl Cluster {
         let app = net::router(
             raft.clone(),
             engine.clone(),
-            config.node_id,
+            (config.node_id, incarnation),
             auth,
             api_urls.clone(),
         );
@@ -173,10 +186,18 @@ impl Cluster {
                     .is_some_and(|at| at.elapsed() < lease)
         }));
         tasks.push(tokio::spawn(propose(raft.clone(), engine.clone(), rx)));
+        let leading_since = Arc::new(Mutex::new(None));
         tasks.push(tokio::spawn(lead(
             raft.clone(),
             engine.clone(),
             config.node_id,
+            leading_since.clone(),
+        )));
+        tasks.push(tokio::spawn(members::pin(
+            raft.clone(),
+            network.clone(),
+            config.node_id,
+            incarnation,
         )));
 
         if !raft
@@ -184,18 +205,7 @@ impl Cluster {
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?
         {
-            let members: BTreeMap<u64, Peer> = config
-                .peer_ids()
-                .into_iter()
-                .map(|(id, raft_addr)| (id, Peer { raft_addr }))
-                .collect();
-            // Every new replica proposes the same first membership (the
-            // config's peers); openraft accepts it once, on whichever
-            // replica starts first, and refuses it on the others.
-            match raft.initialize(members).await {
-                Ok(()) => tracing::info!("bootstrapped a new cluster"),
-                Err(e) => tracing::info!(reason = %e, "joined an existing cluster"),
-            }
+            bootstrap(&raft, &network, config).await;
         }
         let cluster = Cluster {
             inner: Arc::new(Inner {
@@ -205,6 +215,11 @@ impl Cluster {
                 forward_to_primary: config.forward_to_primary,
                 api_urls,
                 forwarder: forward::Forwarder::new(),
+                network,
+                // Two and a half heartbeats: a live replica answers every
+                // heartbeat interval.
+                silence: Duration::from_millis(config.heartbeat_ms * 5 / 2),
+                leading_since,
                 tasks: Mutex::new(tasks),
             }),
         };
@@ -254,6 +269,11 @@ impl Cluster {
         let membership = m.membership_config.membership();
         let voters: Vec<u64> = membership.voter_ids().collect();
         let last_index = m.last_log_index.unwrap_or(0);
+        let leading_since = *self
+            .inner
+            .leading_since
+            .lock()
+            .expect("bug: leading_since lock poisoned");
         let members = membership
             .nodes()
             .map(|(id, peer)| {
@@ -262,12 +282,22 @@ impl Cluster {
                     None if *id == m.id => m.last_log_index,
                     None => None,
                 };
+                // Only the primary hears from every member.
+                let last_contact =
+                    m.heartbeat
+                        .as_ref()
+                        .and_then(|h| match h.get(id).cloned().flatten() {
+                            Some(at) => Some(at.elapsed()),
+                            None => leading_since.map(|since| since.elapsed()),
+                        });
                 MemberStatus {
                     node_id: *id,
                     addr: peer.raft_addr.clone(),
+                    incarnation: (peer.incarnation != 0).then_some(peer.incarnation),
                     voter: voters.contains(id),
                     match_index: matched,
                     lag_records: matched.map(|i| last_index.saturating_sub(i)),
+                    last_contact,
                 }
             })
             .collect();
@@ -320,9 +350,61 @@ pub struct ClusterStatus {
 pub struct MemberStatus {
     pub node_id: u64,
     pub addr: String,
+    /// The incarnation of its spool directory the membership pins (none
+    /// yet for a member of the bootstrap that has not answered a primary).
+    pub incarnation: Option<u64>,
     pub voter: bool,
     pub match_index: Option<u64>,
     pub lag_records: Option<u64>,
+    /// On the primary: how long ago the member last answered it.
+    pub last_contact: Option<Duration>,
+}
+
+/// The first start of a replica that belongs to no cluster yet. If a peer
+/// already belongs to one, this replica waits to be reached by its primary
+/// (a replica of a cluster being formed) or added (`spoold cluster add`):
+/// bootstrapping would give it a log of its own. Otherwise it proposes the
+/// config's peers as the first membership; every new replica proposes the
+/// same one (no incarnations: the primary pins them later, `members.rs`),
+/// and openraft accepts it once, on whichever replica starts first.
+async fn bootstrap(raft: &Raft, network: &net::Network, config: &ClusterConfig) {
+    let peers = config.peer_ids();
+    if !peers.contains_key(&config.node_id) {
+        tracing::info!(
+            node_id = config.node_id,
+            "this replica is not one of cluster.peers: waiting to be added \
+             (`spoold cluster add` on any replica of the cluster)"
+        );
+        return;
+    }
+    let asked = peers
+        .iter()
+        .filter(|(id, _)| **id != config.node_id)
+        .map(|(id, addr)| network.hello(*id, addr));
+    let answers = futures_util::future::join_all(asked).await;
+    if answers.iter().flatten().any(|hello| hello.initialized) {
+        tracing::info!(
+            "a peer already belongs to a cluster: waiting for its primary to reach this replica \
+             (or to be added with `spoold cluster add`)"
+        );
+        return;
+    }
+    let members: BTreeMap<u64, Peer> = peers
+        .into_iter()
+        .map(|(id, raft_addr)| {
+            (
+                id,
+                Peer {
+                    raft_addr,
+                    incarnation: 0,
+                },
+            )
+        })
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) => tracing::info!("bootstrapped a new cluster"),
+        Err(e) => tracing::info!(reason = %e, "joined an existing cluster"),
+    }
 }
 
 /// Hands the engine's proposals to Raft in the order they were decided,
@@ -371,7 +453,12 @@ async fn propose(raft: Raft, engine: Engine, mut rx: mpsc::UnboundedReceiver<Pro
 
 /// Follows leadership: serve as the primary while this replica leads
 /// (once its barrier is applied), stop at once when it does not.
-async fn lead(raft: Raft, engine: Engine, node_id: u64) {
+async fn lead(
+    raft: Raft,
+    engine: Engine,
+    node_id: u64,
+    leading_since: Arc<Mutex<Option<std::time::Instant>>>,
+) {
     let mut metrics = raft.metrics();
     let mut acting = 0;
     let mut leader = None;
@@ -394,6 +481,10 @@ async fn lead(raft: Raft, engine: Engine, node_id: u64) {
                 engine.stop_serving();
             }
             acting = want;
+            *leading_since
+                .lock()
+                .expect("bug: leading_since lock poisoned") =
+                (want != 0).then(std::time::Instant::now);
             if want != 0 {
                 let engine = engine.clone();
                 let metrics = raft.metrics();

@@ -5,10 +5,19 @@
 //! its records: `engine/snapshot.rs`).
 //!
 //! Every request carries a proof of the cluster secret (an HMAC of a fixed
-//! label under it, so the secret itself never crosses the network) and the
-//! node id it is meant for; a request without the proof is refused and
-//! logged, one meant for another node is refused (a peer that points at
-//! the wrong address must not vote here).
+//! label under it, so the secret itself never crosses the network), the
+//! node id it is meant for and the incarnation the membership knows that
+//! node by; a request without the proof is refused and logged, one meant
+//! for another node is refused (a peer that points at the wrong address
+//! must not vote here), and so is one meant for an earlier incarnation of
+//! this node (its spool directory was wiped: it lost its log and its vote,
+//! and may take part again only once removed and added back). Every answer
+//! names this node's incarnation, which is how the primary learns the
+//! incarnations of the members of a bootstrap (`mod.rs` pins them).
+//!
+//! `POST /raft/hello` answers who is here (node id, incarnation, whether
+//! it belongs to a cluster yet): asked by a new replica before it
+//! bootstraps, and by the primary before it adds a member.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -41,6 +50,9 @@ const TARGET_HEADER: &str = "spooler-cluster-target";
 /// `<node id> <api url>` of the sender: how followers learn where the
 /// primary's API is (a leader sends to every follower each heartbeat).
 const FROM_HEADER: &str = "spooler-cluster-from";
+/// The incarnation a request is meant for (0: any), and the one an answer
+/// comes from.
+const INCARNATION_HEADER: &str = "spooler-cluster-incarnation";
 /// A body larger than this is not a Raft message spoold sends.
 const RAFT_BODY_MAX_BYTES: usize = 64 << 20;
 
@@ -86,15 +98,25 @@ struct ServerState {
     /// One snapshot received at a time.
     receiving: Arc<tokio::sync::Mutex<()>>,
     node_id: u64,
+    incarnation: u64,
     auth: Arc<str>,
     api_urls: Arc<Mutex<BTreeMap<u64, String>>>,
+}
+
+/// What `POST /raft/hello` answers.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub(crate) struct Hello {
+    pub node_id: u64,
+    pub incarnation: u64,
+    /// It holds a membership: it bootstrapped, or a primary reached it.
+    pub initialized: bool,
 }
 
 /// The replication listener's routes.
 pub(crate) fn router(
     raft: Raft,
     engine: Engine,
-    node_id: u64,
+    (node_id, incarnation): (u64, u64),
     auth: Arc<str>,
     api_urls: Arc<Mutex<BTreeMap<u64, String>>>,
 ) -> Router {
@@ -103,10 +125,13 @@ pub(crate) fn router(
         engine,
         receiving: Arc::default(),
         node_id,
+        incarnation,
         auth,
         api_urls,
     };
+    let named = axum::http::HeaderValue::from(incarnation);
     Router::new()
+        .route("/raft/hello", post(hello))
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))
@@ -117,6 +142,10 @@ pub(crate) fn router(
             post(snapshot).layer(axum::extract::DefaultBodyLimit::disable()),
         )
         .with_state(state)
+        .layer(axum::middleware::map_response(move |mut r: Response| {
+            r.headers_mut().insert(INCARNATION_HEADER, named.clone());
+            std::future::ready(r)
+        }))
 }
 
 /// Refuses a request without the secret's proof, or meant for another
@@ -139,6 +168,30 @@ fn refuse(state: &ServerState, headers: &HeaderMap) -> Option<Response> {
             (
                 StatusCode::MISDIRECTED_REQUEST,
                 format!("this is node {}, not {target:?}", state.node_id),
+            )
+                .into_response(),
+        );
+    }
+    let meant = headers
+        .get(INCARNATION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    if meant != 0 && meant != state.incarnation {
+        tracing::warn!(
+            meant,
+            incarnation = state.incarnation,
+            "refused replication meant for an earlier incarnation of this node: \
+             its spool directory is new; remove this node and add it back"
+        );
+        return Some(
+            (
+                StatusCode::MISDIRECTED_REQUEST,
+                format!(
+                    "node {} has a new spool directory (incarnation {:x}, not {meant:x}): \
+                     remove it from the cluster and add it back",
+                    state.node_id, state.incarnation
+                ),
             )
                 .into_response(),
         );
@@ -192,6 +245,18 @@ where
         Ok(rpc) => reply(call(s.raft, rpc).await),
         Err(bad) => *bad,
     }
+}
+
+async fn hello(State(s): State<ServerState>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refuse(&s, &headers) {
+        return refused;
+    }
+    let initialized = s.raft.is_initialized().await.unwrap_or(false);
+    reply(Ok::<_, String>(Hello {
+        node_id: s.node_id,
+        incarnation: s.incarnation,
+        initialized,
+    }))
 }
 
 async fn append(State(s): State<ServerState>, headers: HeaderMap, body: Bytes) -> Response {
@@ -254,9 +319,23 @@ async fn snapshot(State(s): State<ServerState>, headers: HeaderMap, body: Body) 
         let arriving = std::iter::from_fn(|| rx.blocking_recv());
         engine.receive_snapshot(seq, term, arriving)
     });
-    let mut bytes = 0u64;
+    let _receiving = crate::metrics::SnapshotReceiving::start();
+    let (mut bytes, mut messages_in, mut reported) = (0u64, 0u64, std::time::Instant::now());
     while let Some(m) = messages.next().await {
-        bytes += m.as_ref().map_or(0, |m| m.len() as u64);
+        let len = m.as_ref().map_or(0, |m| m.len() as u64);
+        bytes += len;
+        messages_in += 1;
+        crate::metrics::record_snapshot_bytes(len);
+        if reported.elapsed() >= SNAPSHOT_PROGRESS_EVERY {
+            reported = std::time::Instant::now();
+            tracing::info!(
+                seq,
+                mib = bytes >> 20,
+                messages = messages_in,
+                seconds = started.elapsed().as_secs(),
+                "catching up by snapshot: received so far"
+            );
+        }
         let m = m.map_err(|e| JournalError::io("snapshot stream", e));
         if tx.send(m).await.is_err() {
             break;
@@ -281,9 +360,15 @@ async fn snapshot(State(s): State<ServerState>, headers: HeaderMap, body: Body) 
         meta,
         snapshot: SnapshotData::Received(Box::new(staged)),
     };
-    reply(s.raft.install_full_snapshot(vote, snapshot).await)
+    let installed = s.raft.install_full_snapshot(vote, snapshot).await;
+    if installed.is_ok() {
+        crate::metrics::record_snapshot_installed();
+    }
+    reply(installed)
 }
 
+/// How often a replica receiving a snapshot logs how far it got.
+const SNAPSHOT_PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Messages buffered between the network and the thread writing packs.
 const SNAPSHOT_MESSAGES_BUFFERED: usize = 64;
 /// Bytes gathered into one piece of a streamed snapshot body.
@@ -363,12 +448,21 @@ fn put_message(out: &mut Vec<u8>, m: &[u8]) {
     out.extend_from_slice(m);
 }
 
+/// How long a replica waits for a peer's `hello`.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Makes a client per peer; they share one connection pool.
 #[derive(Clone)]
 pub(crate) struct Network {
     client: reqwest::Client,
     auth: Arc<str>,
     from: Arc<str>,
+    /// The incarnation each peer's answers named.
+    learned: Arc<Mutex<BTreeMap<u64, u64>>>,
+    /// The incarnation the membership pins for each member, as of now:
+    /// openraft keeps a peer's client across membership changes, so a
+    /// client reads this rather than the one it was made with.
+    pinned: Arc<Mutex<BTreeMap<u64, u64>>>,
 }
 
 impl Network {
@@ -384,6 +478,60 @@ impl Network {
             client,
             auth,
             from: format!("{node_id} {api_url}").into(),
+            learned: Arc::default(),
+            pinned: Arc::default(),
+        }
+    }
+
+    pub(crate) fn pinned(&self) -> BTreeMap<u64, u64> {
+        self.pinned
+            .lock()
+            .expect("bug: pinned lock poisoned")
+            .clone()
+    }
+
+    /// The incarnations the membership in force pins (`members.rs`).
+    pub(crate) fn set_pinned(&self, pinned: BTreeMap<u64, u64>) {
+        let mut now = self.pinned.lock().expect("bug: pinned lock poisoned");
+        if *now != pinned {
+            *now = pinned;
+        }
+    }
+
+    /// The incarnation `node`'s answers named, if it answered.
+    pub(crate) fn learned(&self, node: u64) -> Option<u64> {
+        self.learned
+            .lock()
+            .expect("bug: learned lock poisoned")
+            .get(&node)
+            .copied()
+    }
+
+    /// Asks the replica at `addr` who it is, as node `target`.
+    pub(crate) async fn hello(&self, target: u64, addr: &str) -> Result<Hello, String> {
+        let peer = self.client_for(
+            target,
+            &Peer {
+                raft_addr: addr.to_owned(),
+                incarnation: 0,
+            },
+        );
+        let option = RPCOption::new(HELLO_TIMEOUT);
+        peer.call("hello", &(), &option)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn client_for(&self, target: u64, node: &Peer) -> PeerClient {
+        PeerClient {
+            client: self.client.clone(),
+            auth: self.auth.clone(),
+            from: self.from.clone(),
+            learned: self.learned.clone(),
+            pinned: self.pinned.clone(),
+            base: format!("http://{}", node.raft_addr),
+            target,
+            incarnation: node.incarnation,
         }
     }
 }
@@ -392,13 +540,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &Peer) -> PeerClient {
-        PeerClient {
-            client: self.client.clone(),
-            auth: self.auth.clone(),
-            from: self.from.clone(),
-            base: format!("http://{}", node.raft_addr),
-            target,
-        }
+        self.client_for(target, node)
     }
 }
 
@@ -407,8 +549,13 @@ pub(crate) struct PeerClient {
     client: reqwest::Client,
     auth: Arc<str>,
     from: Arc<str>,
+    learned: Arc<Mutex<BTreeMap<u64, u64>>>,
+    pinned: Arc<Mutex<BTreeMap<u64, u64>>>,
     base: String,
     target: u64,
+    /// The incarnation the membership knew the peer by when this client
+    /// was made (0: not pinned).
+    incarnation: u64,
 }
 
 impl PeerClient {
@@ -419,6 +566,32 @@ impl PeerClient {
             .header(AUTH_HEADER, &*self.auth)
             .header(TARGET_HEADER, self.target.to_string())
             .header(FROM_HEADER, &*self.from)
+            .header(INCARNATION_HEADER, self.incarnation())
+    }
+
+    /// The incarnation the peer is known by now.
+    fn incarnation(&self) -> u64 {
+        self.pinned
+            .lock()
+            .expect("bug: pinned lock poisoned")
+            .get(&self.target)
+            .copied()
+            .unwrap_or(self.incarnation)
+    }
+
+    /// Notes the incarnation a successful answer came from.
+    fn learn(&self, response: &reqwest::Response) {
+        let named = response
+            .headers()
+            .get(INCARNATION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(incarnation) = named {
+            let mut learned = self.learned.lock().expect("bug: learned lock poisoned");
+            if learned.get(&self.target) != Some(&incarnation) {
+                learned.insert(self.target, incarnation);
+            }
+        }
     }
 
     async fn call<Q: Serialize, A: DeserializeOwned>(
@@ -441,6 +614,9 @@ impl PeerClient {
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
         let status = response.status();
+        if status.is_success() {
+            self.learn(&response);
+        }
         let bytes = response
             .bytes()
             .await

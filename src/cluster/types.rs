@@ -21,12 +21,18 @@ impl fmt::Display for RecordData {
 }
 
 /// A replica as the membership names it: where its replication listener
-/// is (`cluster.peers`). Its API address is not part of the membership (a
-/// replica knows only its own); followers learn the primary's from its
-/// replication requests (`net.rs`).
+/// is (`cluster.peers`), and which spool directory answers there. Its API
+/// address is not part of the membership (a replica knows only its own);
+/// followers learn the primary's from its replication requests (`net.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Peer {
     pub raft_addr: String,
+    /// The incarnation of the member's spool directory (`files.rs`): a
+    /// replica whose directory was wiped has a new one and refuses what is
+    /// meant for the old (it must be removed and added back). 0 until the
+    /// primary pins it: the members of a bootstrap are known by address
+    /// only at first.
+    pub incarnation: u64,
 }
 
 openraft::declare_raft_types!(

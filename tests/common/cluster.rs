@@ -29,7 +29,11 @@ impl Replica {
 
 pub struct TestCluster {
     pub replicas: Vec<Replica>,
-    _tmp: tempfile::TempDir,
+    /// `peers = { … }` of the first start, the same in every config.
+    peers: String,
+    /// `[spool]` keys, `[cluster]` keys and tables of every config.
+    keys: (String, String, String),
+    tmp: tempfile::TempDir,
 }
 
 /// Ports the kernel calls free now (held open together, so they differ).
@@ -57,40 +61,77 @@ impl TestCluster {
         let peers: Vec<String> = (0..n)
             .map(|i| format!("{} = \"127.0.0.1:{}\"", i + 1, ports[n + i]))
             .collect();
-        let peers = peers.join(", ");
-        let replicas = (0..n)
-            .map(|i| {
-                let id = i as u64 + 1;
-                let dir = tmp.path().join(format!("replica-{id}"));
-                std::fs::create_dir_all(&dir).unwrap();
-                let (api_port, raft_port) = (ports[i], ports[n + i]);
-                let config = dir.join("spoold.toml");
-                std::fs::write(
-                    &config,
-                    format!(
-                        "[server]\nlisten = \"127.0.0.1:{api_port}\"\n\
-                         [spool]\ndir = \"{}\"\n{spool_keys}\n\
-                         [cluster]\nnode_id = {id}\nlisten = \"127.0.0.1:{raft_port}\"\n\
-                         api_url = \"http://127.0.0.1:{api_port}\"\nsecret = \"{SECRET}\"\n\
-                         peers = {{ {peers} }}\n{cluster_keys}\n{tables}\n",
-                        dir.join("spool").display()
-                    ),
-                )
-                .unwrap();
-                Replica {
-                    id,
-                    config,
-                    dir,
-                    api_port,
-                    raft_port,
-                    process: None,
-                }
-            })
-            .collect();
-        TestCluster {
-            replicas,
-            _tmp: tmp,
+        let mut cluster = TestCluster {
+            replicas: Vec::new(),
+            peers: peers.join(", "),
+            keys: (spool_keys.into(), cluster_keys.into(), tables.into()),
+            tmp,
+        };
+        for i in 0..n {
+            let replica = cluster.replica(i as u64 + 1, (ports[i], ports[n + i]));
+            cluster.replicas.push(replica);
         }
+        cluster
+    }
+
+    /// A replica's directory and config (node `id`, on `ports`: API and
+    /// replication); its `peers` are the first start's.
+    fn replica(&self, id: u64, (api_port, raft_port): (u16, u16)) -> Replica {
+        let dir = self.tmp.path().join(format!("replica-{id}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("spoold.toml");
+        let (spool_keys, cluster_keys, tables) = &self.keys;
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:{api_port}\"\n\
+                 [spool]\ndir = \"{}\"\n{spool_keys}\n\
+                 [cluster]\nnode_id = {id}\nlisten = \"127.0.0.1:{raft_port}\"\n\
+                 api_url = \"http://127.0.0.1:{api_port}\"\nsecret = \"{SECRET}\"\n\
+                 peers = {{ {} }}\n{cluster_keys}\n{tables}\n",
+                dir.join("spool").display(),
+                self.peers
+            ),
+        )
+        .unwrap();
+        Replica {
+            id,
+            config,
+            dir,
+            api_port,
+            raft_port,
+            process: None,
+        }
+    }
+
+    /// A new replica (not started, not a member) with the next node id.
+    pub fn spare(&mut self) -> usize {
+        let ports = free_ports(2);
+        let id = self.replicas.iter().map(|r| r.id).max().unwrap_or(0) + 1;
+        let replica = self.replica(id, (ports[0], ports[1]));
+        self.replicas.push(replica);
+        self.replicas.len() - 1
+    }
+
+    /// Replica `i`'s disk lost: killed, its spool directory deleted.
+    pub fn wipe(&mut self, i: usize) {
+        self.kill(i);
+        std::fs::remove_dir_all(self.replicas[i].dir.join("spool")).unwrap();
+    }
+
+    /// Replica `i` comes back on its ports under the next node id (its
+    /// config rewritten), as a replica that lost its disk must: not
+    /// started, not a member.
+    pub fn renumber(&mut self, i: usize) {
+        assert!(self.replicas[i].process.is_none());
+        let id = self.replicas.iter().map(|r| r.id).max().unwrap_or(0) + 1;
+        let ports = (self.replicas[i].api_port, self.replicas[i].raft_port);
+        self.replicas[i] = self.replica(id, ports);
+    }
+
+    /// The replication address of replica `i`.
+    pub fn raft_addr(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.replicas[i].raft_port)
     }
 
     /// Starts replica `i` (without waiting for it to be ready).
@@ -172,5 +213,25 @@ impl TestCluster {
             assert!(Instant::now() < deadline, "no primary within {within:?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// `GET /v1/cluster?digest=true` of replica `i`: its applied index and
+    /// the digest of its state (every message, queue and dedup key).
+    pub async fn digest(&self, i: usize) -> Option<(u64, String)> {
+        let r = client()
+            .get(format!(
+                "{}/v1/cluster?digest=true",
+                self.replicas[i].base()
+            ))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        let v: Value = r.json().await.ok()?;
+        let d = &v["stateDigest"];
+        Some((
+            d["appliedIndex"].as_u64()?,
+            d["sha256"].as_str()?.to_owned(),
+        ))
     }
 }
