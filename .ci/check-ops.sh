@@ -15,7 +15,7 @@ echo "-- dashboard"
 bash .ci/check-dashboard.sh
 
 echo "-- kubernetes manifests"
-for overlay in deploy/kubernetes/base deploy/kubernetes/statefulset; do
+for overlay in deploy/kubernetes/base deploy/kubernetes/statefulset deploy/kubernetes/cluster; do
   kubectl kustomize "$overlay" > "$overlay.rendered.yaml.tmp"
   kubernetes-validate --strict --quiet --kubernetes-version 1.30.0 "$overlay.rendered.yaml.tmp"
   rm -f "$overlay.rendered.yaml.tmp"

@@ -118,6 +118,9 @@ fn every_shipped_config_passes_check_config() {
         "config.example.toml",
         "deploy/kubernetes/base/spoold.toml",
         "deploy/kubernetes/statefulset/spoold.toml",
+        "deploy/kubernetes/cluster/spoold-0.toml",
+        "deploy/kubernetes/cluster/spoold-1.toml",
+        "deploy/kubernetes/cluster/spoold-2.toml",
     ] {
         // The manifests give the pod its keys from a Secret, as
         // SPOOLD_API_KEYS: check-config checks the exposure with them.
@@ -125,6 +128,7 @@ fn every_shipped_config_passes_check_config() {
             .args(["check-config", "--config"])
             .arg(root.join(file))
             .env("SPOOLD_API_KEYS", "a-key-from-the-secret")
+            .env("SPOOLD_CLUSTER_SECRET", "a-cluster-secret-from-the-secret")
             .output()
             .unwrap();
         assert!(
