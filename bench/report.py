@@ -261,6 +261,33 @@ def report(rows):
                        f"| {rss / mib if mib else float('nan'):.2f} |")
         out.append("")
 
+    jets = by.get("jetstream", [])
+    out.append("### Side by side: NATS JetStream R3")
+    out.append("")
+    if not jets:
+        out.append("Not measured (`ONLY=jetstream bench/run.sh`).")
+    else:
+        out.append("Three local `nats-server` with JetStream (file storage, a stream of 3 replicas, routes "
+                   "between them) and spoold's 3-replica cluster, one after the other in each trial, on this "
+                   "machine: 1 KiB messages, 64 clients each waiting for its acknowledgement "
+                   "(`examples/jetstream_load.rs` publishes with a reply inbox; wrk sends to spoold's primary). "
+                   "fsyncs per acknowledged message: per replica (spoold: from its fsync histogram's count; "
+                   "JetStream: `strace -f -c` of one server during a second run). Medians of the trials.")
+        out.append("")
+        out.append("| system | messages/s | p50 ms | p99 ms | fsyncs per acknowledged message, per replica |")
+        out.append("|---|---:|---:|---:|---:|")
+        for system, name in (("spoold-r3", "spoold, 3 replicas"), ("nats-jetstream-r3", "NATS JetStream R3")):
+            rs = [r for r in jets if r.get("system") == system]
+            if not rs:
+                continue
+            m = median(rs, "sends_per_s")
+            version = f" {m['version']}" if m.get("version") else ""
+            fs = num(m.get("fsyncs_per_msg"))
+            note = " (JetStream 2.9 does not fsync per message: it writes to the page cache and syncs every 2 minutes by default; a power loss can take acknowledged messages)" if system.startswith("nats") and fs < 0.01 else ""
+            out.append(f"| {name}{version} ({len(rs)} trials) | {num(m.get('sends_per_s')):.0f} | {ms(m.get('p50_us'))} "
+                       f"| {ms(m.get('p99_us'))} | {fs:.3f}{note} |")
+        out.append("")
+
     allocs = by.get("alloc", [])
     out.append("### Allocators, side by side (trials interleaved)")
     out.append("")

@@ -57,7 +57,7 @@ PORT=${PORT:-18787}
 REDIS_PORT=${REDIS_PORT:-18788}
 SINK_PORT=${SINK_PORT:-18789}
 SKIP=${SKIP:-}
-ONLY=${ONLY:-floor sends redis pull push replay slowdisk cluster catchup alloc}
+ONLY=${ONLY:-floor sends redis pull push replay slowdisk cluster catchup jetstream alloc}
 run_section() { [[ " $ONLY " == *" $1 "* && " $SKIP " != *" $1 "* ]]; }
 
 install_missing wrk=wrk redis-server=redis-server redis-benchmark=redis-tools strace=strace curl=curl
@@ -65,10 +65,11 @@ install_missing wrk=wrk redis-server=redis-server redis-benchmark=redis-tools st
 work=$(mktemp -d "$root/target/bench.XXXXXX")
 trap 'kill_all; rm -rf "$work"' EXIT
 echo "== building (release)" >&2
-cargo build --release --quiet --bin spoold --example load
+cargo build --release --quiet --bin spoold --example load --example jetstream_load
 mkdir -p "$work/bin"
 cp target/release/spoold "$work/bin/spoold"
 cp target/release/examples/load "$work/bin/load"
+cp target/release/examples/jetstream_load "$work/bin/jetstream_load"
 spoold_bin=$work/bin/spoold
 load_bin=$work/bin/load
 
@@ -322,6 +323,68 @@ run_section cluster && { echo "== a 3-replica cluster beside a single node: dura
     result "cluster replicas=1 trial=$trial $line cpu_us_per_msg_1=$(( ticks * 10000 / $(field requests "$line") ))"
     cluster_once "$trial"
   done
+}
+
+# fsyncs I: the fsyncs (group commits) replica I has done, from its metrics.
+fsyncs() {
+  curl -fs "http://127.0.0.1:$((PORT + 100 + $1))/metrics" \
+    | awk '/^spoold_journal_fsync_duration_seconds_count/ {s += $2} END {printf "%d", s}'
+}
+
+# jetstream_once TRIAL: NATS JetStream R3 (three local nats-server, file
+# storage, routes between them) beside spoold's 3-replica cluster, same
+# 1 KiB bodies, 64 clients waiting for their ack.
+jetstream_once() {
+  local trial=$1 i dir line before after pid calls n nats_version
+  nats_version=$(nats-server --version | sed 's/.* v//')
+  for i in 1 2 3; do
+    dir=$work/nats-$i
+    rm -rf "$dir"; mkdir -p "$dir"
+    local routes=""
+    for j in 1 2 3; do [ "$j" != "$i" ] && routes+="nats://127.0.0.1:$((PORT + 400 + j)), "; done
+    cat >"$dir/nats.conf" <<CONF
+server_name: n$i
+listen: 127.0.0.1:$((PORT + 300 + i))
+jetstream { store_dir: "$dir/js", max_file_store: 20GB }
+cluster { name: bench, listen: 127.0.0.1:$((PORT + 400 + i)), routes: [ ${routes%, } ] }
+CONF
+    nats-server -c "$dir/nats.conf" >>"$dir/log" 2>&1 &
+    pids_n[$i]=$!
+    pids+=("$!")
+  done
+  for i in 1 2 3; do
+    for _ in $(seq 1 100); do
+      (echo >"/dev/tcp/127.0.0.1/$((PORT + 300 + i))") 2>/dev/null && break
+      sleep 0.1
+    done
+  done
+  local servers="127.0.0.1:$((PORT + 301)),127.0.0.1:$((PORT + 302)),127.0.0.1:$((PORT + 303))"
+  "$work/bin/jetstream_load" --servers "$servers" --create-stream BENCH --subject bench.x --seconds 1 >/dev/null
+  line=$("$work/bin/jetstream_load" --servers "$servers" --subject bench.x --clients 64 --seconds "$DURATION" | grep RESULT)
+  # What a server fsyncs per acknowledged message: strace counts
+  # server 1's fsync/fdatasync calls (all threads) during a second, shorter run.
+  pid=${pids_n[1]}
+  timeout 8 strace -f -c -e trace=fsync,fdatasync -p "$pid" -o "$work/nats-strace" &
+  local tracer=$!
+  sleep 1
+  n=$("$work/bin/jetstream_load" --servers "$servers" --subject bench.x --clients 64 --seconds 5 | grep -o 'requests=[0-9]*' | cut -d= -f2)
+  wait "$tracer" 2>/dev/null || true
+  calls=$(awk '$NF == "fsync" || $NF == "fdatasync" {s += $4} END {printf "%d", s}' "$work/nats-strace")
+  for i in 1 2 3; do kill -TERM "${pids_n[$i]}" 2>/dev/null || true; wait "${pids_n[$i]}" 2>/dev/null || true; done
+  result "jetstream system=nats-jetstream-r3 trial=$trial $line fsyncs_per_msg=$(python3 -c "print(round($calls / max($n, 1), 4))") version=$nats_version"
+
+  start_cluster
+  before=$(( $(fsyncs 1) + $(fsyncs 2) + $(fsyncs 3) ))
+  line=$(BODY_BYTES=1024 wrk -t2 -c64 -d"${DURATION}s" --latency -s bench/post.lua \
+    "$primary/v1/queues/bench/messages" | grep RESULT)
+  after=$(( $(fsyncs 1) + $(fsyncs 2) + $(fsyncs 3) ))
+  stop_cluster
+  result "jetstream system=spoold-r3 trial=$trial $line fsyncs_per_msg=$(python3 -c "print(round(($after - $before) / 3 / max($(field requests "$line"), 1), 4))")"
+}
+
+run_section jetstream && { echo "== NATS JetStream R3 beside spoold's 3-replica cluster ($TRIALS trials)" >&2
+  install_missing nats-server=nats-server
+  for trial in $(seq 1 "$TRIALS"); do jetstream_once "$trial"; done
 }
 
 run_section catchup && { echo "== catch-up by snapshot ($TRIALS trials)" >&2

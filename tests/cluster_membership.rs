@@ -447,3 +447,80 @@ async fn a_rolling_restart_under_load_keeps_every_acknowledged_message() {
     assert!(acknowledged.is_subset(&ids), "lost acknowledged messages");
     assert_eq!(ids.len(), acknowledged.len());
 }
+
+/// A follower whose journal is damaged in the middle (a bit flipped in a
+/// sealed segment) refuses to start, naming the file, as a single node
+/// does; the others carry on, and the runbook's way back (remove it, wipe
+/// it, add it back under a new id) ends with the same state everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_a_damaged_journal_refuses_to_start_and_rejoins_once_wiped() {
+    let mut cluster = TestCluster::with_spool(3, SPOOL, "", TABLES);
+    cluster.start_all().await;
+    let p = cluster.primary(Duration::from_secs(10)).await;
+    let damaged = (p + 1) % 3;
+    let base = cluster.replicas[p].base();
+    let load = Load::start(vec![base.clone()], 4);
+    while load.acknowledged() < 600 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.kill(damaged);
+    let spool = cluster.replicas[damaged].dir.join("spool");
+    let mut segments: Vec<std::path::PathBuf> = std::fs::read_dir(&spool)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 2, "{segments:?}");
+    let sealed = &segments[0];
+    let mut bytes = std::fs::read(sealed).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(sealed, &bytes).unwrap();
+
+    cluster.start(damaged);
+    let code = cluster.replicas[damaged]
+        .process
+        .as_mut()
+        .unwrap()
+        .wait_exit();
+    let log = cluster.replicas[damaged].process.take().unwrap().log();
+    assert_ne!(code, 0, "a damaged replica started:\n{log}");
+    let name = sealed.file_name().unwrap().to_str().unwrap();
+    assert!(
+        log.contains(name),
+        "the refusal does not name {name}:\n{log}"
+    );
+
+    // The others serve meanwhile; then the damaged one is replaced.
+    let before = load.acknowledged();
+    while load.acknowledged() < before + 300 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ran = cli(
+        &base,
+        &[
+            "cluster",
+            "remove",
+            &cluster.replicas[damaged].id.to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    std::fs::remove_dir_all(&spool).unwrap();
+    cluster.renumber(damaged);
+    cluster.start(damaged);
+    common::wait_until("the new replica answers", async || {
+        cluster.status(damaged).await.is_some()
+    })
+    .await;
+    let new_id = cluster.replicas[damaged].id.to_string();
+    let addr = cluster.raft_addr(damaged);
+    let ran = cli(&base, &["cluster", "add", &new_id, &addr, "--wait", "60s"]).await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let (acknowledged, _, _) = load.finish().await;
+    same_state(&cluster, &[0, 1, 2]).await;
+    let ids = all_ids(&cluster.replicas[damaged].base()).await;
+    assert!(acknowledged.is_subset(&ids), "lost acknowledged messages");
+    assert_eq!(ids.len(), acknowledged.len());
+}

@@ -1,11 +1,20 @@
 //! Replicated mode, Jepsen-style: three real replicas on loopback under
 //! senders, forwarders (to a local destination) and receivers that ack and
-//! nack, while a nemesis kills the primary with SIGKILL, kills a follower
-//! (for a second, or for long enough that the primary purges the log it
-//! missed, so it comes back through a snapshot), and freezes the primary
-//! with SIGSTOP past the election timeout, round after round. Clients talk
-//! to any replica (followers relay). Segments are small and compaction
-//! frequent, so snapshots are built, purged behind and sent all along.
+//! nack, while a nemesis, round after round:
+//!
+//! - kills the primary with SIGKILL; kills a follower (for a second, or
+//!   for long enough that the primary purges the log it missed, so it
+//!   comes back through a snapshot); freezes the primary with SIGSTOP past
+//!   the election timeout;
+//! - partitions the replicas (each reaches the others through a proxy the
+//!   test controls, `tests/common/links.rs`): the primary isolated with a
+//!   client of its own (which must get no `2xx` once the primary lost its
+//!   majority), a follower isolated, a bridge (two replicas that see only
+//!   the third), flapping links, and every link delayed.
+//!
+//! Clients talk to any replica (followers relay). Segments are small and
+//! compaction frequent, so snapshots are built, purged behind and sent all
+//! along.
 //!
 //! The checker (as `tests/crash_loop.rs`'s, plus what replication adds):
 //!
@@ -19,13 +28,17 @@
 //!   must be 0;
 //! - stale tokens: a token of an older term answered anything but
 //!   `409 stale_lease`: must be 0;
+//! - acknowledged by an isolated primary: a `2xx` to a send that reached
+//!   the primary after it was cut from both followers (plus its leader
+//!   lease of `election_timeout / 2` and a margin): must be 0;
 //! - duplicates: counted, allowed;
 //! - at the end, every replica holds the same state (the digest of
 //!   `GET /v1/cluster?digest=true` at the same applied index).
 //!
 //! It also measures failover: from `kill -9` of the primary to the first
-//! `201` through a follower. Rounds: `CLUSTER_NEMESIS_ROUNDS` (default 6,
-//! what CI runs; local runs and their figures: `docs/reliability.md`).
+//! `201` through a follower. Rounds: `CLUSTER_NEMESIS_ROUNDS` (default 9,
+//! each fault once, what CI runs; local runs and their figures:
+//! `docs/reliability.md`).
 
 mod common;
 
@@ -55,6 +68,10 @@ struct History {
     stale_token_violations: Vec<String>,
     stale_tokens_checked: usize,
     failovers: Vec<Duration>,
+    /// Sends to an isolated primary: tried, and answered `2xx` although
+    /// they reached it after it lost its majority.
+    isolated_tried: usize,
+    isolated_acknowledged: Vec<String>,
 }
 
 type Shared = Arc<Mutex<History>>;
@@ -231,13 +248,65 @@ enum Fault {
     /// A follower down for several seconds: more than the 1 000 records
     /// openraft keeps behind a snapshot go by.
     LagFollower,
+    /// The primary cut from both followers for 3 s, while a client keeps
+    /// sending to it.
+    IsolatePrimary,
+    /// A follower cut from the others for 3 s.
+    IsolateFollower,
+    /// Two replicas cut from each other, both still linked to the third,
+    /// for 4 s.
+    Bridge,
+    /// A random link flipped every 200 ms for 4 s.
+    Flap,
+    /// Every link delayed by 20–150 ms for 3 s.
+    Delay,
+}
+
+/// How long after its isolation a primary may still answer `2xx`: its
+/// leader lease (`election_timeout / 2`, 250 ms by default), plus the
+/// time for an answer already decided to arrive.
+const ISOLATED_GRACE: Duration = Duration::from_millis(750);
+
+/// Sends to `base` (an isolated primary) until `until`: how many were
+/// tried, and the tags of those answered `2xx` that were sent after
+/// `cut + ISOLATED_GRACE`.
+async fn isolated_client(
+    client: Client,
+    base: String,
+    history: Shared,
+    cut: Instant,
+    until: Instant,
+) {
+    let mut n = 0;
+    while Instant::now() < until {
+        n += 1;
+        let tag = format!("isolated {cut:?} n{n}");
+        let sent_at = Instant::now();
+        let acknowledged = send(
+            &client,
+            &history,
+            &base,
+            "/v1/queues/jobs/messages",
+            &tag,
+            StatusCode::CREATED,
+        )
+        .await;
+        {
+            let mut h = history.lock().unwrap();
+            h.isolated_tried += 1;
+            if acknowledged && sent_at > cut + ISOLATED_GRACE {
+                h.isolated_acknowledged.push(tag);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn rounds() -> usize {
     std::env::var("CLUSTER_NEMESIS_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(6)
+        .unwrap_or(9)
 }
 
 /// Leases one message at the primary and keeps its token, to ack it after
@@ -275,7 +344,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
          backoff = {{ initial = \"50ms\", max = \"200ms\" }}\n"
     );
     let spool = "segment_bytes = \"64KiB\"\ncompaction_interval = \"200ms\"";
-    let mut cluster = TestCluster::with_spool(3, spool, "", &tables);
+    let (mut cluster, links) = TestCluster::behind_links(3, spool, "", &tables);
     cluster.start_all().await;
     let bases: Vec<String> = cluster.replicas.iter().map(|r| r.base()).collect();
     cluster.primary(Duration::from_secs(10)).await;
@@ -293,10 +362,16 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
 
     let faults = [
         Fault::KillPrimary,
+        Fault::IsolatePrimary,
         Fault::FreezePrimary,
+        Fault::Bridge,
         Fault::KillFollower,
+        Fault::IsolateFollower,
         Fault::LagFollower,
+        Fault::Flap,
+        Fault::Delay,
     ];
+    let ids: Vec<u64> = cluster.replicas.iter().map(|r| r.id).collect();
     for round in 0..rounds() {
         tokio::time::sleep(Duration::from_millis(500 + rand::random::<u64>() % 1000)).await;
         let primary = cluster.primary(Duration::from_secs(20)).await;
@@ -350,6 +425,59 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
                 process.signal("-STOP");
                 tokio::time::sleep(Duration::from_millis(1500)).await;
                 process.signal("-CONT");
+            }
+            Fault::IsolatePrimary => {
+                links.isolate(ids[primary], &ids);
+                let cut = Instant::now();
+                let until = cut + Duration::from_secs(3);
+                // Short timeouts: a send the isolated primary holds is
+                // given up (not acknowledged) and another one tried.
+                let impatient = Client::builder()
+                    .timeout(Duration::from_millis(500))
+                    .build()
+                    .unwrap();
+                let isolated: Vec<_> = (0..3)
+                    .map(|_| {
+                        tokio::spawn(isolated_client(
+                            impatient.clone(),
+                            bases[primary].clone(),
+                            history.clone(),
+                            cut,
+                            until,
+                        ))
+                    })
+                    .collect();
+                for c in isolated {
+                    c.await.unwrap();
+                }
+                links.heal();
+            }
+            Fault::IsolateFollower => {
+                links.isolate(ids[follower], &ids);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                links.heal();
+            }
+            Fault::Bridge => {
+                // The bridge is a random replica; the other two lose
+                // each other.
+                let bridge = rand::random::<u64>() as usize % 3;
+                links.cut(ids[(bridge + 1) % 3], ids[(bridge + 2) % 3]);
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                links.heal();
+            }
+            Fault::Flap => {
+                let until = Instant::now() + Duration::from_secs(4);
+                while Instant::now() < until {
+                    let a = rand::random::<u64>() as usize % 3;
+                    links.toggle(ids[a], ids[(a + 1) % 3]);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                links.heal();
+            }
+            Fault::Delay => {
+                links.delay(Duration::from_millis(20 + rand::random::<u64>() % 130));
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                links.heal();
             }
         }
         // The token taken before the fault: stale if the primary changed.
@@ -506,6 +634,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
     eprintln!(
         "cluster nemesis: {} rounds; acknowledged {}, acked {}, nacked {}; lost {}, resurrected {}, \
          unexpected {}, ids reused {}, retry counts raised {}, stale tokens {} checked / {} wrong, \
+         acknowledged by an isolated primary {} of {} tried, \
          duplicates {}; failover median {median:?}, worst {worst:?} ({} kills)",
         rounds(),
         h.acknowledged.len(),
@@ -518,6 +647,8 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         raised.len(),
         h.stale_tokens_checked,
         h.stale_token_violations.len(),
+        h.isolated_acknowledged.len(),
+        h.isolated_tried,
         duplicates,
         failovers.len(),
     );
@@ -530,6 +661,11 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         h.stale_token_violations.is_empty(),
         "{:?}",
         h.stale_token_violations
+    );
+    assert!(
+        h.isolated_acknowledged.is_empty(),
+        "an isolated primary acknowledged: {:?}",
+        h.isolated_acknowledged
     );
     assert!(h.acknowledged.len() > 100, "too little traffic to judge");
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::Value;
 
+use super::links::Links;
 use super::process::{Spoold, bin, client, spawn_command, wait_ready};
 
 pub const SECRET: &str = "cluster-secret-for-tests-0123456789";
@@ -18,6 +19,9 @@ pub struct Replica {
     pub dir: PathBuf,
     pub api_port: u16,
     pub raft_port: u16,
+    /// Where the others reach its replication listener: `raft_port`, or
+    /// its proxy's port behind [`Links`].
+    pub peer_port: u16,
     pub process: Option<Spoold>,
 }
 
@@ -56,27 +60,65 @@ impl TestCluster {
 
     /// As [`TestCluster::new`], with `spool_keys` in each `[spool]` table.
     pub fn with_spool(n: usize, spool_keys: &str, cluster_keys: &str, tables: &str) -> TestCluster {
-        let tmp = tempfile::tempdir().unwrap();
         let ports = free_ports(2 * n);
+        let peer_ports = ports[n..].to_vec();
+        TestCluster::configured(n, &ports, &peer_ports, (spool_keys, cluster_keys, tables))
+    }
+
+    /// As [`TestCluster::with_spool`], each replica reached by the others
+    /// through a proxy of the returned [`Links`] (cut, delay, heal).
+    pub fn behind_links(
+        n: usize,
+        spool_keys: &str,
+        cluster_keys: &str,
+        tables: &str,
+    ) -> (TestCluster, Links) {
+        let ports = free_ports(2 * n);
+        let listeners: Vec<std::net::TcpListener> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let peer_ports: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        let cluster =
+            TestCluster::configured(n, &ports, &peer_ports, (spool_keys, cluster_keys, tables));
+        let links = Links::default();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let upstream = format!("127.0.0.1:{}", cluster.replicas[i].raft_port);
+            links.proxy(cluster.replicas[i].id, listener, upstream);
+        }
+        (cluster, links)
+    }
+
+    /// `ports`: API ports then replication ports; `peer_ports`: where the
+    /// others reach each replica.
+    fn configured(
+        n: usize,
+        ports: &[u16],
+        peer_ports: &[u16],
+        (spool_keys, cluster_keys, tables): (&str, &str, &str),
+    ) -> TestCluster {
         let peers: Vec<String> = (0..n)
-            .map(|i| format!("{} = \"127.0.0.1:{}\"", i + 1, ports[n + i]))
+            .map(|i| format!("{} = \"127.0.0.1:{}\"", i + 1, peer_ports[i]))
             .collect();
         let mut cluster = TestCluster {
             replicas: Vec::new(),
             peers: peers.join(", "),
             keys: (spool_keys.into(), cluster_keys.into(), tables.into()),
-            tmp,
+            tmp: tempfile::tempdir().unwrap(),
         };
         for i in 0..n {
-            let replica = cluster.replica(i as u64 + 1, (ports[i], ports[n + i]));
+            let replica = cluster.replica(i as u64 + 1, (ports[i], ports[n + i], peer_ports[i]));
             cluster.replicas.push(replica);
         }
         cluster
     }
 
-    /// A replica's directory and config (node `id`, on `ports`: API and
-    /// replication); its `peers` are the first start's.
-    fn replica(&self, id: u64, (api_port, raft_port): (u16, u16)) -> Replica {
+    /// A replica's directory and config (node `id`, on `ports`: API,
+    /// replication, and where the others reach it); its `peers` are the
+    /// first start's.
+    fn replica(&self, id: u64, (api_port, raft_port, peer_port): (u16, u16, u16)) -> Replica {
         let dir = self.tmp.path().join(format!("replica-{id}"));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("spoold.toml");
@@ -87,6 +129,7 @@ impl TestCluster {
                 "[server]\nlisten = \"127.0.0.1:{api_port}\"\n\
                  [spool]\ndir = \"{}\"\n{spool_keys}\n\
                  [cluster]\nnode_id = {id}\nlisten = \"127.0.0.1:{raft_port}\"\n\
+                 advertise = \"127.0.0.1:{peer_port}\"\n\
                  api_url = \"http://127.0.0.1:{api_port}\"\nsecret = \"{SECRET}\"\n\
                  peers = {{ {} }}\n{cluster_keys}\n{tables}\n",
                 dir.join("spool").display(),
@@ -100,6 +143,7 @@ impl TestCluster {
             dir,
             api_port,
             raft_port,
+            peer_port,
             process: None,
         }
     }
@@ -108,7 +152,7 @@ impl TestCluster {
     pub fn spare(&mut self) -> usize {
         let ports = free_ports(2);
         let id = self.replicas.iter().map(|r| r.id).max().unwrap_or(0) + 1;
-        let replica = self.replica(id, (ports[0], ports[1]));
+        let replica = self.replica(id, (ports[0], ports[1], ports[1]));
         self.replicas.push(replica);
         self.replicas.len() - 1
     }
@@ -125,13 +169,14 @@ impl TestCluster {
     pub fn renumber(&mut self, i: usize) {
         assert!(self.replicas[i].process.is_none());
         let id = self.replicas.iter().map(|r| r.id).max().unwrap_or(0) + 1;
-        let ports = (self.replicas[i].api_port, self.replicas[i].raft_port);
+        let r = &self.replicas[i];
+        let ports = (r.api_port, r.raft_port, r.peer_port);
         self.replicas[i] = self.replica(id, ports);
     }
 
     /// The replication address of replica `i`.
     pub fn raft_addr(&self, i: usize) -> String {
-        format!("127.0.0.1:{}", self.replicas[i].raft_port)
+        format!("127.0.0.1:{}", self.replicas[i].peer_port)
     }
 
     /// Starts replica `i` (without waiting for it to be ready).

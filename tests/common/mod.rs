@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod cluster;
+pub mod links;
 pub mod process;
 pub mod server;
 pub mod sink;
