@@ -186,16 +186,18 @@ fn ids_of(cluster: &TestCluster, of: &[usize]) -> BTreeSet<u64> {
     of.iter().map(|&i| cluster.replicas[i].id).collect()
 }
 
-/// A fourth replica added and an old one (the primary, if it is node 1)
-/// removed while senders run: nothing acknowledged is lost, and the new
-/// replica ends with the same state as the others.
+/// A fourth replica added and the primary removed while senders run:
+/// nothing acknowledged is lost, and the new replica ends with the same
+/// state as the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_added_and_removed_under_load_lose_nothing() {
     let mut cluster = TestCluster::with_spool(3, SPOOL, "", TABLES);
     cluster.start_all().await;
-    cluster.primary(Duration::from_secs(10)).await;
+    let first = cluster.primary(Duration::from_secs(10)).await;
     let bases: Vec<String> = (0..3).map(|i| cluster.replicas[i].base()).collect();
-    let load = Load::start(bases[1..].to_vec(), 6);
+    // Clients of the two replicas that stay.
+    let staying: Vec<usize> = (0..3).filter(|&i| i != first).collect();
+    let load = Load::start(staying.iter().map(|&i| bases[i].clone()).collect(), 6);
 
     // Node 4 joins through a follower's API (relayed to the primary).
     let new = cluster.spare();
@@ -208,18 +210,24 @@ async fn members_added_and_removed_under_load_lose_nothing() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let addr = cluster.raft_addr(new);
-    let ran = cli(&bases[1], &["cluster", "add", "4", &addr, "--wait", "60s"]).await;
+    let ran = cli(
+        &bases[staying[0]],
+        &["cluster", "add", "4", &addr, "--wait", "60s"],
+    )
+    .await;
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     assert!(ran.stdout.contains("voter"), "{}", ran.stdout);
     let p = cluster.primary(Duration::from_secs(10)).await;
     assert_eq!(members(&cluster, p).await.0, BTreeSet::from([1, 2, 3, 4]));
 
-    // Node 1 leaves (whichever role it has).
+    // The primary leaves (it steps down once the change commits).
     let before = load.acknowledged();
     while load.acknowledged() < before + 300 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let ran = cli(&bases[1], &["cluster", "remove", "1"]).await;
+    let leaving = cluster.primary(Duration::from_secs(10)).await;
+    let leaving_id = cluster.replicas[leaving].id.to_string();
+    let ran = cli(&bases[staying[0]], &["cluster", "remove", &leaving_id]).await;
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     let before = load.acknowledged();
     while load.acknowledged() < before + 300 {
@@ -231,9 +239,9 @@ async fn members_added_and_removed_under_load_lose_nothing() {
          longest wait for a 201 {longest:?}",
         acknowledged.len()
     );
-    cluster.kill(0);
+    cluster.kill(leaving);
 
-    let left = [1, 2, new];
+    let left: Vec<usize> = (0..4).filter(|&i| i != leaving).collect();
     let p = cluster.primary(Duration::from_secs(10)).await;
     assert_eq!(
         members(&cluster, p).await,
