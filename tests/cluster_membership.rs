@@ -288,7 +288,9 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
     let base = cluster.replicas[p].base();
     // The primary pins every member's incarnation once it answered.
     common::wait_until("every incarnation pinned", async || {
-        let s = cluster.status(p).await.unwrap();
+        let Some(s) = cluster.status(p).await else {
+            return false;
+        };
         s["members"]
             .as_array()
             .unwrap()
@@ -317,7 +319,13 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
         },
     )
     .await;
-    let s = cluster.status(wiped).await.unwrap();
+    // (Its replication listener opens before its API does.)
+    let s = common::eventually(
+        "the wiped replica's status",
+        Duration::from_secs(30),
+        async || cluster.status(wiped).await,
+    )
+    .await;
     assert!(
         s["appliedIndex"].is_null(),
         "the wiped replica applied: {s}"
@@ -339,7 +347,9 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
     // a moment ago is still counted on: the primary waits for it to be
     // silent for a while first.)
     common::wait_until("the primary sees the wiped replica silent", async || {
-        let s = cluster.status(p).await.unwrap();
+        let Some(s) = cluster.status(p).await else {
+            return false;
+        };
         s["members"].as_array().unwrap().iter().any(|m| {
             m["nodeId"] == cluster.replicas[wiped].id && m["lastContactMs"].as_u64() > Some(1000)
         })
