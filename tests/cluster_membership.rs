@@ -367,6 +367,9 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
     // The runbook: remove it, give it a new id, add it back.
     let ran = cli(&base, &["cluster", "remove", &wiped_id]).await;
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    // Its old id never comes back (it may have voted in old memberships).
+    let ran = cli(&base, &["cluster", "add", &wiped_id, &addr]).await;
+    assert!(ran.stderr.contains("node_id_retired"), "{}", ran.stderr);
     cluster.kill(wiped);
     // Enough for the primary to purge its log past the new member's start.
     let before = load.acknowledged();

@@ -542,6 +542,7 @@ impl Model {
             next_message_id: 0,
             queues,
             cluster_config: None,
+            retired_nodes: Vec::new(),
         }
     }
 }

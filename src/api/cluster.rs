@@ -194,6 +194,9 @@ impl From<MembershipError> for ApiError {
             MembershipError::AlreadyMember(_) => {
                 ApiError::new(StatusCode::CONFLICT, "already_member", message)
             }
+            MembershipError::Retired(_) => {
+                ApiError::new(StatusCode::CONFLICT, "node_id_retired", message)
+            }
             MembershipError::NotMember(_) => {
                 ApiError::new(StatusCode::NOT_FOUND, "member_not_found", message)
             }
@@ -223,7 +226,7 @@ impl From<MembershipError> for ApiError {
         (status = 200, description = "a voter now; the cluster as the primary sees it", body = ClusterView),
         (status = 400, description = "a malformed body", body = ErrorBody),
         (status = 404, description = "a single node, not a cluster", body = ErrorBody),
-        (status = 409, description = "`already_member`, `member_unreachable` (no answer, or another node answers there), `member_behind` (not caught up in time: it stays a learner)", body = ErrorBody),
+        (status = 409, description = "`already_member`, `node_id_retired` (a member once: a returning replica needs a new id), `member_unreachable` (no answer, or another node answers there), `member_behind` (not caught up in time: it stays a learner)", body = ErrorBody),
         (status = 503, description = "no primary, or another membership change in progress", body = ErrorBody),
     )
 )]

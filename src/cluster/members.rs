@@ -10,6 +10,10 @@
 //!   joins a quorum.
 //! - **Remove** takes one member at a time and refuses when the voters
 //!   left would not hold a majority of members that answer the primary.
+//!   It first retires the id (a record of the spool's state, so every
+//!   replica and every checkpoint knows it): an add of a retired id is
+//!   refused, since a new member under an old id would replay old
+//!   memberships in which it voted.
 //! - **Pinning**: the members of a bootstrap are known by address only;
 //!   the primary writes each one's incarnation into the membership once it
 //!   answered, so that a replica whose directory is wiped later is refused
@@ -42,6 +46,11 @@ pub enum MembershipError {
     Unavailable(String),
     #[error("node {0} is already a member: remove it first")]
     AlreadyMember(u64),
+    #[error(
+        "node id {0} was a member once: a replica that comes back (after a lost disk, say) \
+         needs an id the cluster never had"
+    )]
+    Retired(u64),
     #[error("node {0} is not a member")]
     NotMember(u64),
     #[error("node {id} at {addr} cannot be reached: {reason}")]
@@ -112,6 +121,9 @@ impl Cluster {
             let membership = m.membership_config.membership();
             if membership.voter_ids().any(|v| v == id) {
                 return Err(MembershipError::AlreadyMember(id));
+            }
+            if self.inner.engine.node_retired(id) {
+                return Err(MembershipError::Retired(id));
             }
             membership.get_node(&id).cloned()
         };
@@ -226,6 +238,20 @@ impl Cluster {
                 ChangeMembers::RemoveVoters(BTreeSet::from([id]))
             }
         };
+        // Retired first: if the removal then fails, the id is only barred
+        // from coming back, which it is anyway.
+        self.inner
+            .engine
+            .retire_node(id)
+            .await
+            .map_err(|e| match e {
+                crate::engine::WriteError::Unavailable { .. } => {
+                    MembershipError::Unavailable(e.to_string())
+                }
+                crate::engine::WriteError::Unconfirmed { .. } => {
+                    MembershipError::Unconfirmed(e.to_string())
+                }
+            })?;
         raft.change_membership(change, false).await?;
         tracing::info!(id, "removed a member");
         Ok(self.status())

@@ -73,6 +73,8 @@ struct Inner {
     api_urls: Arc<Mutex<BTreeMap<u64, String>>>,
     forwarder: forward::Forwarder,
     network: net::Network,
+    /// The replica's engine: retired node ids are part of its state.
+    engine: Engine,
     /// A voter silent this long is not counted on (`members.rs`).
     silence: Duration,
     /// When this replica last became the primary: the age of a peer it
@@ -216,6 +218,7 @@ impl Cluster {
                 api_urls,
                 forwarder: forward::Forwarder::new(),
                 network,
+                engine: engine.clone(),
                 // Two and a half heartbeats: a live replica answers every
                 // heartbeat interval.
                 silence: Duration::from_millis(config.heartbeat_ms * 5 / 2),

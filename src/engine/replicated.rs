@@ -562,6 +562,18 @@ impl Engine {
         }
     }
 
+    /// Records that node `id` left the replica set for good (on the
+    /// primary, before the change that removes it): a later add of the same
+    /// id is refused, on any primary, after any compaction.
+    pub(crate) async fn retire_node(&self, id: u64) -> Result<(), WriteError> {
+        self.write_done(|_, _| Ok(Command::RetireNode { id })).await
+    }
+
+    /// Whether node `id` was retired.
+    pub(crate) fn node_retired(&self, id: u64) -> bool {
+        self.core().spool.retired_nodes().contains(&id)
+    }
+
     /// The spool's last applied record and the replica set as of it.
     pub(crate) fn applied_with_cluster_config(&self) -> (u64, Option<Vec<u8>>) {
         let core = self.core();

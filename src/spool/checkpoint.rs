@@ -134,6 +134,8 @@ pub struct SpoolState {
     pub queues: BTreeMap<String, QueueState>,
     /// Replicated mode: the replica set as last applied (opaque bytes).
     pub cluster_config: Option<Vec<u8>>,
+    /// Replicated mode: node ids that may never be members again.
+    pub retired_nodes: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +172,7 @@ impl Spool {
             next_message_id: self.next_message_id(),
             queues: BTreeMap::new(),
             cluster_config: self.cluster_config().map(<[u8]>::to_vec),
+            retired_nodes: self.retired_nodes().iter().copied().collect(),
         };
         self.for_each_queue(|queue, messages, dedup| {
             state.queues.insert(
@@ -281,6 +284,10 @@ impl Spool {
         if let Some(config) = self.cluster_config() {
             let mut body = Vec::new();
             put_bytes32(&mut body, config);
+            put_u32(&mut body, self.retired_nodes().len() as u32);
+            for id in self.retired_nodes() {
+                put_u64(&mut body, *id);
+            }
             out.chunks.push((kind::CLUSTER, body));
         }
 
@@ -718,6 +725,9 @@ impl CheckpointLoader {
                     return Err(DecodeError("a second CLUSTER chunk".into()));
                 }
                 spool.restore_cluster_config(r.bytes32()?.to_vec());
+                for _ in 0..r.u32()? {
+                    spool.restore_retired_node(r.u64()?);
+                }
             }
             (kind::END, Some(_)) => {
                 let chunks = r.u64()?;
@@ -890,6 +900,17 @@ mod tests {
                 retry_count: 4,
             },
         );
+        // Replicated mode's part: a replica set and two retired ids.
+        apply(
+            &mut spool,
+            6002,
+            Command::RaftMembership {
+                config: b"opaque replica set".to_vec().into(),
+            },
+        );
+        for id in [7, 3] {
+            apply(&mut spool, 6003, Command::RetireNode { id });
+        }
         spool
     }
 
@@ -922,6 +943,7 @@ mod tests {
         let chunks = spool.encode_checkpoint(&meta, &mut |u| u.loc);
         let (back, back_meta) = load(&chunks).unwrap();
         assert_eq!(back.state(), spool.state());
+        assert_eq!(back.state().retired_nodes, vec![3, 7]);
         assert_eq!(back.applied_seq(), spool.applied_seq());
         assert_eq!(back.last_at(), spool.last_at());
         assert_eq!(back_meta.files, vec![LOC.file]);

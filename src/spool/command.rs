@@ -202,6 +202,12 @@ pub enum Command<'a> {
     RaftMembership {
         config: Cow<'a, [u8]>,
     },
+    /// Replicated mode: node `id` is leaving the replica set and may never
+    /// join it again (a new member under an old id would replay old
+    /// memberships in which it voted: docs/replication.md).
+    RetireNode {
+        id: u64,
+    },
     /// A dedup key that outlives its message: written by compaction in place
     /// of a dropped enqueue whose key is still inside its window.
     DedupKey {

@@ -39,6 +39,8 @@ pub mod kind {
     /// Replicated mode: a change of the replica set (openraft's
     /// membership, serialized with postcard).
     pub const RAFT_MEMBERSHIP: u8 = 16;
+    /// Replicated mode: a node id that may never be a member again.
+    pub const RETIRE_NODE: u8 = 17;
 }
 
 /// An enqueue's flags: it carries a dedup key hash; a stored request.
@@ -68,6 +70,7 @@ impl Record<'_> {
             Command::Attempt { .. } => kind::ATTEMPT,
             Command::RaftBlank => kind::RAFT_BLANK,
             Command::RaftMembership { .. } => kind::RAFT_MEMBERSHIP,
+            Command::RetireNode { .. } => kind::RETIRE_NODE,
         }
     }
 
@@ -185,6 +188,7 @@ impl Record<'_> {
             }
             Command::RaftBlank => {}
             Command::RaftMembership { config } => put_bytes32(out, config),
+            Command::RetireNode { id } => put_u64(out, *id),
         }
     }
 
@@ -301,6 +305,7 @@ impl Record<'_> {
             kind::RAFT_MEMBERSHIP => Command::RaftMembership {
                 config: Cow::Borrowed(r.bytes32()?),
             },
+            kind::RETIRE_NODE => Command::RetireNode { id: r.u64()? },
             other => return Err(DecodeError(format!("unknown record kind {other}"))),
         };
         Ok(Record { at, command })

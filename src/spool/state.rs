@@ -341,6 +341,8 @@ pub(crate) struct Spool {
     /// cluster module reads (`src/cluster/store.rs`). A checkpoint keeps
     /// it, so that the log behind a checkpoint can go.
     cluster_config: Option<Vec<u8>>,
+    /// Replicated mode: node ids that may never be members again.
+    retired_nodes: BTreeSet<u64>,
 }
 
 impl Spool {
@@ -368,6 +370,16 @@ impl Spool {
     /// Restores the replica set from a checkpoint.
     pub(crate) fn restore_cluster_config(&mut self, config: Vec<u8>) {
         self.cluster_config = Some(config);
+    }
+
+    /// Replicated mode: node ids that left and may never come back.
+    pub(crate) fn retired_nodes(&self) -> &BTreeSet<u64> {
+        &self.retired_nodes
+    }
+
+    /// Restores a retired node id from a checkpoint.
+    pub(crate) fn restore_retired_node(&mut self, id: u64) {
+        self.retired_nodes.insert(id);
     }
 
     /// The latest time any applied record carries.
@@ -480,6 +492,10 @@ impl Spool {
             Command::RaftBlank => Applied::Done,
             Command::RaftMembership { config } => {
                 self.cluster_config = Some(config.to_vec());
+                Applied::Done
+            }
+            Command::RetireNode { id } => {
+                self.retired_nodes.insert(*id);
                 Applied::Done
             }
             Command::Attempt { queue, id, .. } => self.apply_attempt(queue, *id, loc),
