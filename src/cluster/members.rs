@@ -111,7 +111,7 @@ impl Cluster {
         }
         if addr.trim().is_empty() || addr.contains('/') {
             return Err(MembershipError::BadRequest(format!(
-                "addr must be the replica's cluster.listen address as host:port, not {addr:?}"
+                "addr must be the replica's cluster.advertise address as host:port, not {addr:?}"
             )));
         }
         let raft = &self.inner.raft;
