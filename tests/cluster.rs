@@ -27,20 +27,7 @@ async fn send(base: &str, body: &str) -> reqwest::Response {
 }
 
 async fn ids(base: &str) -> BTreeSet<String> {
-    let page: Value = client()
-        .get(format!("{base}/v1/queues/{QUEUE}/messages?limit=1000"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    page["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap().to_owned())
-        .collect()
+    common::cluster::all_ids(base, QUEUE).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

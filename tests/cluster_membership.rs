@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::TestCluster;
+use common::cluster::{TestCluster, all_ids};
 use common::process::{client, run_in, wait_ready};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -32,6 +32,22 @@ async fn cli(base: &str, args: &[&str]) -> common::process::Ran {
     })
     .await
     .unwrap()
+}
+
+/// Starts replica `i` (not a member yet), waits for its API, and adds it
+/// through `base` with `spoold cluster add`, waiting until it is a voter:
+/// what the CLI printed.
+async fn start_and_add(cluster: &mut TestCluster, i: usize, base: &str) -> String {
+    cluster.start(i);
+    common::wait_until("the new replica answers", async || {
+        cluster.status(i).await.is_some()
+    })
+    .await;
+    let id = cluster.replicas[i].id.to_string();
+    let addr = cluster.raft_addr(i);
+    let ran = cli(base, &["cluster", "add", &id, &addr, "--wait", "60s"]).await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    ran.stdout
 }
 
 /// Senders that keep sending to any of `bases` (another one after a
@@ -118,35 +134,6 @@ impl Load {
     }
 }
 
-/// Every message id of the queue, as replica `base` serves them (pages of
-/// 1 000, each after the last id of the one before).
-async fn all_ids(base: &str) -> BTreeSet<String> {
-    let mut ids = BTreeSet::new();
-    let mut after: Option<String> = None;
-    loop {
-        let mut url = format!("{base}/v1/queues/{QUEUE}/messages?limit=1000");
-        if let Some(a) = &after {
-            url.push_str(&format!("&after={a}"));
-        }
-        let page: Value = client()
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let messages = page["messages"].as_array().unwrap();
-        for m in messages {
-            ids.insert(m["id"].as_str().unwrap().to_owned());
-        }
-        match messages.last() {
-            Some(m) if messages.len() == 1000 => after = Some(m["id"].as_str().unwrap().into()),
-            _ => return ids,
-        }
-    }
-}
-
 /// Waits until replicas `of` report the same applied index and digest.
 async fn same_state(cluster: &TestCluster, of: &[usize]) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -200,23 +187,13 @@ async fn members_added_and_removed_under_load_lose_nothing() {
     let load = Load::start(staying.iter().map(|&i| bases[i].clone()).collect(), 6);
 
     // Node 4 joins through a follower's API (relayed to the primary).
-    let new = cluster.spare();
-    cluster.start(new);
-    common::wait_until("the new replica answers", async || {
-        cluster.status(new).await.is_some()
-    })
-    .await;
     while load.acknowledged() < 300 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let addr = cluster.raft_addr(new);
-    let ran = cli(
-        &bases[staying[0]],
-        &["cluster", "add", "4", &addr, "--wait", "60s"],
-    )
-    .await;
-    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
-    assert!(ran.stdout.contains("voter"), "{}", ran.stdout);
+    let new = cluster.spare();
+    assert_eq!(cluster.replicas[new].id, 4);
+    let printed = start_and_add(&mut cluster, new, &bases[staying[0]]).await;
+    assert!(printed.contains("voter"), "{printed}");
     let p = cluster.primary(Duration::from_secs(10)).await;
     assert_eq!(members(&cluster, p).await.0, BTreeSet::from([1, 2, 3, 4]));
 
@@ -249,7 +226,7 @@ async fn members_added_and_removed_under_load_lose_nothing() {
     );
     same_state(&cluster, &left).await;
     for &i in &left {
-        let ids = all_ids(&cluster.replicas[i].base()).await;
+        let ids = all_ids(&cluster.replicas[i].base(), QUEUE).await;
         assert!(
             acknowledged.is_subset(&ids),
             "lost {} (on node {})",
@@ -377,14 +354,7 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     cluster.renumber(wiped);
-    cluster.start(wiped);
-    common::wait_until("the new replica answers", async || {
-        cluster.status(wiped).await.is_some()
-    })
-    .await;
-    let new_id = cluster.replicas[wiped].id.to_string();
-    let ran = cli(&base, &["cluster", "add", &new_id, &addr, "--wait", "60s"]).await;
-    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    start_and_add(&mut cluster, wiped, &base).await;
     let (acknowledged, _, _) = load.finish().await;
 
     let all = [p, other, wiped];
@@ -408,7 +378,7 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
         ),
         "{metrics}"
     );
-    let ids = all_ids(&base).await;
+    let ids = all_ids(&base, QUEUE).await;
     assert!(acknowledged.is_subset(&ids), "lost acknowledged messages");
     assert_eq!(ids.len(), acknowledged.len());
 
@@ -416,7 +386,7 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
     cluster.kill(p);
     let survivor = cluster.primary(Duration::from_secs(10)).await;
     assert!(survivor == wiped || survivor == other);
-    assert_eq!(all_ids(&cluster.replicas[wiped].base()).await, ids);
+    assert_eq!(all_ids(&cluster.replicas[wiped].base(), QUEUE).await, ids);
 }
 
 /// Each replica restarted in turn (SIGTERM, start, ready) while senders
@@ -464,7 +434,7 @@ async fn a_rolling_restart_under_load_keeps_every_acknowledged_message() {
     );
     let p = cluster.primary(Duration::from_secs(10)).await;
     same_state(&cluster, &[0, 1, 2]).await;
-    let ids = all_ids(&cluster.replicas[p].base()).await;
+    let ids = all_ids(&cluster.replicas[p].base(), QUEUE).await;
     assert!(acknowledged.is_subset(&ids), "lost acknowledged messages");
     assert_eq!(ids.len(), acknowledged.len());
 }
@@ -530,18 +500,10 @@ async fn a_replica_with_a_damaged_journal_refuses_to_start_and_rejoins_once_wipe
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     std::fs::remove_dir_all(&spool).unwrap();
     cluster.renumber(damaged);
-    cluster.start(damaged);
-    common::wait_until("the new replica answers", async || {
-        cluster.status(damaged).await.is_some()
-    })
-    .await;
-    let new_id = cluster.replicas[damaged].id.to_string();
-    let addr = cluster.raft_addr(damaged);
-    let ran = cli(&base, &["cluster", "add", &new_id, &addr, "--wait", "60s"]).await;
-    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    start_and_add(&mut cluster, damaged, &base).await;
     let (acknowledged, _, _) = load.finish().await;
     same_state(&cluster, &[0, 1, 2]).await;
-    let ids = all_ids(&cluster.replicas[damaged].base()).await;
+    let ids = all_ids(&cluster.replicas[damaged].base(), QUEUE).await;
     assert!(acknowledged.is_subset(&ids), "lost acknowledged messages");
     assert_eq!(ids.len(), acknowledged.len());
 }

@@ -25,7 +25,6 @@ use std::time::Duration;
 use openraft::ChangeMembers;
 use openraft::ServerState;
 use openraft::async_runtime::WatchReceiver;
-use openraft::async_runtime::instant::Instant as _;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 
 use super::types::{Peer, TypeConfig};
@@ -267,13 +266,11 @@ impl Cluster {
         }
     }
 
-    /// Whether voter `id` answered the primary within an election timeout.
+    /// Whether voter `id` answered the primary within two and a half
+    /// heartbeats (`Inner::silence`).
     fn answers(&self, m: &openraft::RaftMetrics<TypeConfig>, id: u64) -> bool {
         id == self.inner.node_id
-            || m.heartbeat
-                .as_ref()
-                .and_then(|h| h.get(&id).cloned().flatten())
-                .is_some_and(|at| at.elapsed() < self.inner.silence)
+            || super::heard_ago(m, id).is_some_and(|ago| ago < self.inner.silence)
     }
 }
 

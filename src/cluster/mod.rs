@@ -285,14 +285,11 @@ impl Cluster {
                     None if *id == m.id => m.last_log_index,
                     None => None,
                 };
-                // Only the primary hears from every member.
-                let last_contact =
-                    m.heartbeat
-                        .as_ref()
-                        .and_then(|h| match h.get(id).cloned().flatten() {
-                            Some(at) => Some(at.elapsed()),
-                            None => leading_since.map(|since| since.elapsed()),
-                        });
+                // Only the primary hears from every member; one it never
+                // heard from is as silent as its time as primary.
+                let last_contact = m.heartbeat.as_ref().and_then(|_| {
+                    heard_ago(&m, *id).or_else(|| leading_since.map(|since| since.elapsed()))
+                });
                 MemberStatus {
                     node_id: *id,
                     addr: peer.raft_addr.clone(),
@@ -361,6 +358,15 @@ pub struct MemberStatus {
     pub lag_records: Option<u64>,
     /// On the primary: how long ago the member last answered it.
     pub last_contact: Option<Duration>,
+}
+
+/// On the primary: how long ago member `id` last acknowledged it (`None`
+/// if never since it became primary, or on any other replica).
+pub(crate) fn heard_ago(m: &openraft::RaftMetrics<types::TypeConfig>, id: u64) -> Option<Duration> {
+    m.heartbeat
+        .as_ref()
+        .and_then(|h| h.get(&id).cloned().flatten())
+        .map(|at| at.elapsed())
 }
 
 /// The first start of a replica that belongs to no cluster yet. If a peer

@@ -280,3 +280,32 @@ impl TestCluster {
         ))
     }
 }
+
+/// Every message id of `queue`, as the replica at `base` serves them
+/// (pages of 1 000, each after the last id of the one before).
+pub async fn all_ids(base: &str, queue: &str) -> std::collections::BTreeSet<String> {
+    let mut ids = std::collections::BTreeSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut url = format!("{base}/v1/queues/{queue}/messages?limit=1000");
+        if let Some(a) = &after {
+            url.push_str(&format!("&after={a}"));
+        }
+        let page: Value = client()
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let messages = page["messages"].as_array().unwrap();
+        for m in messages {
+            ids.insert(m["id"].as_str().unwrap().to_owned());
+        }
+        match messages.last() {
+            Some(m) if messages.len() == 1000 => after = Some(m["id"].as_str().unwrap().into()),
+            _ => return ids,
+        }
+    }
+}
