@@ -156,6 +156,18 @@ pub struct ClusterConfig {
         deserialize_with = "de_duration"
     )]
     pub election_timeout_ms: u64,
+    /// TLS with mutual certificates on the cluster port (`cluster/tls.rs`).
+    pub tls: Option<ClusterTlsConfig>,
+}
+
+/// `[cluster.tls]`: PEM files of this replica's certificate (and chain),
+/// its key, and the CA that signs every replica's certificate.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterTlsConfig {
+    pub cert: String,
+    pub key: String,
+    pub ca: String,
 }
 
 fn default_true() -> bool {
@@ -307,6 +319,13 @@ impl ClusterConfig {
             "election_timeout".into(),
             format_duration_ms(self.election_timeout_ms).into(),
         );
+        if let Some(tls) = &self.tls {
+            let mut table = toml::Table::new();
+            table.insert("cert".into(), tls.cert.as_str().into());
+            table.insert("key".into(), tls.key.as_str().into());
+            table.insert("ca".into(), tls.ca.as_str().into());
+            t.insert("tls".into(), toml::Value::Table(table));
+        }
         t
     }
 }

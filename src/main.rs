@@ -139,6 +139,18 @@ enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Offline: replaces the stored vote of a stopped replica with one for
+    /// itself in TERM (a vote for a term no election reaches stops Raft;
+    /// the replica's log says so). TERM must be above every term the
+    /// cluster used.
+    RepairVote {
+        /// The replica's spool directory (spool.dir).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Above the `term` of `spoold cluster status` on a healthy replica.
+        #[arg(long)]
+        term: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -326,6 +338,12 @@ fn main() -> ExitCode {
             )),
             ClusterCommand::Remove { id, json } => {
                 ops(ops::cluster_remove(&target, id, json, &mut stdout()))
+            }
+            ClusterCommand::RepairVote { dir, term } => {
+                spoold::cli::journal::repair_vote(&dir, term)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|said| print_out(&said))
+                    .map(|()| ExitCode::SUCCESS)
             }
         },
         Command::Run(args) => run(args),

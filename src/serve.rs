@@ -189,6 +189,7 @@ async fn run(
         router(state.clone()),
         closed(listener_closed.clone()),
         grace,
+        server::Limits::api(),
     ));
     let probe_server = probes.map(|l| {
         tokio::spawn(server::serve(
@@ -196,6 +197,7 @@ async fn run(
             probe_router(state.clone()),
             closed(listener_closed),
             grace,
+            server::Limits::api(),
         ))
     });
 
@@ -218,9 +220,23 @@ async fn run(
                     return Err(e);
                 }
             };
-            match crate::cluster::Cluster::open(options, cluster, &secret).await {
+            let max_body_bytes = config.server.max_body_bytes;
+            match crate::cluster::Cluster::open(options, cluster, &secret, max_body_bytes).await {
                 Ok((e, r, c)) => Ok((e, r, Some(c))),
                 Err(crate::cluster::ClusterError::Journal(error)) => Err(error),
+                // Raft cannot run on this replica until an operator repairs
+                // its vote: it stays up and says so, rather than restart in
+                // a loop (its supervisor would only start it again).
+                Err(e @ crate::cluster::ClusterError::PoisonedVote { .. }) => {
+                    let reason = e.to_string();
+                    tracing::error!("{reason}");
+                    state.block(reason);
+                    let _ = stop.wait_for(|s| *s).await;
+                    state.begin_shutdown();
+                    close_listener.send_replace(true);
+                    let _ = server.await;
+                    return Ok(Outcome::Stopped);
+                }
                 Err(e) => {
                     close_listener.send_replace(true);
                     return Err(e.into());

@@ -25,3 +25,68 @@ pub use crate::spool::command::IDS_PER_RECORD_MAX;
 pub use crate::spool::command::Record;
 pub use crate::spool::record::{decode_attempts, decode_payload, kind};
 pub use crate::spool::state::FailInfo;
+
+/// The headers of a replication request signed with `secret`, as node
+/// `from` sends it to node `target` (`body`: `None` for a stream).
+pub fn sign_cluster_request(
+    secret: &str,
+    from: u64,
+    target: u64,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> Vec<(String, String)> {
+    use crate::cluster::auth;
+    let line = auth::RequestLine {
+        method,
+        path,
+        from,
+        target,
+        incarnation: 0,
+    };
+    let (value, _) = auth::ClusterKey::new(secret).sign(&line, body);
+    vec![
+        (auth::AUTH_HEADER.into(), value),
+        (auth::FROM_HEADER.into(), from.to_string()),
+        (auth::TARGET_HEADER.into(), target.to_string()),
+        (auth::INCARNATION_HEADER.into(), "0".into()),
+    ]
+}
+
+/// The body of a vote request by `candidate` for `term`.
+pub fn cluster_vote_request(term: u64, candidate: u64) -> Vec<u8> {
+    use crate::cluster::types::{TypeConfig, Vote};
+    let rpc = openraft::raft::VoteRequest::<TypeConfig>::new(Vote::new(term, candidate), None);
+    postcard::to_allocvec(&rpc).expect("a vote request encodes")
+}
+
+/// The body of a heartbeat (an empty append) from `leader` in `term`.
+pub fn cluster_heartbeat_request(term: u64, leader: u64) -> Vec<u8> {
+    use crate::cluster::types::{TypeConfig, Vote};
+    let rpc = openraft::raft::AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(term, leader),
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    postcard::to_allocvec(&rpc).expect("an append encodes")
+}
+
+/// The first message of a snapshot upload from `leader` in `term`, of a
+/// snapshot ending at (`last_term`, `last_index`).
+pub fn cluster_snapshot_head(term: u64, leader: u64, last_term: u64, last_index: u64) -> Vec<u8> {
+    use crate::cluster::store::SnapshotMeta;
+    use crate::cluster::types::{LogId, Vote};
+    let meta = SnapshotMeta {
+        last_log_id: Some(LogId::new_term_index(last_term, last_index)),
+        last_membership: Default::default(),
+    };
+    postcard::to_allocvec(&(Vote::new_committed(term, leader), &meta)).expect("a head encodes")
+}
+
+/// Replaces the vote stored in the spool directory `dir`.
+pub fn write_raft_vote(dir: &std::path::Path, term: u64, node_id: u64) -> Result<(), JournalError> {
+    let storage: std::sync::Arc<dyn Storage> =
+        std::sync::Arc::new(crate::journal::storage::OsStorage);
+    crate::cluster::files::write_vote(storage, dir, term, node_id)
+}

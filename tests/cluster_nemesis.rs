@@ -6,20 +6,28 @@
 //!   for long enough that the primary purges the log it missed, so it
 //!   comes back through a snapshot); freezes the primary with SIGSTOP past
 //!   the election timeout;
-//! - partitions the replicas (each reaches the others through a proxy the
-//!   test controls, `tests/common/links.rs`): the primary isolated with a
-//!   client of its own (which must get no `2xx` once the primary lost its
-//!   majority), a follower isolated, a bridge (two replicas that see only
-//!   the third), flapping links, and every link delayed.
+//! - partitions the replicas (each reaches the others, replication and
+//!   relayed API calls alike, through proxies the test controls,
+//!   `tests/common/links.rs`): the primary isolated with a client of its
+//!   own (which must get no `2xx` once the primary lost its majority), the
+//!   primary blackholed while clients of the followers keep calling
+//!   (their relays must end, and a new primary serve them), a follower
+//!   isolated, a bridge (two replicas that see only the third), flapping
+//!   links, and every link delayed;
+//! - restarts a follower at once while the primary is cut from the other
+//!   follower (a restarted replica must not vote while the primary may
+//!   still count on its last answer, or two primaries lease at once).
 //!
-//! Clients talk to any replica (followers relay). Segments are small and
-//! compaction frequent, so snapshots are built, purged behind and sent all
-//! along.
+//! Clients talk to any replica, on both sides of every cut (followers
+//! relay). Segments are small and compaction frequent, so snapshots are
+//! built, purged behind and sent all along.
 //!
 //! The checker (as `tests/crash_loop.rs`'s, plus what replication adds):
 //!
 //! - lost: a `2xx` never received nor delivered: must be 0;
-//! - resurrected: received by a receive asked for after its ack's `204`;
+//! - resurrected: received by a receive asked for after its ack's `204`
+//!   (a message leased twice, once by a primary that should no longer
+//!   lease, is one);
 //! - unexpected: received but never sent; ids reused: one id for two
 //!   messages: must be 0;
 //! - retry counts raised by a primary change: a receive showing a retry
@@ -35,10 +43,10 @@
 //! - at the end, every replica holds the same state (the digest of
 //!   `GET /v1/cluster?digest=true` at the same applied index).
 //!
-//! It also measures failover: from `kill -9` of the primary to the first
-//! `201` through a follower. Rounds: `CLUSTER_NEMESIS_ROUNDS` (default 9,
-//! each fault once, what CI runs; local runs and their figures:
-//! `docs/reliability.md`).
+//! It also measures failover: from `kill -9` of the primary, and from the
+//! moment it is blackholed, to the first `201` through a follower. Rounds:
+//! `CLUSTER_NEMESIS_ROUNDS` (default 11, each fault once, what CI runs;
+//! local runs and their figures: `docs/reliability.md`).
 
 mod common;
 
@@ -68,6 +76,8 @@ struct History {
     stale_token_violations: Vec<String>,
     stale_tokens_checked: usize,
     failovers: Vec<Duration>,
+    /// From blackholing the primary to the first `201` through a follower.
+    blackhole_failovers: Vec<Duration>,
     /// Sends to an isolated primary: tried, and answered `2xx` although
     /// they reached it after it lost its majority.
     isolated_tried: usize,
@@ -260,6 +270,13 @@ enum Fault {
     Flap,
     /// Every link delayed by 20–150 ms for 3 s.
     Delay,
+    /// The primary cut from everyone (replication and relays: a blackhole)
+    /// while clients keep calling the followers.
+    BlackholePrimary,
+    /// The primary cut from one follower past the election timeout; the
+    /// other follower killed, cut from the primary too and restarted at
+    /// once.
+    RestartFollowerCutFromPrimary,
 }
 
 /// How long after its isolation a primary may still answer `2xx`: its
@@ -306,7 +323,51 @@ fn rounds() -> usize {
     std::env::var("CLUSTER_NEMESIS_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(9)
+        .unwrap_or(FAULTS.len())
+}
+
+const FAULTS: [Fault; 11] = [
+    Fault::KillPrimary,
+    Fault::IsolatePrimary,
+    Fault::FreezePrimary,
+    Fault::Bridge,
+    Fault::KillFollower,
+    Fault::IsolateFollower,
+    Fault::LagFollower,
+    Fault::Flap,
+    Fault::Delay,
+    Fault::BlackholePrimary,
+    Fault::RestartFollowerCutFromPrimary,
+];
+
+/// Sends through `through` until one is answered `201`; how long that
+/// took from `since`.
+async fn first_201(
+    client: &Client,
+    history: &Shared,
+    cluster: &TestCluster,
+    (through, since, what): (&str, Instant, &str),
+) -> Duration {
+    loop {
+        let tag = format!("probe {what} {:?}", since.elapsed());
+        if send(
+            client,
+            history,
+            through,
+            "/v1/queues/jobs/messages",
+            &tag,
+            StatusCode::CREATED,
+        )
+        .await
+        {
+            return since.elapsed();
+        }
+        if since.elapsed() > Duration::from_secs(30) {
+            cluster.dump_logs(40);
+            panic!("no 201 through {through} within 30 s of {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Leases one message at the primary and keeps its token, to ack it after
@@ -360,17 +421,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         clients.push(tokio::spawn(receiver(c, b, h, s, false)));
     }
 
-    let faults = [
-        Fault::KillPrimary,
-        Fault::IsolatePrimary,
-        Fault::FreezePrimary,
-        Fault::Bridge,
-        Fault::KillFollower,
-        Fault::IsolateFollower,
-        Fault::LagFollower,
-        Fault::Flap,
-        Fault::Delay,
-    ];
+    let faults = FAULTS;
     let ids: Vec<u64> = cluster.replicas.iter().map(|r| r.id).collect();
     for round in 0..rounds() {
         tokio::time::sleep(Duration::from_millis(500 + rand::random::<u64>() % 1000)).await;
@@ -382,33 +433,39 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
             Fault::KillPrimary => {
                 cluster.kill(primary);
                 let killed = Instant::now();
-                let through = bases[follower].clone();
-                loop {
-                    let tag = format!("probe r{round} {:?}", killed.elapsed());
-                    if send(
-                        &client,
-                        &history,
-                        &through,
-                        "/v1/queues/jobs/messages",
-                        &tag,
-                        StatusCode::CREATED,
-                    )
-                    .await
-                    {
-                        break;
-                    }
-                    if killed.elapsed() > Duration::from_secs(30) {
-                        cluster.dump_logs(40);
-                        panic!(
-                            "no 201 through node {} within 30 s of the kill",
-                            follower + 1
-                        );
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                history.lock().unwrap().failovers.push(killed.elapsed());
+                let what = format!("r{round} kill");
+                let took = first_201(
+                    &client,
+                    &history,
+                    &cluster,
+                    (&bases[follower], killed, &what),
+                )
+                .await;
+                history.lock().unwrap().failovers.push(took);
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 cluster.start(primary);
+            }
+            Fault::BlackholePrimary => {
+                links.isolate(ids[primary], &ids);
+                links.cut_api(ids[primary]);
+                let cut = Instant::now();
+                let what = format!("r{round} blackhole");
+                let took =
+                    first_201(&client, &history, &cluster, (&bases[follower], cut, &what)).await;
+                history.lock().unwrap().blackhole_failovers.push(took);
+                tokio::time::sleep(Duration::from_millis(1000)).await;
+                links.heal();
+            }
+            Fault::RestartFollowerCutFromPrimary => {
+                let other = 3 - primary - follower;
+                links.cut(ids[primary], ids[other]);
+                // Past the election timeout: the other follower campaigns.
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                cluster.kill(follower);
+                links.cut(ids[primary], ids[follower]);
+                cluster.start(follower);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                links.heal();
             }
             Fault::KillFollower => {
                 cluster.kill(follower);
@@ -428,6 +485,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
             }
             Fault::IsolatePrimary => {
                 links.isolate(ids[primary], &ids);
+                links.cut_api(ids[primary]);
                 let cut = Instant::now();
                 let until = cut + Duration::from_secs(3);
                 // Short timeouts: a send the isolated primary holds is
@@ -631,11 +689,20 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         .copied()
         .unwrap_or_default();
     let worst = failovers.last().copied().unwrap_or_default();
+    let mut blackholes = h.blackhole_failovers.clone();
+    blackholes.sort();
+    let blackhole_median = blackholes
+        .get(blackholes.len() / 2)
+        .copied()
+        .unwrap_or_default();
+    let blackhole_worst = blackholes.last().copied().unwrap_or_default();
     eprintln!(
         "cluster nemesis: {} rounds; acknowledged {}, acked {}, nacked {}; lost {}, resurrected {}, \
          unexpected {}, ids reused {}, retry counts raised {}, stale tokens {} checked / {} wrong, \
          acknowledged by an isolated primary {} of {} tried, \
-         duplicates {}; failover median {median:?}, worst {worst:?} ({} kills)",
+         duplicates {}; failover median {median:?}, worst {worst:?} ({} kills); \
+         failover from a blackholed primary median {blackhole_median:?}, worst {blackhole_worst:?} \
+         ({} blackholes)",
         rounds(),
         h.acknowledged.len(),
         h.acked.len(),
@@ -651,6 +718,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         h.isolated_tried,
         duplicates,
         failovers.len(),
+        blackholes.len(),
     );
     assert!(lost.is_empty(), "lost: {lost:?}");
     assert!(resurrected.is_empty(), "resurrected: {resurrected:?}");

@@ -85,7 +85,17 @@ impl ApiError {
 impl From<WriteError> for ApiError {
     fn from(e: WriteError) -> ApiError {
         match e {
-            WriteError::Unavailable { .. } => ApiError::unavailable(e.to_string()),
+            WriteError::Unavailable { .. } | WriteError::NotPrimary { .. } => {
+                ApiError::unavailable(e.to_string())
+            }
+            WriteError::LeadershipLost { .. } => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "operation_unconfirmed",
+                format!(
+                    "{e}; it may or may not be applied: retry only with an idempotency key \
+                     on a dedup queue"
+                ),
+            ),
             WriteError::Unconfirmed { .. } => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "operation_unconfirmed",

@@ -14,6 +14,7 @@ pub(crate) mod forward;
 pub(crate) mod messages;
 pub(crate) mod openapi;
 pub(crate) mod queues;
+pub(crate) mod relay;
 pub(crate) mod server;
 pub(crate) mod settings;
 pub(crate) mod view;
@@ -89,6 +90,11 @@ pub(crate) struct AppState {
     /// Replicated mode: the term in which the config's queues are in place
     /// on this primary; `/v1` calls are served here only in that term.
     open_term: std::sync::atomic::AtomicU64,
+    /// Why this server will not serve until an operator acts (a replica
+    /// whose vote must be repaired): every `/v1` call is answered with it.
+    blocked: OnceLock<String>,
+    /// Replicated mode: how a follower relays calls to the primary.
+    relay: OnceLock<relay::Relay>,
 }
 
 impl AppState {
@@ -100,7 +106,14 @@ impl AppState {
             shutting_down: watch::Sender::new(false),
             long_polls: Arc::new(Semaphore::new(LONG_POLLS_MAX)),
             open_term: std::sync::atomic::AtomicU64::new(0),
+            blocked: OnceLock::new(),
+            relay: OnceLock::new(),
         })
+    }
+
+    /// This server will not serve: `reason` says what the operator must do.
+    pub(crate) fn block(&self, reason: String) {
+        let _ = self.blocked.set(reason);
     }
 
     /// Replicated mode: this primary serves `/v1` calls in `term` (the
@@ -141,18 +154,23 @@ impl AppState {
                 "storage failed (an fsync failed); the server is restarting",
             )),
             Some(engine) => Ok(engine),
-            None => Err(ApiError::unavailable(
+            None => Err(ApiError::unavailable(self.blocked.get().map_or(
                 "the spool is starting (replaying its journal)",
-            )),
+                String::as_str,
+            ))),
         }
     }
 
     /// Ready: not stopping, the spool open and healthy, and in replicated
-    /// mode a primary known (docs/contract.md §9).
+    /// mode a primary known, with the API URL calls are relayed to
+    /// (docs/contract.md §9).
     pub(crate) fn is_ready(&self) -> bool {
         !*self.shutting_down.borrow()
             && self.engine.get().is_some_and(|e| !e.is_poisoned())
-            && self.cluster.get().is_none_or(|c| c.primary().is_some())
+            && self
+                .cluster
+                .get()
+                .is_none_or(|c| c.primary().is_some_and(|p| p.api_url.is_some()))
     }
 }
 
@@ -253,7 +271,7 @@ async fn gate(
 }
 
 /// Replicated mode: a `/v1` call (but `/v1/cluster`) is served here only
-/// on the serving primary; a follower relays it (`cluster/forward.rs`).
+/// on the serving primary; a follower relays it (`relay.rs`).
 async fn in_cluster(
     state: &AppState,
     request: axum::extract::Request,
@@ -270,7 +288,8 @@ async fn in_cluster(
         .engine
         .get()
         .is_some_and(|e| e.is_serving() && e.epoch() == open);
-    crate::cluster::forward::route(cluster, serving, request).await
+    let relay = state.relay.get_or_init(relay::Relay::new);
+    relay::route(cluster, relay, serving, request).await
 }
 
 /// axum's extractors refuse what they cannot parse (a path segment that is

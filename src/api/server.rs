@@ -9,6 +9,10 @@
 //!   kernel's backlog instead of costing memory here.
 //! - On shutdown the listener closes at once; open connections finish the
 //!   request in flight (idle keep-alive ones close) within the grace period.
+//!
+//! The replication listener (`cluster/mod.rs`) is served by the same loop
+//! with tighter [`Limits`] and optionally TLS: a port that faces the
+//! network gets no more trust than the API.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +31,27 @@ pub(crate) const HEADERS_MAX: usize = 100;
 pub(crate) const HEADER_BYTES_MAX: usize = 64 << 10;
 pub(crate) const CONNECTIONS_MAX: usize = 4096;
 
+/// What one listener allows.
+pub(crate) struct Limits {
+    pub connections_max: usize,
+    /// From the connection's start (and the TLS handshake's) to the end
+    /// of a request's headers.
+    pub header_read_timeout: Duration,
+    /// TLS on every connection, when set.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Limits {
+    /// The API's.
+    pub(crate) fn api() -> Limits {
+        Limits {
+            connections_max: CONNECTIONS_MAX,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            tls: None,
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` resolves, then gives open
 /// connections up to `grace` to finish.
 pub(crate) async fn serve(
@@ -34,17 +59,18 @@ pub(crate) async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
+    limits: Limits,
 ) {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(limits.header_read_timeout)
         .max_headers(HEADERS_MAX)
         .max_header_size(HEADER_BYTES_MAX)
         .max_buf_size(HEADER_BYTES_MAX.max(8192));
     let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let slots = Arc::new(Semaphore::new(limits.connections_max));
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -65,9 +91,31 @@ pub(crate) async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+        let Some(tls) = &limits.tls else {
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                drop(permit);
+            });
+            continue;
+        };
+        // The handshake has the header timeout too, so a peer that never
+        // finishes it cannot hold a slot.
+        let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
+        let handshake_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
+            let stream = match tokio::time::timeout(handshake_timeout, tls.accept(stream)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let conn = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }

@@ -303,6 +303,39 @@ pub fn repair(dir: &Path) -> Result<RebuildOutcome, JournalError> {
     )
 }
 
+/// `spoold cluster repair-vote`: replaces the vote of a stopped replica
+/// (taking its lock) with a vote for itself in `term`, which must be above
+/// every term the cluster used: the replica then votes only in later
+/// terms, so it can never vote twice in one. For a vote that a forged
+/// request poisoned (docs/operations.md).
+pub fn repair_vote(dir: &Path, term: u64) -> Result<String, JournalError> {
+    existing_dir(dir)?;
+    let _lock = crate::journal::lock::DirLock::acquire(dir)?;
+    let bad = |reason: String| JournalError::Corrupt {
+        dir: dir.to_path_buf(),
+        file: dir.to_path_buf(),
+        offset: 0,
+        reason,
+    };
+    if term == 0 || term >= crate::cluster::server::TERM_CEILING {
+        return Err(bad(format!(
+            "--term {term}: give a term above every term the cluster used, below {}",
+            crate::cluster::server::TERM_CEILING
+        )));
+    }
+    let storage: Arc<dyn Storage> = Arc::new(OsStorage);
+    let Some((node_id, _)) = crate::cluster::files::read_id(storage.as_ref(), dir)? else {
+        return Err(bad(
+            "no raft.id: not the spool directory of a replica".into()
+        ));
+    };
+    crate::cluster::files::write_vote(storage, dir, term, node_id)?;
+    Ok(format!(
+        "{}: node {node_id} now holds a vote for itself in term {term}; start it\n",
+        dir.display()
+    ))
+}
+
 /// Upgrades a stopped format-1 spool to format 2 (start-up does the same).
 pub fn upgrade(dir: &Path) -> Result<RebuildOutcome, JournalError> {
     offline(

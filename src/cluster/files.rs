@@ -97,6 +97,23 @@ impl RaftFiles {
     }
 }
 
+/// Replaces the vote of the replica in `dir` with one for `node_id` in
+/// `term` (`spoold cluster repair-vote`, and tests).
+pub(crate) fn write_vote(
+    storage: Arc<dyn Storage>,
+    dir: &Path,
+    term: u64,
+    node_id: u64,
+) -> Result<(), JournalError> {
+    let files = RaftFiles {
+        storage,
+        dir: dir.to_path_buf(),
+        commit: Mutex::new(None),
+        committed: Mutex::new(None),
+    };
+    files.save_vote(&Vote::new(term, node_id))
+}
+
 /// The incarnation of `dir`, a random number drawn the first time a
 /// replica runs in it: a directory that was wiped (or a new replica given
 /// an old one's id) has a new incarnation, and the members know the old
@@ -107,34 +124,15 @@ pub(crate) fn incarnation(
     dir: &Path,
     node_id: u64,
 ) -> Result<u64, IdError> {
-    let path = dir.join(ID_FILE);
-    match storage.open(&path) {
-        Ok(file) => {
-            let mut bytes = [0u8; ID_BYTES];
-            file.read_exact_at(&mut bytes, 0)
-                .map_err(|e| JournalError::io(&path, e))?;
-            let crc = u32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes"));
-            if &bytes[..8] != ID_MAGIC || crc32c::crc32c(&bytes[..24]) != crc {
-                return Err(IdError::Journal(JournalError::Corrupt {
-                    dir: dir.to_path_buf(),
-                    file: path,
-                    offset: 0,
-                    reason: "not a replica id file, or damaged".into(),
-                }));
-            }
-            let owner = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-            if owner != node_id {
-                return Err(IdError::OtherNode {
-                    dir: dir.to_path_buf(),
-                    owner,
-                    node_id,
-                });
-            }
-            Ok(u64::from_le_bytes(
-                bytes[16..24].try_into().expect("8 bytes"),
-            ))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    match read_id(storage.as_ref(), dir) {
+        Ok(Some((owner, _))) if owner != node_id => Err(IdError::OtherNode {
+            dir: dir.to_path_buf(),
+            owner,
+            node_id,
+        }),
+        Ok(Some((_, incarnation))) => Ok(incarnation),
+        Err(e) => Err(e.into()),
+        Ok(None) => {
             // Never 0: 0 is a member not pinned yet.
             let incarnation = rand::random::<u64>() | 1;
             let mut bytes = [0u8; ID_BYTES];
@@ -147,8 +145,36 @@ pub(crate) fn incarnation(
                 .map_err(|e| e.into_inner())?;
             Ok(incarnation)
         }
-        Err(e) => Err(JournalError::io(&path, e).into()),
     }
+}
+
+/// The node id `dir` belongs to and its incarnation (`None`: a directory
+/// no replica ran in yet).
+pub(crate) fn read_id(
+    storage: &dyn Storage,
+    dir: &Path,
+) -> Result<Option<(u64, u64)>, JournalError> {
+    let path = dir.join(ID_FILE);
+    let file = match storage.open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(JournalError::io(&path, e)),
+    };
+    let mut bytes = [0u8; ID_BYTES];
+    file.read_exact_at(&mut bytes, 0)
+        .map_err(|e| JournalError::io(&path, e))?;
+    let crc = u32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes"));
+    if &bytes[..8] != ID_MAGIC || crc32c::crc32c(&bytes[..24]) != crc {
+        return Err(JournalError::Corrupt {
+            dir: dir.to_path_buf(),
+            file: path,
+            offset: 0,
+            reason: "not a replica id file, or damaged".into(),
+        });
+    }
+    let owner = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let incarnation = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    Ok(Some((owner, incarnation)))
 }
 
 /// Why a replica's directory cannot be used.

@@ -15,9 +15,12 @@
 //!   refused, since a new member under an old id would replay old
 //!   memberships in which it voted.
 //! - **Pinning**: the members of a bootstrap are known by address only;
-//!   the primary writes each one's incarnation into the membership once it
-//!   answered, so that a replica whose directory is wiped later is refused
-//!   (`net.rs`) until it is removed and added back.
+//!   the primary writes each one's incarnation and API URL into the
+//!   membership once it answered (signed, `client.rs`), so that a replica
+//!   whose directory is wiped later is refused (`server.rs`) until it is
+//!   removed and added back, and so that followers relay to the API URL
+//!   Raft agreed on (`api/relay.rs`). A member whose API URL changed (its
+//!   config did) is pinned again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -27,13 +30,16 @@ use openraft::ServerState;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 
+use super::client::Network;
 use super::types::{Peer, TypeConfig};
-use super::{Cluster, ClusterStatus, Raft, net};
+use super::{Cluster, ClusterStatus, Raft};
 
 /// How often an add checks whether the new member caught up.
 const CATCH_UP_POLL: Duration = Duration::from_millis(100);
-/// How often the primary looks for members to pin.
-const PIN_EVERY: Duration = Duration::from_secs(1);
+/// How often the primary looks for members to pin: soon after an
+/// election, since followers relay only once the primary's API URL is in
+/// the membership.
+const PIN_EVERY: Duration = Duration::from_millis(250);
 
 /// Why a membership change was refused, or how it failed.
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +149,7 @@ impl Cluster {
         let peer = Peer {
             raft_addr: addr.to_owned(),
             incarnation: hello.incarnation,
+            api_url: hello.api_url,
         };
         match known {
             Some(learner) if learner == peer => {
@@ -244,10 +251,12 @@ impl Cluster {
             .retire_node(id)
             .await
             .map_err(|e| match e {
-                crate::engine::WriteError::Unavailable { .. } => {
+                crate::engine::WriteError::Unavailable { .. }
+                | crate::engine::WriteError::NotPrimary { .. } => {
                     MembershipError::Unavailable(e.to_string())
                 }
-                crate::engine::WriteError::Unconfirmed { .. } => {
+                crate::engine::WriteError::Unconfirmed { .. }
+                | crate::engine::WriteError::LeadershipLost { .. } => {
                     MembershipError::Unconfirmed(e.to_string())
                 }
             })?;
@@ -276,9 +285,11 @@ impl Cluster {
 
 /// On every replica: keeps the network's view of the pinned incarnations
 /// up to date with the membership. On the primary: writes into the
-/// membership the incarnation of every member known by address only, once
-/// it answered (and its own).
-pub(super) async fn pin(raft: Raft, network: net::Network, node_id: u64, incarnation: u64) {
+/// membership the incarnation and API URL of every member not pinned yet
+/// (or whose API URL changed under the same incarnation), once it
+/// answered, and its own.
+pub(super) async fn pin(raft: Raft, network: Network, me: (u64, u64, String)) {
+    let (node_id, incarnation, api_url) = me;
     loop {
         tokio::time::sleep(PIN_EVERY).await;
         let nodes = {
@@ -299,21 +310,24 @@ pub(super) async fn pin(raft: Raft, network: net::Network, node_id: u64, incarna
                 .membership_config
                 .membership()
                 .nodes()
-                .filter(|(_, peer)| peer.incarnation == 0)
                 .filter_map(|(id, peer)| {
-                    let learned = if *id == node_id {
-                        Some(incarnation)
+                    let (learned_incarnation, learned_url) = if *id == node_id {
+                        (incarnation, api_url.clone())
                     } else {
-                        network.learned(*id)
+                        let l = network.learned(*id)?;
+                        (l.incarnation, l.api_url)
                     };
-                    learned.map(|incarnation| {
-                        (
-                            *id,
-                            Peer {
-                                raft_addr: peer.raft_addr.clone(),
-                                incarnation,
-                            },
-                        )
+                    // A pinned incarnation is never replaced: a new one is
+                    // a wiped replica, which must be removed and added.
+                    let same = peer.incarnation == 0 || peer.incarnation == learned_incarnation;
+                    let stale = peer.incarnation == 0 || peer.api_url != learned_url;
+                    (same && stale && !learned_url.is_empty()).then(|| {
+                        let peer = Peer {
+                            raft_addr: peer.raft_addr.clone(),
+                            incarnation: learned_incarnation,
+                            api_url: learned_url,
+                        };
+                        (*id, peer)
                     })
                 })
                 .collect();
@@ -332,9 +346,9 @@ pub(super) async fn pin(raft: Raft, network: net::Network, node_id: u64, incarna
                 let mut all = network.pinned();
                 all.extend(pinned);
                 network.set_pinned(all);
-                tracing::info!(nodes = ?ids, "pinned the incarnations of members");
+                tracing::info!(nodes = ?ids, "pinned the incarnations and API URLs of members");
             }
-            Err(e) => tracing::debug!(error = %e, "could not pin incarnations yet"),
+            Err(e) => tracing::debug!(error = %e, "could not pin members yet"),
         }
     }
 }

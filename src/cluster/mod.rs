@@ -8,15 +8,22 @@
 //!   machine (the engine's side is `engine/replicated.rs`).
 //! - `files.rs`: the replica's id, vote and commit pointer beside the
 //!   journal.
-//! - `net.rs`: replication traffic on `cluster.listen`, with the secret.
-//! - `forward.rs`: a follower's `/v1` calls relayed to the primary.
+//! - `auth.rs`: signed requests and answers between replicas.
+//! - `server.rs`, `client.rs`, `stream.rs`: replication traffic on
+//!   `cluster.listen` (optionally TLS: `tls.rs`).
 //! - `members.rs`: adding and removing members.
+//!
+//! A follower's `/v1` calls are relayed to the primary by the API
+//! (`api/relay.rs`), to the API URL the membership names.
 
+pub(crate) mod auth;
+pub(crate) mod client;
 pub(crate) mod files;
-pub(crate) mod forward;
 pub(crate) mod members;
-pub(crate) mod net;
+pub(crate) mod server;
 pub(crate) mod store;
+pub(crate) mod stream;
+pub(crate) mod tls;
 pub(crate) mod types;
 
 use std::collections::BTreeMap;
@@ -39,6 +46,17 @@ pub use members::MembershipError;
 use store::{LogStore, StateMachine};
 use types::{Peer, RecordData, TypeConfig, seq_of};
 
+/// Most connections the replication listener serves at once: a cluster
+/// has a few peers, each with a few connections; more wait in the
+/// kernel's backlog and cost nothing here.
+const CONNECTIONS_MAX: usize = 256;
+/// How long a connection to the replication listener may take to send
+/// its headers (peers send theirs at once).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// What an append may carry beyond its bodies (`store.rs` reads about
+/// 4 MiB of them per append, and never less than one record).
+const APPEND_SLACK_BYTES: usize = 5 << 20;
+
 pub(crate) type Raft = openraft::Raft<TypeConfig, StateMachine>;
 
 /// Longest a proposal waits for Raft before its outcome is called
@@ -56,6 +74,20 @@ pub enum ClusterError {
     Listen { addr: String, reason: String },
     #[error("raft: {0}")]
     Raft(String),
+    #[error(
+        "{path} holds a vote for term {term}, which no election reaches (a forged vote, \
+         stored by an earlier build): Raft cannot run on it. Repair: stop this replica and run \
+         `spoold cluster repair-vote --dir {dir} --term T` with T above every term the \
+         cluster used (the `term` of `spoold cluster status` on a healthy replica; if every \
+         replica is affected, the highest last log term of them plus 1000), then start it"
+    )]
+    PoisonedVote {
+        path: String,
+        dir: String,
+        term: u64,
+    },
+    #[error("cluster.tls: {0}")]
+    Tls(String),
 }
 
 /// One replica of a cluster.
@@ -69,10 +101,10 @@ struct Inner {
     node_id: u64,
     api_url: String,
     forward_to_primary: bool,
-    /// The API URL of each peer, as its replication requests announce it.
-    api_urls: Arc<Mutex<BTreeMap<u64, String>>>,
-    forwarder: forward::Forwarder,
-    network: net::Network,
+    /// The longest election timeout: how long a relayed call may wait for
+    /// a primary that stopped answering (`api/relay.rs`).
+    election_timeout: Duration,
+    network: client::Network,
     /// The replica's engine: retired node ids are part of its state.
     engine: Engine,
     /// A voter silent this long is not counted on (`members.rs`).
@@ -95,10 +127,13 @@ impl Cluster {
     /// Opens this replica's spool (replaying only what is known
     /// committed), starts Raft and the replication listener, and
     /// bootstraps the cluster if this replica has never been part of one.
+    /// `max_body_bytes`: the largest body the API takes (an append
+    /// carries at least one record).
     pub async fn open(
         mut options: EngineOptions,
         config: &ClusterConfig,
         secret: &str,
+        max_body_bytes: u64,
     ) -> Result<(Engine, ReplayReport, Cluster), ClusterError> {
         options
             .storage
@@ -106,8 +141,23 @@ impl Cluster {
             .map_err(|e| JournalError::io(&options.dir, e))?;
         let incarnation = files::incarnation(&options.storage, &options.dir, config.node_id)?;
         let (files, vote) = RaftFiles::open(options.storage.clone(), &options.dir)?;
+        if let Some(vote) = &vote
+            && vote.leader_id().term >= server::TERM_CEILING
+        {
+            return Err(ClusterError::PoisonedVote {
+                path: options.dir.join("raft.vote").display().to_string(),
+                dir: options.dir.display().to_string(),
+                term: vote.leader_id().term,
+            });
+        }
+        let tls = config
+            .tls
+            .as_ref()
+            .map(tls::ClusterTls::load)
+            .transpose()
+            .map_err(ClusterError::Tls)?;
         options.replicated = Some(files.committed().map_or(0, |c| seq_of(c.index())));
-        options.identity = Some(net::cluster_identity(secret));
+        options.identity = Some(auth::cluster_identity(secret));
         let (engine, report) = Engine::open(options).await?;
 
         let election = config.election_timeout_ms;
@@ -130,16 +180,19 @@ impl Cluster {
                 .validate()
                 .map_err(|e| ClusterError::Raft(e.to_string()))?,
         );
-        let auth: Arc<str> = net::auth_token(secret).into();
-        let api_urls = Arc::new(Mutex::new(BTreeMap::new()));
-        let network = net::Network::new(auth.clone(), config.node_id, config.api_url.clone());
-        let log = LogStore::new(engine.clone(), Arc::new(files), vote);
+        let key = auth::ClusterKey::new(secret);
+        let http = match &tls {
+            Some(tls) => tls.client(),
+            None => tls::plain_client(),
+        };
+        let network = client::Network::new(http, tls.is_some(), key.clone(), config.node_id);
+        let log = LogStore::new(engine.raft_log(), Arc::new(files), vote);
         let raft = Raft::new(
             config.node_id,
             raft_config,
             network.clone(),
             log,
-            StateMachine::new(engine.clone()),
+            StateMachine::new(engine.raft_log()),
         )
         .await
         .map_err(|e| ClusterError::Raft(e.to_string()))?;
@@ -150,12 +203,18 @@ impl Cluster {
                 addr: config.listen.clone(),
                 reason: e.to_string(),
             })?;
-        let app = net::router(
+        let app = server::router(
             raft.clone(),
-            engine.clone(),
-            (config.node_id, incarnation),
-            auth,
-            api_urls.clone(),
+            engine.raft_log(),
+            key,
+            server::ServerConfig {
+                node_id: config.node_id,
+                incarnation,
+                api_url: config.api_url.clone(),
+                election_timeout: Duration::from_millis(election),
+                append_bytes_max: APPEND_SLACK_BYTES
+                    + usize::try_from(max_body_bytes).unwrap_or(usize::MAX / 2),
+            },
         );
         let trigger = raft.clone();
         engine.set_snapshot_trigger(Box::new(move || {
@@ -166,13 +225,20 @@ impl Cluster {
                 }
             });
         }));
-        let mut tasks = vec![tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "the replication listener stopped");
-            }
-        })];
+        let limits = crate::api::server::Limits {
+            connections_max: CONNECTIONS_MAX,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            tls: tls.as_ref().map(tls::ClusterTls::acceptor),
+        };
+        let mut tasks = vec![tokio::spawn(crate::api::server::serve(
+            listener,
+            app,
+            std::future::pending(),
+            Duration::ZERO,
+            limits,
+        ))];
 
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(crate::engine::replicated::PROPOSALS_QUEUED_MAX);
         engine.attach_proposer(tx);
         // The leader lease: openraft lets no follower vote for another
         // candidate until `election_timeout_min` after it last heard from
@@ -198,8 +264,7 @@ impl Cluster {
         tasks.push(tokio::spawn(members::pin(
             raft.clone(),
             network.clone(),
-            config.node_id,
-            incarnation,
+            (config.node_id, incarnation, config.api_url.clone()),
         )));
 
         if !raft
@@ -215,8 +280,7 @@ impl Cluster {
                 node_id: config.node_id,
                 api_url: config.api_url.clone(),
                 forward_to_primary: config.forward_to_primary,
-                api_urls,
-                forwarder: forward::Forwarder::new(),
+                election_timeout: Duration::from_millis(election),
                 network,
                 engine: engine.clone(),
                 // Two and a half heartbeats: a live replica answers every
@@ -233,18 +297,20 @@ impl Cluster {
         self.inner.node_id
     }
 
-    /// The primary as this replica knows it.
+    /// The primary as this replica knows it: the leader Raft agreed on,
+    /// and the API URL its membership names for it.
     pub fn primary(&self) -> Option<Primary> {
-        let leader = self.inner.raft.metrics().borrow_watched().current_leader?;
+        let m = self.inner.raft.metrics();
+        let m = m.borrow_watched();
+        let leader = m.current_leader?;
         let api_url = if leader == self.inner.node_id {
             Some(self.inner.api_url.clone())
         } else {
-            self.inner
-                .api_urls
-                .lock()
-                .expect("bug: api url lock poisoned")
-                .get(&leader)
-                .cloned()
+            m.membership_config
+                .membership()
+                .get_node(&leader)
+                .map(|peer| peer.api_url.clone())
+                .filter(|url| !url.is_empty())
         };
         Some(Primary {
             node_id: leader,
@@ -252,12 +318,24 @@ impl Cluster {
         })
     }
 
+    /// Resolves once this replica's view of the primary is no longer
+    /// `primary` (another leader, or none known).
+    pub(crate) async fn primary_changed(&self, primary: Option<u64>) {
+        let mut metrics = self.inner.raft.metrics();
+        while metrics.borrow_watched().current_leader == primary {
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
     pub(crate) fn forward_to_primary(&self) -> bool {
         self.inner.forward_to_primary
     }
 
-    pub(crate) fn forwarder(&self) -> &forward::Forwarder {
-        &self.inner.forwarder
+    /// The longest election timeout (`cluster.election_timeout`).
+    pub(crate) fn election_timeout(&self) -> Duration {
+        self.inner.election_timeout
     }
 
     /// `GET /v1/cluster`.
@@ -376,7 +454,7 @@ pub(crate) fn heard_ago(m: &openraft::RaftMetrics<types::TypeConfig>, id: u64) -
 /// config's peers as the first membership; every new replica proposes the
 /// same one (no incarnations: the primary pins them later, `members.rs`),
 /// and openraft accepts it once, on whichever replica starts first.
-async fn bootstrap(raft: &Raft, network: &net::Network, config: &ClusterConfig) {
+async fn bootstrap(raft: &Raft, network: &client::Network, config: &ClusterConfig) {
     let peers = config.peer_ids();
     if !peers.contains_key(&config.node_id) {
         tracing::info!(
@@ -405,7 +483,7 @@ async fn bootstrap(raft: &Raft, network: &net::Network, config: &ClusterConfig) 
                 id,
                 Peer {
                     raft_addr,
-                    incarnation: 0,
+                    ..Peer::default()
                 },
             )
         })
@@ -420,7 +498,7 @@ async fn bootstrap(raft: &Raft, network: &net::Network, config: &ClusterConfig) 
 /// each bound to the term it was decided in, and answers each once Raft
 /// has: applied (its waiter learns the outcome), refused before it was
 /// appended (`503`), or unknown (`500 operation_unconfirmed`).
-async fn propose(raft: Raft, engine: Engine, mut rx: mpsc::UnboundedReceiver<Proposal>) {
+async fn propose(raft: Raft, engine: Engine, mut rx: mpsc::Receiver<Proposal>) {
     while let Some(p) = rx.recv().await {
         let proposed = std::time::Instant::now();
         let (responder, done) = ProgressResponder::complete_only();
@@ -442,7 +520,7 @@ async fn propose(raft: Raft, engine: Engine, mut rx: mpsc::UnboundedReceiver<Pro
             match tokio::time::timeout(PROPOSAL_TIMEOUT, done).await {
                 Ok(Ok(Ok(response))) => {
                     let seq = seq_of(response.log_id.index());
-                    engine.finish_proposal(ticket, seq, response.data).await;
+                    engine.finish_proposal(ticket, seq, response.data);
                     crate::metrics::record_commit(proposed.elapsed());
                 }
                 Ok(Ok(Err(openraft::error::ClientWriteError::ForwardToLeader(f)))) => {

@@ -29,11 +29,11 @@ use openraft::{EntryPayload, OptionalSend};
 
 use super::files::RaftFiles;
 use super::types::{
-    Entry, LogId, RecordData, StoredMembership, TypeConfig, Vote, index_of, seq_of,
+    self, Entry, LogId, Peer, RecordData, StoredMembership, TypeConfig, Vote, index_of, seq_of,
 };
-use crate::engine::Engine;
 use crate::engine::replicated::LogRecord;
-use crate::engine::snapshot::{SnapshotInfo, StagedSnapshot};
+use crate::engine::replicated::RaftLog;
+use crate::engine::replicated::snapshot::{SnapshotInfo, StagedSnapshot};
 use crate::journal::JournalError;
 use crate::spool::record::kind;
 use crate::spool::{Command, Record};
@@ -85,7 +85,7 @@ fn to_record(entry: Entry) -> io::Result<LogRecord> {
             // The record carries its own log id: the spool keeps the newest
             // one applied, and a checkpoint (a snapshot) carries it.
             let stored = StoredMembership::new(Some(entry.log_id), m);
-            let config = postcard::to_allocvec(&stored).map_err(io::Error::other)?;
+            let config = encode_membership(&stored)?;
             let mut body = Vec::new();
             Record {
                 at: 0,
@@ -105,23 +105,67 @@ fn to_record(entry: Entry) -> io::Result<LogRecord> {
     })
 }
 
-/// A membership record's (or a checkpoint's) replica set.
+/// The first byte of a membership record's body as written since members
+/// carry their API URL; the first build's (`LegacyPeer`) starts with
+/// postcard's `Option` tag, 0 or 1.
+const MEMBERSHIP_V2: u8 = 2;
+
+/// A member as the first replicated build wrote it (no API URL).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct LegacyPeer {
+    raft_addr: String,
+    incarnation: u64,
+}
+
+/// A replica set as a membership record's (or a checkpoint's) bytes.
+fn encode_membership(stored: &StoredMembership) -> io::Result<Vec<u8>> {
+    let mut config = vec![MEMBERSHIP_V2];
+    config.extend(postcard::to_allocvec(stored).map_err(io::Error::other)?);
+    Ok(config)
+}
+
+/// A membership record's (or a checkpoint's) replica set, in either
+/// layout.
 fn decode_membership(config: &[u8]) -> io::Result<StoredMembership> {
-    postcard::from_bytes(config).map_err(io::Error::other)
+    if let Some((&MEMBERSHIP_V2, rest)) = config.split_first() {
+        return postcard::from_bytes(rest).map_err(io::Error::other);
+    }
+    type Legacy = openraft::StoredMembership<
+        <types::Entry as openraft::entry::RaftEntry>::CommittedLeaderId,
+        u64,
+        LegacyPeer,
+    >;
+    let legacy: Legacy = postcard::from_bytes(config).map_err(io::Error::other)?;
+    let nodes: std::collections::BTreeMap<u64, Peer> = legacy
+        .membership()
+        .nodes()
+        .map(|(id, p)| {
+            let peer = Peer {
+                raft_addr: p.raft_addr.clone(),
+                incarnation: p.incarnation,
+                api_url: String::new(),
+            };
+            (*id, peer)
+        })
+        .collect();
+    let membership =
+        openraft::Membership::new(legacy.membership().get_joint_config().clone(), nodes)
+            .map_err(io::Error::other)?;
+    Ok(StoredMembership::new(legacy.log_id().clone(), membership))
 }
 
 /// The Raft log: the engine's journal, plus the vote and commit files.
 #[derive(Clone)]
 pub(crate) struct LogStore {
-    engine: Engine,
+    log: RaftLog,
     files: Arc<RaftFiles>,
     vote: Arc<Mutex<Option<Vote>>>,
 }
 
 impl LogStore {
-    pub(crate) fn new(engine: Engine, files: Arc<RaftFiles>, vote: Option<Vote>) -> LogStore {
+    pub(crate) fn new(log: RaftLog, files: Arc<RaftFiles>, vote: Option<Vote>) -> LogStore {
         LogStore {
-            engine,
+            log,
             files,
             vote: Arc::new(Mutex::new(vote)),
         }
@@ -136,7 +180,7 @@ impl LogStore {
         range: RB,
         bytes_max: usize,
     ) -> io::Result<Vec<Entry>> {
-        let (first, last, _) = self.engine.log_bounds();
+        let (first, last, _) = self.log.bounds();
         // In sequence numbers: [start, end).
         let start = match range.start_bound() {
             Bound::Included(&i) => seq_of(i),
@@ -153,13 +197,9 @@ impl LogStore {
         let mut entries = Vec::new();
         let mut bytes = 0;
         for seq in start..end {
-            let record = self
-                .engine
-                .read_log(seq)
-                .map_err(io_error)?
-                .ok_or_else(|| {
-                    io::Error::other(format!("record {seq} of the Raft log is missing"))
-                })?;
+            let record = self.log.read(seq).map_err(io_error)?.ok_or_else(|| {
+                io::Error::other(format!("record {seq} of the Raft log is missing"))
+            })?;
             bytes += record.body.len();
             entries.push(to_entry(record)?);
             if bytes >= bytes_max {
@@ -195,10 +235,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
-        let (first, last, last_term) = self.engine.log_bounds();
+        let (first, last, last_term) = self.log.bounds();
         let last_purged_log_id = self
-            .engine
-            .log_purged()
+            .log
+            .purged()
             .map(|(seq, term)| LogId::new_term_index(term, index_of(seq)));
         let last_log_id = match last_term {
             Some(term) if last >= first => Some(LogId::new_term_index(term, index_of(last))),
@@ -217,7 +257,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
         // A vote must never be durable ahead of the entries appended
         // before it (openraft's I/O ordering rule).
-        self.engine.flush_log().await.map_err(io_error)?;
+        self.log.flush().await.map_err(io_error)?;
         self.files.save_vote(vote).map_err(io_error)?;
         *self.vote.lock().expect("bug: vote lock poisoned") = Some(*vote);
         Ok(())
@@ -242,8 +282,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .into_iter()
             .map(to_record)
             .collect::<io::Result<Vec<_>>>()?;
-        self.engine
-            .append_log(
+        self.log
+            .append(
                 records,
                 Box::new(move |result| callback.io_completed(result)),
             )
@@ -252,7 +292,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
         let keep_seq = last_log_id.map_or(0, |id| seq_of(id.index()));
-        self.engine.truncate_log(keep_seq).await.map_err(io_error)
+        self.log.truncate(keep_seq).await.map_err(io_error)
     }
 
     /// Nothing to persist: the entries up to `log_id` are in a checkpoint,
@@ -260,28 +300,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// the purge point never goes back). The segments that held them are
     /// deleted by the next compaction.
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
-        self.engine
-            .purge_log(seq_of(log_id.index()), log_id.committed_leader_id().term);
+        self.log
+            .purge(seq_of(log_id.index()), log_id.committed_leader_id().term);
         Ok(())
     }
 }
 
 /// The state machine: the engine's spool.
 pub(crate) struct StateMachine {
-    engine: Engine,
+    log: RaftLog,
 }
 
 impl StateMachine {
-    pub(crate) fn new(engine: Engine) -> StateMachine {
-        StateMachine { engine }
+    pub(crate) fn new(log: RaftLog) -> StateMachine {
+        StateMachine { log }
     }
 }
 
-/// The snapshot of a replica: a checkpoint ([`crate::engine::snapshot`]).
+/// The snapshot of a replica: a checkpoint
+/// ([`crate::engine::replicated::snapshot`]).
 pub(crate) enum SnapshotData {
     /// This replica's own checkpoint of record `seq`: read from disk when
-    /// it is sent (`net.rs`).
-    Local { engine: Engine, seq: u64 },
+    /// it is sent (`client.rs`).
+    Local { log: RaftLog, seq: u64 },
     /// A checkpoint received from the primary, its records staged.
     Received(Box<StagedSnapshot>),
 }
@@ -315,7 +356,7 @@ impl StateMachine {
         Ok(Snapshot {
             meta: snapshot_meta(info)?,
             snapshot: SnapshotData::Local {
-                engine: self.engine.clone(),
+                log: self.log.clone(),
                 seq: info.seq,
             },
         })
@@ -327,8 +368,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
 
     /// Compacts, writing a checkpoint of the last applied record.
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        let engine = self.engine.clone();
-        let info = tokio::task::spawn_blocking(move || engine.build_snapshot())
+        let log = self.log.clone();
+        let info = tokio::task::spawn_blocking(move || log.build_snapshot())
             .await
             .map_err(io::Error::other)?
             .map_err(io_error)?;
@@ -342,7 +383,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = StateMachine;
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
-        let (applied, config) = self.engine.applied_with_cluster_config();
+        let (applied, config) = self.log.applied_with_cluster_config();
         let membership = match config {
             Some(config) => decode_membership(&config)?,
             None => StoredMembership::default(),
@@ -350,7 +391,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if applied == 0 {
             return Ok((None, membership));
         }
-        let term = self.engine.log_term(applied).ok_or_else(|| {
+        let term = self.log.term(applied).ok_or_else(|| {
             io::Error::other(format!("applied record {applied} is not in the log"))
         })?;
         Ok((
@@ -369,7 +410,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let (entry, responder) = next?;
             let record = to_record(entry)?;
             let applied = self
-                .engine
+                .log
                 .apply_committed(record.seq, record.kind, &record.body)
                 .await
                 .map_err(io_error)?;
@@ -382,7 +423,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         StateMachine {
-            engine: self.engine.clone(),
+            log: self.log.clone(),
         }
     }
 
@@ -405,14 +446,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 (staged.seq, staged.term)
             )));
         }
-        self.engine
-            .install_snapshot(*staged)
-            .await
-            .map_err(io_error)
+        self.log.install_snapshot(*staged).await.map_err(io_error)
     }
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
-        match self.engine.current_snapshot() {
+        match self.log.current_snapshot() {
             Some(info) => self.snapshot_of(&info).map(Some),
             None => Ok(None),
         }

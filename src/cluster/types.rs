@@ -21,9 +21,11 @@ impl fmt::Display for RecordData {
 }
 
 /// A replica as the membership names it: where its replication listener
-/// is (`cluster.peers`), and which spool directory answers there. Its API
-/// address is not part of the membership (a replica knows only its own);
-/// followers learn the primary's from its replication requests (`net.rs`).
+/// is (`cluster.peers`), which spool directory answers there, and where
+/// its API is. The incarnation and the API URL are what the member's
+/// signed answers said (`client.rs`), written into the membership by the
+/// primary (`members.rs`): a follower relays only to the API URL that the
+/// membership Raft agreed on names for the primary.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Peer {
     pub raft_addr: String,
@@ -33,6 +35,8 @@ pub(crate) struct Peer {
     /// primary pins it: the members of a bootstrap are known by address
     /// only at first.
     pub incarnation: u64,
+    /// The member's `cluster.api_url`; empty until the primary pins it.
+    pub api_url: String,
 }
 
 openraft::declare_raft_types!(

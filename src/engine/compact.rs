@@ -251,7 +251,8 @@ impl Engine {
         let in_run: BTreeSet<u32> = run.iter().copied().collect();
         let seq = core.spool.applied_seq();
         let term = if self.is_replicated() {
-            self.log_term(seq)
+            self.raft_log()
+                .term(seq)
                 .unwrap_or_else(|| panic!("bug: applied record {seq} has no term"))
         } else {
             0

@@ -19,6 +19,17 @@ pub enum WriteError {
     /// may not survive. Retry only with an idempotency key on a dedup queue.
     #[error("write accepted but its durability is unknown: {reason}")]
     Unconfirmed { reason: String },
+
+    /// Replicated mode: this replica is not (or no longer) the serving
+    /// primary, and nothing was appended. Safe to retry on the primary.
+    #[error("not the primary: {reason}")]
+    NotPrimary { reason: String },
+
+    /// Replicated mode: the record went to Raft, and then this replica
+    /// lost its leadership (or heard from no majority in time) before the
+    /// record was known committed: it may or may not be applied.
+    #[error("the primary lost its leadership before a majority confirmed the write: {reason}")]
+    LeadershipLost { reason: String },
 }
 
 /// A stored record could not be read back (an I/O error, or damage after

@@ -69,15 +69,18 @@ impl Engine {
             queue: queue.to_owned(),
         };
         loop {
-            if !self.is_serving() {
-                return Err(LeaseError::NotPrimary);
-            }
             let notify = self.core().notify_for(queue);
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let (leased, next_visible) = {
                 let mut core = self.core();
+                // Under the lock that the lease is taken under: a primary
+                // whose leader lease ran out between a check and the lease
+                // could hand out what a new primary already acked.
+                if !self.is_serving() {
+                    return Err(LeaseError::NotPrimary);
+                }
                 let now = self.now(&mut core);
                 let q = core.spool.queue(queue).ok_or_else(not_found)?;
                 let (lease_ms, probe) = match consumer {
@@ -244,6 +247,11 @@ impl Engine {
     pub fn renew(&self, queue: &str, token: &str) -> Result<Millis, SettleError> {
         let lease = self.lease_of(token)?;
         let mut core = self.core();
+        if !self.is_serving() {
+            return Err(SettleError::Write(super::error::WriteError::NotPrimary {
+                reason: "leases are renewed by the serving primary only".into(),
+            }));
+        }
         let now = self.now(&mut core);
         core.spool
             .renew(queue, lease.id, lease.serial, now)

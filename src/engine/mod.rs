@@ -39,7 +39,6 @@ pub(crate) mod rules;
 mod send;
 pub(crate) mod settle;
 mod sink;
-pub(crate) mod snapshot;
 mod timer;
 pub(crate) mod token;
 mod write;
@@ -172,6 +171,8 @@ pub struct Delivery {
 struct Inner {
     shared: Arc<Shared>,
     journal: Journal<Entry>,
+    /// Where decided records go (`write.rs`).
+    appender: write::Appender,
     /// Replicated mode only.
     replication: Option<Arc<replicated::Replication>>,
     reader: SegmentReader,

@@ -20,6 +20,7 @@ use super::core::{CheckpointOnDisk, Core, FileMeta, Shared};
 use super::replicated::Replication;
 use super::sink::{Reply, Sink};
 use super::token::Tokens;
+use super::write::Appender;
 use super::{ARRIVALS_BUFFERED_MAX, Engine, EngineOptions, Inner, ReplayReport, rebuild};
 use crate::journal::atomic::{remove_files, sync_parent};
 use crate::journal::format::{FileId, SpoolIdentity, checkpoint_file_name};
@@ -194,6 +195,10 @@ impl Engine {
             inner: Arc::new(Inner {
                 shared,
                 journal,
+                appender: match replication {
+                    Some(_) => Appender::Raft,
+                    None => Appender::Journal,
+                },
                 replication,
                 reader,
                 storage,
@@ -226,8 +231,7 @@ impl Engine {
         {
             let mut core = engine.core();
             let at = engine.now(&mut core);
-            engine.append(
-                &core,
+            engine.append_local(
                 Record {
                     at,
                     command: Command::Epoch { epoch },

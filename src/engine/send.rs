@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 
 use super::error::SendError;
 use super::sink::{Reply, SendOutcome, SendReply};
-use super::write::{closed, unavailable};
+use super::write::closed;
 use super::{Engine, SendRequest};
 use crate::spool::{Command, EnqueueMeta, Record};
 
@@ -99,7 +99,7 @@ impl Engine {
             if let Some((key, _)) = dedup {
                 core.pending_dedup.remove(&key);
             }
-            return Err(unavailable(e).into());
+            return Err(e.into());
         }
         Ok(None)
     }

@@ -10,7 +10,7 @@ use super::Engine;
 use super::error::{ReadError, SettleError};
 use super::lease::settle_error;
 use super::sink::Reply;
-use super::write::{closed, unavailable};
+use super::write::closed;
 use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};
 use crate::spool::queue::origin_queue_name;
 use crate::spool::record::decode_attempts;
@@ -146,7 +146,7 @@ impl Engine {
             .and_then(|()| self.append(&core, settle, None, Reply::Done(tx)));
             if let Err(e) = appended {
                 core.release(&undo);
-                return Err(unavailable(e).into());
+                return Err(e.into());
             }
         }
         rx.await.map_err(|_| closed())??;

@@ -13,17 +13,31 @@ use crate::spool::{Command, Payload, Record};
 use crate::time::Millis;
 
 impl Engine {
-    /// Appends under the core lock (the guard proves it is held).
+    /// Appends under the core lock (the guard proves it is held), through
+    /// the appender chosen at open: the journal, or Raft's proposer. A
+    /// refusal means nothing was appended.
     pub(super) fn append(
         &self,
         _core: &Core,
         record: Record<'static>,
         payload: Option<&Payload>,
         reply: Reply,
-    ) -> Result<(), JournalError> {
-        if self.inner.replication.is_some() {
-            return self.propose(record, payload, reply, 0);
+    ) -> Result<(), WriteError> {
+        match self.inner.appender {
+            Appender::Raft => Ok(self.propose(record, payload, reply, 0)?),
+            Appender::Journal => self
+                .append_local(record, payload, reply)
+                .map_err(unavailable),
         }
+    }
+
+    /// Appends to this node's journal (a single node).
+    pub(super) fn append_local(
+        &self,
+        record: Record<'static>,
+        payload: Option<&Payload>,
+        reply: Reply,
+    ) -> Result<(), JournalError> {
         let kind = record.kind();
         self.inner
             .journal
@@ -49,7 +63,7 @@ impl Engine {
             let undo = record.clone();
             if let Err(e) = self.append(&core, record, None, Reply::Done(tx)) {
                 core.release(&undo);
-                return Err(unavailable(e).into());
+                return Err(e.into());
             }
         }
         rx.await.map_err(|_| closed())?.map_err(E::from)
@@ -84,7 +98,7 @@ impl Engine {
                 for record in &undo {
                     core.release(record);
                 }
-                return Err(unavailable(e).into());
+                return Err(e.into());
             }
         }
         let mut total = 0;
@@ -98,8 +112,8 @@ impl Engine {
 impl Engine {
     /// Appends several records as one batch (one write, one fsync: all or
     /// none) on a single node; in replicated mode, proposes them in order.
-    fn append_all(&self, _core: &Core, ops: Vec<Op>) -> Result<(), JournalError> {
-        if self.inner.replication.is_some() {
+    fn append_all(&self, _core: &Core, ops: Vec<Op>) -> Result<(), WriteError> {
+        if let Appender::Raft = self.inner.appender {
             for op in ops {
                 self.propose(op.record, None, op.reply, 0)?;
             }
@@ -108,19 +122,31 @@ impl Engine {
         let entries = ops
             .into_iter()
             .map(|op| (op.record.kind(), Entry::Local(op)));
-        self.inner.journal.append_many(entries, |entry, buf| {
-            if let Entry::Local(op) = entry {
-                op.record.encode(None, buf);
-            }
-        })
+        self.inner
+            .journal
+            .append_many(entries, |entry, buf| {
+                if let Entry::Local(op) = entry {
+                    op.record.encode(None, buf);
+                }
+            })
+            .map_err(unavailable)
     }
 }
 
 /// The journal refused a write: nothing was written.
-pub(super) fn unavailable(e: JournalError) -> WriteError {
+fn unavailable(e: JournalError) -> WriteError {
     WriteError::Unavailable {
         reason: e.to_string(),
     }
+}
+
+/// Where a decided record goes, chosen once when the spool opens.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Appender {
+    /// A single node: the journal, applied once durable.
+    Journal,
+    /// Replicated mode: Raft's proposer, applied once committed.
+    Raft,
 }
 
 /// The journal stopped before it answered: it is shutting down.

@@ -63,11 +63,6 @@ pub enum JournalError {
     /// The journal is shutting down.
     #[error("journal is closed")]
     Closed,
-
-    /// Replicated mode: only the primary proposes records, and this
-    /// replica is not (or not yet, or no longer) serving as the primary.
-    #[error("this replica is not serving as the primary")]
-    NotPrimary,
 }
 
 impl JournalError {

@@ -22,6 +22,9 @@ pub struct Replica {
     /// Where the others reach its replication listener: `raft_port`, or
     /// its proxy's port behind [`Links`].
     pub peer_port: u16,
+    /// Where the others reach its API (its `api_url`, where followers
+    /// relay to): `api_port`, or its proxy's port behind [`Links`].
+    pub relay_port: u16,
     pub process: Option<Spoold>,
 }
 
@@ -62,11 +65,20 @@ impl TestCluster {
     pub fn with_spool(n: usize, spool_keys: &str, cluster_keys: &str, tables: &str) -> TestCluster {
         let ports = free_ports(2 * n);
         let peer_ports = ports[n..].to_vec();
-        TestCluster::configured(n, &ports, &peer_ports, (spool_keys, cluster_keys, tables))
+        let relay_ports = ports[..n].to_vec();
+        TestCluster::configured(
+            n,
+            &ports,
+            (&peer_ports, &relay_ports),
+            (spool_keys, cluster_keys, tables),
+        )
     }
 
     /// As [`TestCluster::with_spool`], each replica reached by the others
-    /// through a proxy of the returned [`Links`] (cut, delay, heal).
+    /// through proxies of the returned [`Links`] (cut, delay, heal): one
+    /// for its replication listener, one for its API (the relays of
+    /// followers). Clients of the test reach each API directly, as an
+    /// application beside its replica would.
     pub fn behind_links(
         n: usize,
         spool_keys: &str,
@@ -74,29 +86,38 @@ impl TestCluster {
         tables: &str,
     ) -> (TestCluster, Links) {
         let ports = free_ports(2 * n);
-        let listeners: Vec<std::net::TcpListener> = (0..n)
+        let listeners: Vec<std::net::TcpListener> = (0..2 * n)
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
             .collect();
-        let peer_ports: Vec<u16> = listeners
+        let proxy_ports: Vec<u16> = listeners
             .iter()
             .map(|l| l.local_addr().unwrap().port())
             .collect();
-        let cluster =
-            TestCluster::configured(n, &ports, &peer_ports, (spool_keys, cluster_keys, tables));
+        let cluster = TestCluster::configured(
+            n,
+            &ports,
+            (&proxy_ports[..n], &proxy_ports[n..]),
+            (spool_keys, cluster_keys, tables),
+        );
         let links = Links::default();
         for (i, listener) in listeners.into_iter().enumerate() {
-            let upstream = format!("127.0.0.1:{}", cluster.replicas[i].raft_port);
-            links.proxy(cluster.replicas[i].id, listener, upstream);
+            let r = &cluster.replicas[i % n];
+            if i < n {
+                links.proxy(r.id, listener, format!("127.0.0.1:{}", r.raft_port));
+            } else {
+                links.api_proxy(r.id, listener, format!("127.0.0.1:{}", r.api_port));
+            }
         }
         (cluster, links)
     }
 
-    /// `ports`: API ports then replication ports; `peer_ports`: where the
-    /// others reach each replica.
+    /// `ports`: API ports then replication ports; `peer_ports` and
+    /// `relay_ports`: where the others reach each replica's replication
+    /// listener and API.
     fn configured(
         n: usize,
         ports: &[u16],
-        peer_ports: &[u16],
+        (peer_ports, relay_ports): (&[u16], &[u16]),
         (spool_keys, cluster_keys, tables): (&str, &str, &str),
     ) -> TestCluster {
         let peers: Vec<String> = (0..n)
@@ -109,16 +130,23 @@ impl TestCluster {
             tmp: tempfile::tempdir().unwrap(),
         };
         for i in 0..n {
-            let replica = cluster.replica(i as u64 + 1, (ports[i], ports[n + i], peer_ports[i]));
+            let replica = cluster.replica(
+                i as u64 + 1,
+                (ports[i], ports[n + i], peer_ports[i], relay_ports[i]),
+            );
             cluster.replicas.push(replica);
         }
         cluster
     }
 
     /// A replica's directory and config (node `id`, on `ports`: API,
-    /// replication, and where the others reach it); its `peers` are the
+    /// replication, and where the others reach each); its `peers` are the
     /// first start's.
-    fn replica(&self, id: u64, (api_port, raft_port, peer_port): (u16, u16, u16)) -> Replica {
+    fn replica(
+        &self,
+        id: u64,
+        (api_port, raft_port, peer_port, relay_port): (u16, u16, u16, u16),
+    ) -> Replica {
         let dir = self.tmp.path().join(format!("replica-{id}"));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("spoold.toml");
@@ -130,7 +158,7 @@ impl TestCluster {
                  [spool]\ndir = \"{}\"\n{spool_keys}\n\
                  [cluster]\nnode_id = {id}\nlisten = \"127.0.0.1:{raft_port}\"\n\
                  advertise = \"127.0.0.1:{peer_port}\"\n\
-                 api_url = \"http://127.0.0.1:{api_port}\"\nsecret = \"{SECRET}\"\n\
+                 api_url = \"http://127.0.0.1:{relay_port}\"\nsecret = \"{SECRET}\"\n\
                  peers = {{ {} }}\n{cluster_keys}\n{tables}\n",
                 dir.join("spool").display(),
                 self.peers
@@ -144,6 +172,7 @@ impl TestCluster {
             api_port,
             raft_port,
             peer_port,
+            relay_port,
             process: None,
         }
     }
@@ -152,7 +181,7 @@ impl TestCluster {
     pub fn spare(&mut self) -> usize {
         let ports = free_ports(2);
         let id = self.replicas.iter().map(|r| r.id).max().unwrap_or(0) + 1;
-        let replica = self.replica(id, (ports[0], ports[1], ports[1]));
+        let replica = self.replica(id, (ports[0], ports[1], ports[1], ports[0]));
         self.replicas.push(replica);
         self.replicas.len() - 1
     }
@@ -170,7 +199,7 @@ impl TestCluster {
         assert!(self.replicas[i].process.is_none());
         let id = self.replicas.iter().map(|r| r.id).max().unwrap_or(0) + 1;
         let r = &self.replicas[i];
-        let ports = (r.api_port, r.raft_port, r.peer_port);
+        let ports = (r.api_port, r.raft_port, r.peer_port, r.relay_port);
         self.replicas[i] = self.replica(id, ports);
     }
 

@@ -1,10 +1,12 @@
 //! The network between replicas, under the test's control: each replica's
-//! replication listener is reached through a proxy of its own, and every
-//! replication request names its sender (`spooler-cluster-from`), so a
-//! proxy knows which link a request travels. A cut link swallows requests
-//! both ways (the sender waits until its own timeout, as on a real
-//! partition, rather than being told); a delay holds every request first.
-//! Client traffic (the `/v1` API, a follower's relay) is not proxied.
+//! replication listener and API are reached by the others through proxies
+//! of their own. Every replication request names its sender
+//! (`spooler-cluster-from`) and every relayed API call its relay
+//! (`spooler-forwarded`), so a proxy knows which link a request travels.
+//! A cut link swallows requests both ways (the sender waits until its own
+//! timeout, as on a real partition, rather than being told: a blackhole);
+//! a delay holds every request first. Clients of the test reach each API
+//! directly, as an application beside its replica would.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -19,6 +21,8 @@ use axum::response::{IntoResponse, Response};
 struct State_ {
     /// Cut links, as (lower id, higher id).
     cut: BTreeSet<(u64, u64)>,
+    /// Nodes whose API no relay reaches (whoever sends).
+    api_cut: BTreeSet<u64>,
     delay: Duration,
 }
 
@@ -62,16 +66,33 @@ impl Links {
         self.0.lock().unwrap().delay = delay;
     }
 
+    /// No relay reaches `node`'s API any more (a blackhole: connections
+    /// open, no bytes come back).
+    pub fn cut_api(&self, node: u64) {
+        self.0.lock().unwrap().api_cut.insert(node);
+    }
+
     /// Every link whole again, no delay.
     pub fn heal(&self) {
         let mut s = self.0.lock().unwrap();
         s.cut.clear();
+        s.api_cut.clear();
         s.delay = Duration::ZERO;
     }
 
     /// Serves the proxy of node `target` on `listener`, passing requests
     /// on to `upstream` (host:port of its replication listener).
     pub fn proxy(&self, target: u64, listener: std::net::TcpListener, upstream: String) {
+        self.serve(target, listener, upstream, Side::Replication);
+    }
+
+    /// Serves the proxy of node `target`'s API on `listener`, passing
+    /// relayed calls on to `upstream` (host:port of its API).
+    pub fn api_proxy(&self, target: u64, listener: std::net::TcpListener, upstream: String) {
+        self.serve(target, listener, upstream, Side::Api);
+    }
+
+    fn serve(&self, target: u64, listener: std::net::TcpListener, upstream: String, side: Side) {
         listener.set_nonblocking(true).unwrap();
         let listener = tokio::net::TcpListener::from_std(listener).unwrap();
         spoold::testing::install_crypto_provider();
@@ -79,6 +100,7 @@ impl Links {
             links: self.clone(),
             target,
             upstream,
+            side,
             client: reqwest::Client::new(),
         };
         let app = axum::Router::new().fallback(pass).with_state(proxy);
@@ -88,12 +110,28 @@ impl Links {
     }
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Replication,
+    Api,
+}
+
 #[derive(Clone)]
 struct Proxy {
     links: Links,
     target: u64,
     upstream: String,
+    side: Side,
     client: reqwest::Client,
+}
+
+impl Proxy {
+    /// Whether a request from `from` (if known) cannot pass now.
+    fn cut(&self, from: Option<u64>) -> bool {
+        let s = self.links.0.lock().unwrap();
+        (self.side == Side::Api && s.api_cut.contains(&self.target))
+            || from.is_some_and(|from| s.cut.contains(&pair(from, self.target)))
+    }
 }
 
 /// How long a request on a cut link is held before it is dropped: longer
@@ -101,9 +139,13 @@ struct Proxy {
 const SWALLOW: Duration = Duration::from_secs(30);
 
 async fn pass(State(p): State<Proxy>, request: Request) -> Response {
+    let sender = match p.side {
+        Side::Replication => "spooler-cluster-from",
+        Side::Api => "spooler-forwarded",
+    };
     let from = request
         .headers()
-        .get("spooler-cluster-from")
+        .get(sender)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(' ').next())
         .and_then(|id| id.parse::<u64>().ok());
@@ -111,9 +153,7 @@ async fn pass(State(p): State<Proxy>, request: Request) -> Response {
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    if let Some(from) = from
-        && p.links.is_cut(from, p.target)
-    {
+    if p.cut(from) {
         tokio::time::sleep(SWALLOW).await;
         return StatusCode::GATEWAY_TIMEOUT.into_response();
     }
@@ -136,9 +176,7 @@ async fn pass(State(p): State<Proxy>, request: Request) -> Response {
         Err(_) => return StatusCode::BAD_GATEWAY.into_response(),
     };
     // A link cut while the request was on its way loses the answer.
-    if let Some(from) = from
-        && p.links.is_cut(from, p.target)
-    {
+    if p.cut(from) {
         tokio::time::sleep(SWALLOW).await;
         return StatusCode::GATEWAY_TIMEOUT.into_response();
     }

@@ -26,10 +26,12 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::oneshot;
 
-use super::Engine;
-use super::compact::pick_run;
-use super::core::{CheckpointOnDisk, FileMeta};
-use super::open::load_checkpoint;
+use super::error::StreamError;
+use super::log::RaftLog;
+use crate::engine::Engine;
+use crate::engine::compact::pick_run;
+use crate::engine::core::{CheckpointOnDisk, FileMeta};
+use crate::engine::open::load_checkpoint;
 use crate::journal::atomic::{AtomicWriteError, remove_files};
 use crate::journal::files::{frame, write_checkpoint, write_pack};
 use crate::journal::format::{FILE_HEADER_BYTES, FRAME_HEADER_BYTES, FileId, PackHeader};
@@ -71,11 +73,8 @@ mod tag {
 
 const RECORD_HEADER_BYTES: usize = 1 + 4 + 8 + 8 + 1;
 
-fn bad_stream(reason: impl Into<String>) -> JournalError {
-    JournalError::io(
-        "snapshot stream",
-        std::io::Error::new(std::io::ErrorKind::InvalidData, reason.into()),
-    )
+fn bad_stream(reason: impl Into<String>) -> StreamError {
+    StreamError::Broken(reason.into())
 }
 
 /// A snapshot on its way out: the messages of the stream, read from disk
@@ -174,7 +173,7 @@ impl Engine {
     }
 
     /// Asks openraft for a snapshot (it then calls the builder).
-    pub(super) fn request_snapshot(&self) {
+    pub(in crate::engine) fn request_snapshot(&self) {
         if let Some(trigger) = self.replication().snapshot_trigger.get() {
             trigger();
         }
@@ -184,7 +183,7 @@ impl Engine {
     /// is worth compacting, a whole segment of applied records lies after
     /// the checkpoint (a snapshot lets openraft purge it), or the spool is
     /// `full` and anything was applied since the checkpoint.
-    pub(super) fn snapshot_due(&self, full: bool) -> bool {
+    pub(in crate::engine) fn snapshot_due(&self, full: bool) -> bool {
         let active = self.inner.journal.active_segment();
         let (checkpoint, applied) = {
             let core = self.core();
@@ -205,21 +204,27 @@ impl Engine {
             _ => false,
         }
     }
+}
 
+impl RaftLog {
     /// The checkpoint on disk, as a snapshot.
     pub(crate) fn current_snapshot(&self) -> Option<SnapshotInfo> {
-        self.core().checkpoint.as_ref().map(|c| SnapshotInfo {
-            seq: c.seq,
-            term: c.term,
-            cluster_config: c.cluster_config.clone(),
-        })
+        self.engine
+            .core()
+            .checkpoint
+            .as_ref()
+            .map(|c| SnapshotInfo {
+                seq: c.seq,
+                term: c.term,
+                cluster_config: c.cluster_config.clone(),
+            })
     }
 
     /// Builds a snapshot: one compaction that writes a checkpoint of the
     /// last applied record whether or not a file is worth compacting.
     /// Blocking file I/O: call it from a blocking thread.
     pub(crate) fn build_snapshot(&self) -> Result<SnapshotInfo, JournalError> {
-        let report = self.compact(self.is_full(), true)?;
+        let report = self.engine.compact(self.engine.is_full(), true)?;
         let report = report.ok_or(JournalError::Closed)?;
         if !report.files.is_empty() {
             report.log();
@@ -231,12 +236,12 @@ impl Engine {
     /// replaced it meanwhile (openraft then asks for the current one).
     /// Blocking file I/O.
     pub(crate) fn snapshot_source(&self, seq: u64) -> Result<SnapshotSource, JournalError> {
-        let inner = &self.inner;
+        let inner = &self.engine.inner;
         let (spool, meta, handles) = {
             // Compaction deletes nothing while this holds: the checkpoint
             // and the files it points into are read or pinned together.
             let _one_at_a_time = inner.compacting.lock().expect("compaction lock poisoned");
-            let current = self.core().checkpoint.as_ref().map(|c| c.seq);
+            let current = self.engine.core().checkpoint.as_ref().map(|c| c.seq);
             if current != Some(seq) {
                 return Err(JournalError::io(
                     &inner.dir,
@@ -299,13 +304,13 @@ impl Engine {
         &self,
         seq: u64,
         term: u64,
-        messages: impl IntoIterator<Item = Result<Vec<u8>, JournalError>>,
-    ) -> Result<StagedSnapshot, JournalError> {
-        let inner = &self.inner;
+        messages: impl IntoIterator<Item = Result<Vec<u8>, StreamError>>,
+    ) -> Result<StagedSnapshot, StreamError> {
+        let inner = &self.engine.inner;
         let salt = inner.identity.salt;
         let mut messages = messages.into_iter().peekable();
         let is =
-            |m: &Result<Vec<u8>, JournalError>, t: u8| matches!(m, Ok(b) if b.first() == Some(&t));
+            |m: &Result<Vec<u8>, StreamError>, t: u8| matches!(m, Ok(b) if b.first() == Some(&t));
         let mut loader = CheckpointLoader::new();
         let mut chunks = 0u64;
         while let Some(m) = messages.next_if(|m| is(m, tag::CHUNK)) {
@@ -328,7 +333,7 @@ impl Engine {
             )));
         }
         let mut staged = StagedSnapshot {
-            engine: self.clone(),
+            engine: self.engine.clone(),
             seq,
             term,
             spool,
@@ -342,7 +347,7 @@ impl Engine {
                 return Err(bad_stream(format!("stream pack {k} out of order")));
             }
             let pack_id = {
-                let mut core = self.core();
+                let mut core = self.engine.core();
                 core.next_pack_id += 1;
                 core.next_pack_id - 1
             };
@@ -404,23 +409,22 @@ impl Engine {
         staged: StagedSnapshot,
     ) -> Result<(), JournalError> {
         // Nothing appended may still be on its way to the disk.
-        self.flush_log().await?;
-        let engine = self.clone();
-        tokio::task::spawn_blocking(move || engine.install_blocking(staged))
+        self.flush().await?;
+        let log = self.clone();
+        tokio::task::spawn_blocking(move || log.install_blocking(staged))
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
     fn install_blocking(&self, mut staged: StagedSnapshot) -> Result<(), JournalError> {
-        let inner = &self.inner;
-        let r = self.replication();
+        let inner = &self.engine.inner;
+        let r = self.engine.replication();
         let _one_at_a_time = inner.compacting.lock().expect("compaction lock poisoned");
         let (seq, term) = (staged.seq, staged.term);
         // The replica's own log goes on after the snapshot only if it
         // holds the snapshot's last record itself (openraft truncated a
         // conflicting suffix before).
-        let keep_log =
-            r.appended_seq.load(Ordering::Acquire) > seq && self.log_term(seq) == Some(term);
+        let keep_log = r.appended_seq.load(Ordering::Acquire) > seq && self.term(seq) == Some(term);
 
         let pack_of: HashMap<u32, u32> = staged
             .packs
@@ -431,7 +435,7 @@ impl Engine {
         let meta = CheckpointMeta {
             seq,
             next_segment_id: inner.journal.active_segment() + 1,
-            next_pack_id: self.core().next_pack_id,
+            next_pack_id: self.engine.core().next_pack_id,
             salt: inner.identity.salt,
             token_key: inner.identity.token_key,
             files: Vec::new(),
@@ -440,15 +444,17 @@ impl Engine {
             file: pack_of[&u.loc.file],
             ..u.loc
         });
+        // The state was loaded from chunks already; encoding it again and
+        // loading that cannot fail but by a bug.
         let mut loader = CheckpointLoader::new();
         for (kind, body) in &chunks {
-            loader
-                .chunk(*kind, body)
-                .map_err(|e| bad_stream(format!("re-encoded checkpoint: {e}")))?;
+            if let Err(e) = loader.chunk(*kind, body) {
+                panic!("bug: a re-encoded checkpoint does not load: {e}");
+            }
         }
         let (spool, _) = loader
             .finish()
-            .map_err(|e| bad_stream(format!("re-encoded checkpoint: {e}")))?;
+            .unwrap_or_else(|e| panic!("bug: a re-encoded checkpoint does not load: {e}"));
 
         // The point of no return.
         let bytes =
@@ -456,7 +462,7 @@ impl Engine {
                 Ok(n) => n,
                 Err(AtomicWriteError::NotInstalled(e)) => return Err(e),
                 Err(AtomicWriteError::InDoubt(e)) => {
-                    return Err(self.fatal(format!(
+                    return Err(self.engine.fatal(format!(
                         "an installed snapshot's checkpoint is in doubt: {e}"
                     )));
                 }
@@ -472,7 +478,9 @@ impl Engine {
                 })
                 .and_then(|()| rx.blocking_recv().map_err(|_| JournalError::Closed)?);
             if let Err(e) = restarted {
-                return Err(self.fatal(format!("the log could not restart after a snapshot: {e}")));
+                return Err(self
+                    .engine
+                    .fatal(format!("the log could not restart after a snapshot: {e}")));
             }
         }
 
@@ -481,7 +489,7 @@ impl Engine {
         let listing = match list_files(inner.storage.as_ref(), &inner.dir) {
             Ok(listing) => listing,
             Err(e) => {
-                return Err(self.fatal(format!(
+                return Err(self.engine.fatal(format!(
                     "installing a snapshot could not list the replaced files: {e}"
                 )));
             }
@@ -494,16 +502,16 @@ impl Engine {
             .map(|&id| FileId::Pack(id))
             .collect();
         let (added, removed) = {
-            let mut core = self.core();
+            let mut core = self.engine.core();
             // The log before the snapshot is purged; without a log of its
             // own after it, the log is empty and goes on after it.
-            self.purge_log(seq, term);
+            self.purge(seq, term);
             if !keep_log {
                 r.index().entries.clear();
                 r.unwritten.lock().expect("bug: tail lock poisoned").clear();
                 r.appended_seq.store(seq, Ordering::Release);
             }
-            let floor = self.purge_floor();
+            let floor = self.engine.purge_floor();
             let active = inner.journal.active_segment();
             obsolete.extend(
                 listing
@@ -554,7 +562,7 @@ impl Engine {
                 .map(|&c| crate::journal::format::checkpoint_file_name(c)),
         );
         if let Err(e) = remove_files(&inner.storage, &inner.dir, &names) {
-            return Err(self.fatal(format!(
+            return Err(self.engine.fatal(format!(
                 "installing a snapshot could not delete replaced files: {e}"
             )));
         }
@@ -641,15 +649,15 @@ mod tests {
                 a.ack("q", &d.token).await.unwrap();
             }
         }
-        let first = a.build_snapshot().unwrap();
-        a.purge_log(first.seq, first.term);
+        let first = a.raft_log().build_snapshot().unwrap();
+        a.raft_log().purge(first.seq, first.term);
         let segments_before = segment_count(sim);
-        let second = a.build_snapshot().unwrap();
+        let second = a.raft_log().build_snapshot().unwrap();
         assert_eq!(second, first, "nothing applied in between");
         for i in 300..320 {
             send(&a, i).await;
         }
-        let second = a.build_snapshot().unwrap();
+        let second = a.raft_log().build_snapshot().unwrap();
         assert!(
             segment_count(sim) < segments_before,
             "the purged log's segments went ({segments_before} before)"
@@ -688,12 +696,22 @@ mod tests {
         let old: Vec<LogRecord> = (1..=3).map(|seq| a_blank(seq, 1)).collect();
         append(&b, old).await;
 
-        let source = a.snapshot_source(info.seq).unwrap();
-        let staged = b.receive_snapshot(info.seq, info.term, source).unwrap();
-        b.install_snapshot(staged).await.unwrap();
+        let source = a.raft_log().snapshot_source(info.seq).unwrap();
+        let staged = b
+            .raft_log()
+            .receive_snapshot(
+                info.seq,
+                info.term,
+                source.map(|m| m.map_err(StreamError::from)),
+            )
+            .unwrap();
+        b.raft_log().install_snapshot(staged).await.unwrap();
         assert_eq!(b.state().without_locations(), expected);
-        assert_eq!(b.log_bounds(), (info.seq + 1, info.seq, Some(info.term)));
-        assert_eq!(b.log_purged(), Some((info.seq, info.term)));
+        assert_eq!(
+            b.raft_log().bounds(),
+            (info.seq + 1, info.seq, Some(info.term))
+        );
+        assert_eq!(b.raft_log().purged(), Some((info.seq, info.term)));
         let listing = list_files(&sim_b, Path::new("/spool")).unwrap();
         assert_eq!(listing.checkpoints, vec![info.seq]);
         assert!(listing.segments.is_empty(), "the old log is gone");
@@ -703,7 +721,7 @@ mod tests {
         drop(b);
         let (b, _) = Engine::open(options(&sim_b, u64::MAX)).await.unwrap();
         assert_eq!(b.state().without_locations(), expected);
-        assert_eq!(b.log_purged(), Some((info.seq, info.term)));
+        assert_eq!(b.raft_log().purged(), Some((info.seq, info.term)));
 
         // It becomes the primary: the log goes on after the snapshot, and
         // every payload is there.
@@ -738,23 +756,33 @@ mod tests {
         // but has applied none of them.
         let sim_b = SimStorage::new();
         let (b, _) = Engine::open(options(&sim_b, 0)).await.unwrap();
-        let (first, last, _) = a.log_bounds();
+        let (first, last, _) = a.raft_log().bounds();
         assert!(first <= info.seq && info.seq < last);
         let blanks: Vec<LogRecord> = (1..first).map(|seq| a_blank(seq, 1)).collect();
         append(&b, blanks).await;
         let records: Vec<LogRecord> = (first..=last)
-            .map(|seq| a.read_log(seq).unwrap().unwrap())
+            .map(|seq| a.raft_log().read(seq).unwrap().unwrap())
             .collect();
         append(&b, records).await;
 
-        let source = a.snapshot_source(info.seq).unwrap();
-        let staged = b.receive_snapshot(info.seq, info.term, source).unwrap();
-        b.install_snapshot(staged).await.unwrap();
+        let source = a.raft_log().snapshot_source(info.seq).unwrap();
+        let staged = b
+            .raft_log()
+            .receive_snapshot(
+                info.seq,
+                info.term,
+                source.map(|m| m.map_err(StreamError::from)),
+            )
+            .unwrap();
+        b.raft_log().install_snapshot(staged).await.unwrap();
         assert_eq!(b.state().without_locations(), expected);
-        assert_eq!(b.log_bounds().0, info.seq + 1);
-        assert_eq!(b.log_bounds().1, last);
+        assert_eq!(b.raft_log().bounds().0, info.seq + 1);
+        assert_eq!(b.raft_log().bounds().1, last);
         for seq in info.seq + 1..=last {
-            assert_eq!(b.read_log(seq).unwrap(), a.read_log(seq).unwrap());
+            assert_eq!(
+                b.raft_log().read(seq).unwrap(),
+                a.raft_log().read(seq).unwrap()
+            );
         }
         sim_b.crash(Tear::DropUnsynced);
         drop(b);
@@ -770,23 +798,30 @@ mod tests {
         let (a, info) = primary(&sim_a).await;
         let sim_b = SimStorage::new();
         let (b, _) = Engine::open(options(&sim_b, 0)).await.unwrap();
-        let all: Vec<_> = a.snapshot_source(info.seq).unwrap().collect();
+        let all: Vec<_> = a.raft_log().snapshot_source(info.seq).unwrap().collect();
         let n = all.len();
         for cut in [1, n / 2, n - 1] {
             let part = all[..cut].iter().map(|m| Ok(m.as_ref().unwrap().clone()));
             assert!(
-                b.receive_snapshot(info.seq, info.term, part).is_err(),
+                b.raft_log()
+                    .receive_snapshot(info.seq, info.term, part)
+                    .is_err(),
                 "cut at {cut}"
             );
         }
         let mut damaged: Vec<_> = all.iter().map(|m| m.as_ref().unwrap().clone()).collect();
         damaged[0][5] ^= 1;
         assert!(
-            b.receive_snapshot(info.seq, info.term, damaged.into_iter().map(Ok))
+            b.raft_log()
+                .receive_snapshot(info.seq, info.term, damaged.into_iter().map(Ok))
                 .is_err()
         );
         let wrong = all.iter().map(|m| Ok(m.as_ref().unwrap().clone()));
-        assert!(b.receive_snapshot(info.seq + 1, info.term, wrong).is_err());
+        assert!(
+            b.raft_log()
+                .receive_snapshot(info.seq + 1, info.term, wrong)
+                .is_err()
+        );
         // Nothing staged is left behind.
         let listing = list_files(&sim_b, Path::new("/spool")).unwrap();
         assert!(listing.packs.is_empty() && listing.checkpoints.is_empty());
@@ -815,7 +850,7 @@ mod tests {
         let done = Box::new(move |r: std::io::Result<()>| {
             let _ = tx.send(r.is_ok());
         });
-        engine.append_log(records, done).unwrap();
+        engine.raft_log().append(records, done).unwrap();
         assert!(rx.await.unwrap());
     }
 }

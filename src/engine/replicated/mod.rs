@@ -1,23 +1,33 @@
 //! Replicated mode, the engine's side (docs/contract.md §9): the journal is
 //! the Raft log and the spool is its state machine. `src/cluster/` drives
-//! openraft; this file is the small interface it drives the engine through.
+//! openraft through two doors:
+//!
+//! - the engine, for the primary's side: proposing what it decided,
+//!   answering proposals, serving and stepping down (this file);
+//! - a [`RaftLog`] (`log.rs`, `snapshot.rs`), for openraft's storage: the
+//!   entries of the log, applying committed ones, snapshots.
 //!
 //! A write on the primary still starts at the one door (`write.rs`): the
-//! core lock, the reservation, then [`Engine::append`], which here encodes
-//! the record and hands it to the cluster's proposer instead of the
-//! journal. Raft appends it (the journal's writer writes and fsyncs it,
-//! on every replica, with group commit), commits it on a majority, and
-//! the state machine applies it on every replica through
-//! [`Engine::apply_committed`]. The primary then answers the waiter
-//! ([`Engine::finish_proposal`]) with a durable receipt from its own
-//! journal: the primary is always among the replicas that hold a record
-//! it acknowledged.
+//! core lock, the reservation, then the appender chosen at open, which
+//! here encodes the record and hands it to the cluster's proposer instead
+//! of the journal (a bounded queue: when it is full the write is refused,
+//! which is the backpressure). Raft appends it (the journal's writer
+//! writes and fsyncs it, on every replica, with group commit), commits it
+//! on a majority, and the state machine applies it on every replica
+//! through [`RaftLog::apply_committed`], once it is durable there. The
+//! primary then answers the waiter ([`Engine::finish_proposal`]) with the
+//! receipt of its own fsync: the primary is always among the replicas that
+//! hold a record it acknowledged.
 //!
 //! Only the primary decides: it serves (`serving` holds its term) once the
 //! barrier it proposed on election (an `Epoch` record carrying the term) is
 //! applied, so that every record of earlier primaries is in its state
 //! before it hands out an id or a lease. Leases live in its memory and
 //! carry the term; stepping down drops them.
+
+pub(crate) mod error;
+pub(crate) mod log;
+pub(crate) mod snapshot;
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -27,9 +37,16 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Engine;
 use super::error::WriteError;
-use super::sink::{self, Entry, FlushCallback, Op, Replicated, Reply};
-use crate::journal::{Control, Durable, JournalError, RecordLoc, Truncate};
+use super::sink::{self, Op, Reply};
+use crate::journal::{Durable, JournalError, RecordLoc};
 use crate::spool::{Applied, Command, Payload, Record};
+pub(crate) use error::{ReplicationError, StreamError};
+pub(crate) use log::RaftLog;
+
+/// Most proposals waiting for the proposer to hand them to Raft: beyond
+/// that the replicas are slower than the writers, and a write is refused
+/// (`503`) rather than queued without bound.
+pub(crate) const PROPOSALS_QUEUED_MAX: usize = 16 << 10;
 
 /// The engine's replicated-mode state.
 pub(crate) struct Replication {
@@ -47,7 +64,7 @@ pub(crate) struct Replication {
     serving_changes: tokio::sync::watch::Sender<u64>,
     /// The term whose barrier is being proposed; 0 when none.
     starting: AtomicU64,
-    proposer: Mutex<Option<mpsc::UnboundedSender<Proposal>>>,
+    proposer: Mutex<Option<mpsc::Sender<Proposal>>>,
     /// True while a majority acknowledged this replica's leadership
     /// recently enough that no other primary can have been elected: a
     /// primary cut off (or frozen) stops leasing before a new one starts.
@@ -167,6 +184,15 @@ impl Replication {
 }
 
 impl Engine {
+    /// Replicated mode: the Raft side's handle (openraft's log store and
+    /// state machine).
+    pub(crate) fn raft_log(&self) -> RaftLog {
+        assert!(self.is_replicated(), "bug: a Raft log of a single node");
+        RaftLog {
+            engine: self.clone(),
+        }
+    }
+
     pub(super) fn replication(&self) -> &Replication {
         self.inner
             .replication
@@ -222,7 +248,7 @@ impl Engine {
     }
 
     /// Where proposals go from now on.
-    pub(crate) fn attach_proposer(&self, tx: mpsc::UnboundedSender<Proposal>) {
+    pub(crate) fn attach_proposer(&self, tx: mpsc::Sender<Proposal>) {
         *self
             .replication()
             .proposer
@@ -239,14 +265,14 @@ impl Engine {
         payload: Option<&Payload>,
         reply: Reply,
         term: u64,
-    ) -> Result<(), JournalError> {
+    ) -> Result<(), ReplicationError> {
         let r = self.replication();
         let term = match term {
             0 => r.serving_now(),
             t => t,
         };
         if term == 0 {
-            return Err(JournalError::NotPrimary);
+            return Err(ReplicationError::NotPrimary);
         }
         let mut body = Vec::new();
         record.encode(payload, &mut body);
@@ -261,20 +287,24 @@ impl Engine {
             .lock()
             .expect("bug: proposer lock poisoned")
             .clone()
-            .ok_or(JournalError::NotPrimary)?;
-        tx.send(proposal).map_err(|_| JournalError::Closed)
+            .ok_or(ReplicationError::NotPrimary)?;
+        tx.try_send(proposal).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => ReplicationError::Backlog {
+                queued: PROPOSALS_QUEUED_MAX,
+            },
+            mpsc::error::TrySendError::Closed(_) => ReplicationError::Closed,
+        })
     }
 
     /// Raft committed and applied a proposal of this replica as record
     /// `seq` with outcome `applied`: answer its waiter, with the receipt of
-    /// this replica's own fsync.
-    pub(crate) async fn finish_proposal(&self, ticket: Ticket, seq: u64, applied: Applied) {
-        let receipt = match self.durable(seq).await {
-            Ok(receipt) => receipt,
-            Err(e) => {
-                self.fail_proposal(ticket, e.to_string(), true);
-                return;
-            }
+    /// this replica's own fsync. Applying waited for that fsync already
+    /// ([`RaftLog::apply_committed`]), so this does not wait again.
+    pub(crate) fn finish_proposal(&self, ticket: Ticket, seq: u64, applied: Applied) {
+        let Some(receipt) = self.inner.journal.durable_receipt(seq) else {
+            // Only a journal that closed meanwhile forgets what it fsynced.
+            self.fail_proposal(ticket, "the spool is shutting down".into(), true);
+            return;
         };
         let Op { record, reply } = ticket.0;
         let dedup_waiters = self.core().take_dedup_waiters(&reply, true);
@@ -285,9 +315,9 @@ impl Engine {
     /// and answer `operation_unconfirmed` (`unconfirmed`) or `unavailable`.
     pub(crate) fn fail_proposal(&self, ticket: Ticket, reason: String, unconfirmed: bool) {
         let make_error: fn(String) -> WriteError = if unconfirmed {
-            |reason| WriteError::Unconfirmed { reason }
+            |reason| WriteError::LeadershipLost { reason }
         } else {
-            |reason| WriteError::Unavailable { reason }
+            |reason| WriteError::NotPrimary { reason }
         };
         sink::refuse(&self.inner.shared, vec![ticket.0], make_error, &reason);
     }
@@ -304,149 +334,6 @@ impl Engine {
             .ok_or(JournalError::Closed)
     }
 
-    /// Appends Raft entries (`(seq, term, kind, body)`, contiguous, right
-    /// after the last one appended) to the journal; `done` is told once all
-    /// of them are durable.
-    pub(crate) fn append_log(
-        &self,
-        entries: Vec<LogRecord>,
-        done: FlushCallback,
-    ) -> Result<(), JournalError> {
-        let r = self.replication();
-        let Some(last) = entries.last().map(|e| e.seq) else {
-            done(Ok(()));
-            return Ok(());
-        };
-        let first = r.appended_seq.load(Ordering::Acquire) + 1;
-        for (expected, e) in (first..).zip(&entries) {
-            assert_eq!(
-                e.seq,
-                expected,
-                "bug: Raft appended {} after {}",
-                e.seq,
-                expected - 1
-            );
-        }
-        let mut done = Some(done);
-        let n = entries.len();
-        let records = entries.iter().enumerate().map(|(i, e)| {
-            (
-                e.kind,
-                e.term,
-                Entry::Replicated(Replicated {
-                    seq: e.seq,
-                    term: e.term,
-                    kind: e.kind,
-                    done: if i + 1 == n { done.take() } else { None },
-                }),
-            )
-        });
-        // The bodies are copied into the writer's buffer in the order of
-        // the entries; the tail keeps them until they are written.
-        let mut bodies = entries.iter().map(|e| &e.body);
-        // Into the tail first: once appended, the sink may place an entry
-        // (and take it out of the tail) at any moment.
-        let mut unwritten = r.unwritten.lock().expect("bug: tail lock poisoned");
-        let result = self.inner.journal.append_terms(records, |_, buf| {
-            buf.extend_from_slice(bodies.next().expect("one body per entry"));
-        });
-        if result.is_ok() {
-            r.appended_seq.store(last, Ordering::Release);
-            unwritten.extend(entries);
-        }
-        result
-    }
-
-    /// Cuts the log after record `keep_seq`: the entries after it were
-    /// never committed (Raft replaces a follower's conflicting suffix).
-    pub(crate) async fn truncate_log(&self, keep_seq: u64) -> Result<(), JournalError> {
-        let r = self.replication();
-        let appended = r.appended_seq.load(Ordering::Acquire);
-        if keep_seq >= appended {
-            return Ok(());
-        }
-        self.durable(appended).await?;
-        let (cut, last_kept) = {
-            let index = r.index();
-            let cut = index
-                .get(keep_seq + 1)
-                .ok_or(JournalError::Closed)
-                .map(|(_, _, loc)| loc)?;
-            (cut, index.get(keep_seq).map(|(_, _, loc)| loc))
-        };
-        let (tx, rx) = oneshot::channel();
-        self.inner.journal.control(Control::Truncate(Truncate {
-            keep_seq,
-            cut,
-            last_kept,
-            done: tx,
-        }))?;
-        rx.await.map_err(|_| JournalError::Closed)??;
-        let mut index = r.index();
-        let keep = (keep_seq + 1).saturating_sub(index.first_seq) as usize;
-        index.entries.truncate(keep);
-        drop(index);
-        r.appended_seq.store(keep_seq, Ordering::Release);
-        Ok(())
-    }
-
-    /// Waits until everything appended so far is durable (the vote must
-    /// never reach the disk before log entries appended ahead of it).
-    pub(crate) async fn flush_log(&self) -> Result<(), JournalError> {
-        let appended = self.replication().appended_seq.load(Ordering::Acquire);
-        self.durable(appended).await.map(|_| ())
-    }
-
-    /// `(first, last)` sequence numbers of the live log and the term of
-    /// the last one; `last < first` when it is empty (`last` is then the
-    /// last purged record, 0 if none).
-    pub(crate) fn log_bounds(&self) -> (u64, u64, Option<u64>) {
-        let r = self.replication();
-        let appended = r.appended_seq.load(Ordering::Acquire);
-        let first = r.index().first_seq;
-        (first, appended, self.log_term(appended))
-    }
-
-    /// `(seq, term)` of the last purged record, if any.
-    pub(crate) fn log_purged(&self) -> Option<(u64, u64)> {
-        let index = self.replication().index();
-        (index.first_seq > 1).then(|| (index.first_seq - 1, index.purged_term))
-    }
-
-    /// The term of record `seq`, if the live log holds it or it is the
-    /// last purged one.
-    pub(crate) fn log_term(&self, seq: u64) -> Option<u64> {
-        let r = self.replication();
-        // The tail first: the sink places an entry in the index before it
-        // leaves the tail, so one of the two always has it.
-        if let Some(e) = r.unwritten_entry(seq, |e| e.term) {
-            return Some(e);
-        }
-        let index = r.index();
-        if seq > 0 && seq + 1 == index.first_seq {
-            return Some(index.purged_term);
-        }
-        index.get(seq).map(|(term, _, _)| term)
-    }
-
-    /// Forgets the log up to record `seq` (of `term`): a snapshot covers
-    /// it, and openraft will never read it again. Compaction may then
-    /// delete the segments that hold only such records.
-    pub(crate) fn purge_log(&self, seq: u64, term: u64) {
-        let r = self.replication();
-        let mut index = r.index();
-        if seq < index.first_seq {
-            return;
-        }
-        let n = usize::try_from(seq + 1 - index.first_seq)
-            .unwrap_or(usize::MAX)
-            .min(index.entries.len());
-        index.entries.drain(..n);
-        index.first_seq = seq + 1;
-        index.purged_term = term;
-        r.appended_seq.fetch_max(seq, Ordering::AcqRel);
-    }
-
     /// The segment (as a record location's file) that holds the oldest
     /// record of the Raft log: compaction leaves it and every later one
     /// alone. `None` on a single node, or when the log is all purged.
@@ -454,64 +341,6 @@ impl Engine {
         let r = self.inner.replication.as_ref()?;
         let index = r.index();
         index.entries.front().map(|&(_, _, loc)| loc.file)
-    }
-
-    /// Reads record `seq` of the live log back (from memory while it is not
-    /// yet written).
-    pub(crate) fn read_log(&self, seq: u64) -> Result<Option<LogRecord>, JournalError> {
-        let r = self.replication();
-        // The tail first: the sink places an entry in the index before it
-        // leaves the tail, so one of the two always has it.
-        let unwritten = r.unwritten_entry(seq, LogRecord::clone);
-        if unwritten.is_some() {
-            return Ok(unwritten);
-        }
-        let placed = r.index().get(seq);
-        let Some((term, kind, loc)) = placed else {
-            return Ok(None);
-        };
-        let file = self.inner.reader.file(loc.file)?;
-        let body = self.inner.reader.read_body_from(&file, loc)?;
-        Ok(Some(LogRecord {
-            seq,
-            term,
-            kind,
-            body,
-        }))
-    }
-
-    /// Applies committed record `seq` (on every replica, in log order) once
-    /// it is durable here, and wakes whoever waits for what it changed.
-    pub(crate) async fn apply_committed(
-        &self,
-        seq: u64,
-        kind: u8,
-        body: &[u8],
-    ) -> Result<Applied, JournalError> {
-        self.durable(seq).await?;
-        let loc = {
-            let index = self.replication().index();
-            index.get(seq).map(|(_, _, loc)| loc)
-        };
-        let loc = loc.ok_or_else(|| JournalError::BadRecord {
-            file: self.inner.dir.clone(),
-            offset: 0,
-            reason: format!("committed record {seq} is not in the log"),
-        })?;
-        let record = Record::decode(kind, body).map_err(|e| JournalError::BadRecord {
-            file: self.inner.dir.clone(),
-            offset: u64::from(loc.offset),
-            reason: e.to_string(),
-        })?;
-        let mut core = self.core();
-        core.last_now = core.last_now.max(record.at);
-        Ok(sink::apply(
-            &self.inner.shared,
-            &mut core,
-            &record,
-            seq,
-            loc,
-        ))
     }
 
     /// This replica was elected primary in `term`: propose the barrier and
@@ -528,13 +357,12 @@ impl Engine {
                 at,
                 command: Command::Epoch { epoch: term },
             };
-            self.propose(record, None, Reply::Done(tx), term)
-                .map_err(super::write::unavailable)?;
+            self.propose(record, None, Reply::Done(tx), term)?;
         }
         rx.await.map_err(|_| super::write::closed())??;
         let mut core = self.core();
         if r.starting.load(Ordering::Acquire) != term {
-            return Err(WriteError::Unavailable {
+            return Err(WriteError::NotPrimary {
                 reason: "stepped down before serving".into(),
             });
         }
@@ -573,13 +401,6 @@ impl Engine {
     pub(crate) fn node_retired(&self, id: u64) -> bool {
         self.core().spool.retired_nodes().contains(&id)
     }
-
-    /// The spool's last applied record and the replica set as of it.
-    pub(crate) fn applied_with_cluster_config(&self) -> (u64, Option<Vec<u8>>) {
-        let core = self.core();
-        let config = core.spool.cluster_config().map(<[u8]>::to_vec);
-        (core.spool.applied_seq(), config)
-    }
 }
 
 /// What tests of replicated mode without openraft need.
@@ -607,12 +428,13 @@ pub(crate) mod testing {
     /// A Raft of one: each proposal is appended in `term`, then committed
     /// and applied at once.
     pub(crate) fn raft_of_one(engine: &Engine, term: u64) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<super::Proposal>();
+        let (tx, mut rx) = mpsc::channel::<super::Proposal>(super::PROPOSALS_QUEUED_MAX);
         engine.attach_proposer(tx);
         let e = engine.clone();
+        let log = engine.raft_log();
         tokio::spawn(async move {
             while let Some(p) = rx.recv().await {
-                let seq = e.log_bounds().1 + 1;
+                let seq = log.bounds().1 + 1;
                 let (done_tx, done_rx) = oneshot::channel();
                 let record = LogRecord {
                     seq,
@@ -623,10 +445,10 @@ pub(crate) mod testing {
                 let done = Box::new(move |r: std::io::Result<()>| {
                     let _ = done_tx.send(r.is_ok());
                 });
-                e.append_log(vec![record], done).unwrap();
+                log.append(vec![record], done).unwrap();
                 assert!(done_rx.await.unwrap());
-                let applied = e.apply_committed(seq, p.kind, &p.body).await.unwrap();
-                e.finish_proposal(p.ticket, seq, applied).await;
+                let applied = log.apply_committed(seq, p.kind, &p.body).await.unwrap();
+                e.finish_proposal(p.ticket, seq, applied);
             }
         });
     }
@@ -666,7 +488,8 @@ mod tests {
         let records = seqs.map(|s| entry(s, term, 4 << 10)).collect();
         let (tx, rx) = oneshot::channel();
         engine
-            .append_log(
+            .raft_log()
+            .append(
                 records,
                 Box::new(move |r| {
                     let _ = tx.send(r.is_ok());
@@ -678,10 +501,10 @@ mod tests {
 
     /// The term of every record of the log, in order (and each body whole).
     fn terms(engine: &Engine) -> Vec<u64> {
-        let (first, last, _) = engine.log_bounds();
+        let (first, last, _) = engine.raft_log().bounds();
         (first..=last)
             .map(|seq| {
-                let r = engine.read_log(seq).unwrap().expect("no hole");
+                let r = engine.raft_log().read(seq).unwrap().expect("no hole");
                 assert_eq!(r, entry(seq, r.term, 4 << 10), "record {seq} intact");
                 r.term
             })
@@ -698,7 +521,7 @@ mod tests {
             for first in (1..=40).step_by(5) {
                 append(&engine, first..=first + 4, 1).await;
             }
-            engine.truncate_log(cut).await.unwrap();
+            engine.raft_log().truncate(cut).await.unwrap();
             append(&engine, cut + 1..=cut + 5, 2).await;
             let mut expected = vec![1; cut as usize];
             expected.extend([2; 5]);

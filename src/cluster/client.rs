@@ -1,0 +1,375 @@
+//! The replication client: openraft's `RaftNetworkFactory` and
+//! `RaftNetworkV2` over HTTP/1 to each peer's replication listener
+//! (`server.rs`). Requests are signed and answers checked (`auth.rs`); an
+//! answer whose signature fails is no answer. A peer's incarnation and
+//! API URL are learnt only from its signed answers, and the membership is
+//! where they are kept (`members.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use openraft::error::{NetworkError, RPCError, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::auth::{
+    API_HEADER, AUTH_HEADER, ClusterKey, FROM_HEADER, INCARNATION_HEADER, RequestLine,
+    TARGET_HEADER,
+};
+use super::server::Hello;
+use super::store::{Snapshot, SnapshotData};
+use super::stream::put_message;
+use super::types::{Peer, TypeConfig, Vote};
+
+/// How long a replica waits for a peer's `hello`.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes gathered into one piece of a streamed snapshot body.
+const SNAPSHOT_PIECE_BYTES: usize = 256 << 10;
+
+/// What a peer's signed answers said about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Learned {
+    pub incarnation: u64,
+    pub api_url: String,
+}
+
+/// Makes a client per peer; they share one connection pool.
+#[derive(Clone)]
+pub(crate) struct Network {
+    client: reqwest::Client,
+    /// `http` or `https` (`cluster.tls`).
+    scheme: &'static str,
+    key: ClusterKey,
+    node_id: u64,
+    /// What each peer's signed answers said.
+    learned: Arc<Mutex<BTreeMap<u64, Learned>>>,
+    /// The incarnation the membership pins for each member, as of now:
+    /// openraft keeps a peer's client across membership changes, so a
+    /// client reads this rather than the one it was made with.
+    pinned: Arc<Mutex<BTreeMap<u64, u64>>>,
+}
+
+impl Network {
+    /// `client`: plain HTTP/1, or with the cluster's TLS (`tls.rs`).
+    pub(crate) fn new(
+        client: reqwest::Client,
+        tls: bool,
+        key: ClusterKey,
+        node_id: u64,
+    ) -> Network {
+        Network {
+            client,
+            scheme: if tls { "https" } else { "http" },
+            key,
+            node_id,
+            learned: Arc::default(),
+            pinned: Arc::default(),
+        }
+    }
+
+    pub(crate) fn pinned(&self) -> BTreeMap<u64, u64> {
+        self.pinned
+            .lock()
+            .expect("bug: pinned lock poisoned")
+            .clone()
+    }
+
+    /// The incarnations the membership in force pins (`members.rs`).
+    pub(crate) fn set_pinned(&self, pinned: BTreeMap<u64, u64>) {
+        let mut now = self.pinned.lock().expect("bug: pinned lock poisoned");
+        if *now != pinned {
+            *now = pinned;
+        }
+    }
+
+    /// What `node`'s signed answers said, if it answered.
+    pub(crate) fn learned(&self, node: u64) -> Option<Learned> {
+        self.learned
+            .lock()
+            .expect("bug: learned lock poisoned")
+            .get(&node)
+            .cloned()
+    }
+
+    /// Asks the replica at `addr` who it is, as node `target`.
+    pub(crate) async fn hello(&self, target: u64, addr: &str) -> Result<Hello, String> {
+        let peer = self.client_for(
+            target,
+            &Peer {
+                raft_addr: addr.to_owned(),
+                ..Peer::default()
+            },
+        );
+        let option = RPCOption::new(HELLO_TIMEOUT);
+        peer.call("hello", &(), &option)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn client_for(&self, target: u64, node: &Peer) -> PeerClient {
+        PeerClient {
+            network: self.clone(),
+            base: format!("{}://{}", self.scheme, node.raft_addr),
+            target,
+            incarnation: node.incarnation,
+        }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &Peer) -> PeerClient {
+        self.client_for(target, node)
+    }
+}
+
+/// Talks to one peer.
+pub(crate) struct PeerClient {
+    network: Network,
+    base: String,
+    target: u64,
+    /// The incarnation the membership knew the peer by when this client
+    /// was made (0: not pinned).
+    incarnation: u64,
+}
+
+/// Why an answer is not one: the peer is taken as unreachable (openraft
+/// backs off).
+fn unreachable(e: impl std::fmt::Display) -> Unreachable<TypeConfig> {
+    Unreachable::new(&std::io::Error::other(e.to_string()))
+}
+
+impl PeerClient {
+    /// `POST /raft/{path}`, signed (`body`: `None` for a stream); the nonce
+    /// the answer must be signed for.
+    fn post(&self, path: &str, body: Option<&[u8]>) -> (reqwest::RequestBuilder, [u8; 16]) {
+        let path = format!("/raft/{path}");
+        let incarnation = self.incarnation();
+        let line = RequestLine {
+            method: "POST",
+            path: &path,
+            from: self.network.node_id,
+            target: self.target,
+            incarnation,
+        };
+        let (auth, nonce) = self.network.key.sign(&line, body);
+        let request = self
+            .network
+            .client
+            .post(format!("{}{path}", self.base))
+            .header(AUTH_HEADER, auth)
+            .header(TARGET_HEADER, self.target.to_string())
+            .header(FROM_HEADER, self.network.node_id.to_string())
+            .header(INCARNATION_HEADER, incarnation);
+        (request, nonce)
+    }
+
+    /// The incarnation the peer is known by now.
+    fn incarnation(&self) -> u64 {
+        self.network
+            .pinned
+            .lock()
+            .expect("bug: pinned lock poisoned")
+            .get(&self.target)
+            .copied()
+            .unwrap_or(self.incarnation)
+    }
+
+    /// Reads an answer and checks its signature: its body if it holds, and
+    /// what it says of the peer is noted.
+    async fn checked(
+        &self,
+        response: reqwest::Response,
+        nonce: &[u8; 16],
+    ) -> Result<(reqwest::StatusCode, Bytes), Unreachable<TypeConfig>> {
+        let status = response.status();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let (mac, incarnation, api_url) = (
+            header(AUTH_HEADER),
+            header(INCARNATION_HEADER).and_then(|v| v.parse::<u64>().ok()),
+            header(API_HEADER).unwrap_or_default(),
+        );
+        let bytes = response.bytes().await.map_err(unreachable)?;
+        let (Some(mac), Some(incarnation)) = (mac, incarnation) else {
+            return Err(unreachable(format!(
+                "peer {} answered {status} unsigned: {}",
+                self.target,
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            )));
+        };
+        let key = &self.network.key;
+        if !key.verify_answer(
+            nonce,
+            status.as_u16(),
+            (incarnation, &api_url),
+            &bytes,
+            &mac,
+        ) {
+            return Err(unreachable(format!(
+                "peer {}'s answer is not signed with the cluster's secret",
+                self.target
+            )));
+        }
+        let learned = Learned {
+            incarnation,
+            api_url,
+        };
+        let mut known = self
+            .network
+            .learned
+            .lock()
+            .expect("bug: learned lock poisoned");
+        if known.get(&self.target) != Some(&learned) {
+            known.insert(self.target, learned);
+        }
+        drop(known);
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            return Err(unreachable(format!(
+                "peer {} answered {status}: {text}",
+                self.target
+            )));
+        }
+        Ok((status, bytes))
+    }
+
+    async fn call<Q: Serialize, A: DeserializeOwned>(
+        &self,
+        path: &str,
+        rpc: &Q,
+        option: &RPCOption,
+    ) -> Result<A, RPCError<TypeConfig>> {
+        let body =
+            postcard::to_allocvec(rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let (request, nonce) = self.post(path, Some(&body));
+        let sent = request.timeout(option.hard_ttl()).body(body).send().await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
+        };
+        let (_, bytes) = self
+            .checked(response, &nonce)
+            .await
+            .map_err(RPCError::Unreachable)?;
+        let result: Result<A, String> =
+            postcard::from_bytes(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("append", &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("vote", &rpc, &option).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call("pre-vote", &rpc, &option).await
+    }
+
+    /// Streams this replica's checkpoint: a blocking thread reads the
+    /// messages from disk into pieces of about 256 KiB, which the request
+    /// body sends as they come (bounded memory whatever the spool's size),
+    /// and ends the stream with its MAC. No deadline but `cancel`: a large
+    /// spool takes as long as it takes (the receiver drops an upload that
+    /// stalls).
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl std::future::Future<Output = openraft::error::ReplicationClosed>
+        + openraft::OptionalSend
+        + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let failed = |e: &dyn std::fmt::Display| StreamingError::Unreachable(unreachable(e));
+        let SnapshotData::Local { log, seq } = snapshot.snapshot else {
+            return Err(failed(&"only a replica's own checkpoint is sent"));
+        };
+        let head = postcard::to_allocvec(&(vote, &snapshot.meta)).map_err(|e| failed(&e))?;
+        let (request, nonce) = self.post("snapshot", None);
+        let mut mac = self.network.key.stream_mac(&nonce);
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+        let target = self.target;
+        tokio::task::spawn_blocking(move || {
+            let mut piece = Vec::with_capacity(SNAPSHOT_PIECE_BYTES);
+            mac.update(&head);
+            put_message(&mut piece, &head);
+            let source = match log.snapshot_source(seq) {
+                Ok(source) => source,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                    return;
+                }
+            };
+            tracing::info!(seq, target, "sending a snapshot");
+            for m in source {
+                match m {
+                    Ok(m) => {
+                        mac.update(&m);
+                        put_message(&mut piece, &m);
+                    }
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                        return;
+                    }
+                }
+                if piece.len() >= SNAPSHOT_PIECE_BYTES {
+                    let full =
+                        std::mem::replace(&mut piece, Vec::with_capacity(SNAPSHOT_PIECE_BYTES));
+                    if tx.blocking_send(Ok(full.into())).is_err() {
+                        return;
+                    }
+                }
+            }
+            put_message(&mut piece, &mac.finish());
+            let _ = tx.blocking_send(Ok(piece.into()));
+        });
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|piece| (piece, rx))
+        });
+        let sent = request.body(reqwest::Body::wrap_stream(body)).send();
+        let response = tokio::select! {
+            response = sent => response.map_err(|e| failed(&e))?,
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+        };
+        let (_, bytes) = self
+            .checked(response, &nonce)
+            .await
+            .map_err(StreamingError::Unreachable)?;
+        let result: Result<SnapshotResponse<TypeConfig>, String> =
+            postcard::from_bytes(&bytes).map_err(|e| failed(&e))?;
+        result.map_err(|e| failed(&e))
+    }
+}
