@@ -32,8 +32,8 @@
 //!   messages: must be 0;
 //! - retry counts raised by a primary change: a receive showing a retry
 //!   count above the nacks of that message that were answered `204` or in
-//!   doubt (leases last 10 minutes, so no lease expires during the test):
-//!   must be 0;
+//!   doubt, or were still on their way (leases last 10 minutes, so no
+//!   lease expires during the test): must be 0;
 //! - stale tokens: a token of an older term answered anything but
 //!   `409 stale_lease`: must be 0;
 //! - acknowledged by an isolated primary: a `2xx` to a send that reached
@@ -68,10 +68,14 @@ struct History {
     attempted: BTreeSet<String>,
     acknowledged: BTreeSet<String>,
     /// tag → (instant the receive was asked for, retry count shown, nacks
-    /// answered 204 or in doubt before it).
+    /// that may have been applied by then: answered 204 or in doubt, or
+    /// still on their way).
     received: BTreeMap<String, Vec<(Instant, u32, u32)>>,
     acked: BTreeMap<String, Instant>,
     nacked: BTreeMap<String, u32>,
+    /// Nacks sent and not answered yet: one may be applied (and its
+    /// message received again) before its answer arrives.
+    nacks_in_flight: BTreeMap<String, u32>,
     ids: BTreeMap<String, BTreeSet<String>>,
     stale_token_violations: Vec<String>,
     stale_tokens_checked: usize,
@@ -82,6 +86,14 @@ struct History {
     /// they reached it after it lost its majority.
     isolated_tried: usize,
     isolated_acknowledged: Vec<String>,
+}
+
+impl History {
+    /// The nacks of `tag` that may have been applied by now.
+    fn nacks_of(&self, tag: &str) -> u32 {
+        self.nacked.get(tag).copied().unwrap_or(0)
+            + self.nacks_in_flight.get(tag).copied().unwrap_or(0)
+    }
 }
 
 type Shared = Arc<Mutex<History>>;
@@ -218,7 +230,7 @@ async fn receiver(
             let retry = m["retryCount"].as_u64().unwrap() as u32;
             {
                 let mut h = history.lock().unwrap();
-                let nacks = h.nacked.get(&tag).copied().unwrap_or(0);
+                let nacks = h.nacks_of(&tag);
                 h.received
                     .entry(tag.clone())
                     .or_default()
@@ -226,6 +238,14 @@ async fn receiver(
             }
             let token = m["leaseToken"].as_str().unwrap();
             let nack = !drain && rand::random::<u64>().is_multiple_of(8);
+            if nack {
+                *history
+                    .lock()
+                    .unwrap()
+                    .nacks_in_flight
+                    .entry(tag.clone())
+                    .or_default() += 1;
+            }
             let verb = if nack { "nack" } else { "ack" };
             let base = pick(&bases).to_owned();
             let answer = client
@@ -234,6 +254,9 @@ async fn receiver(
                 .await
                 .map(|r| r.status());
             let mut h = history.lock().unwrap();
+            if nack {
+                *h.nacks_in_flight.get_mut(&tag).expect("counted above") -= 1;
+            }
             match (nack, answer) {
                 (false, Ok(StatusCode::NO_CONTENT)) => {
                     h.acked.insert(tag, Instant::now());
@@ -382,7 +405,7 @@ async fn take_token(client: &Client, base: &str, history: &Shared) -> Option<(St
     let m = batch["messages"].as_array()?.first()?.clone();
     let tag = m["body"].as_str()?.to_owned();
     let mut h = history.lock().unwrap();
-    let nacks = h.nacked.get(&tag).copied().unwrap_or(0);
+    let nacks = h.nacks_of(&tag);
     let retry = m["retryCount"].as_u64()? as u32;
     h.received
         .entry(tag.clone())

@@ -489,3 +489,93 @@ async fn a_stalled_snapshot_upload_is_dropped_and_the_next_one_proceeds() {
         .unwrap();
     assert!(r.status().is_success());
 }
+
+/// A CA and a certificate it signed for `127.0.0.1`, for server and client
+/// use: (ca, cert, key) as PEM.
+fn certificates() -> (String, String, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut node = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    node.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = node.signed_by(&key, &issuer).unwrap();
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_the_replicas_replicate_and_a_peer_without_a_certificate_is_refused() {
+    let files = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates();
+    let path = |name: &str, pem: &str| {
+        let p = files.path().join(name);
+        std::fs::write(&p, pem).unwrap();
+        p.display().to_string()
+    };
+    let (ca_path, cert_path, key_path) = (
+        path("ca.pem", &ca),
+        path("cert.pem", &cert),
+        path("key.pem", &key),
+    );
+    let keys =
+        format!("tls = {{ cert = \"{cert_path}\", key = \"{key_path}\", ca = \"{ca_path}\" }}");
+    let mut cluster = TestCluster::new(3, &keys, "[queues.jobs]\n");
+    cluster.start_all().await;
+    let primary = cluster.primary(Duration::from_secs(10)).await;
+    let follower = (primary + 1) % 3;
+    let r = client()
+        .post(format!(
+            "{}/v1/queues/jobs/messages",
+            cluster.replicas[follower].base()
+        ))
+        .body("over TLS")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED, "relayed and replicated");
+    common::wait_until("the replicas agree", async || {
+        let (a, b, c) = (
+            cluster.digest(0).await,
+            cluster.digest(1).await,
+            cluster.digest(2).await,
+        );
+        a.is_some() && a == b && b == c
+    })
+    .await;
+
+    let port = cluster.replicas[follower].raft_port;
+    // Plain HTTP gets no HTTP answer.
+    let mut plain = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    plain
+        .write_all(b"POST /raft/hello HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), plain.read_to_end(&mut answer)).await;
+    assert!(!answer.starts_with(b"HTTP/"), "plain HTTP was answered");
+    // TLS that trusts the cluster's CA but shows no certificate of its
+    // own is refused in the handshake.
+    let anonymous = reqwest::Client::builder()
+        .tls_certs_merge(reqwest::Certificate::from_pem_bundle(ca.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let refused = anonymous
+        .post(format!("https://127.0.0.1:{port}/raft/hello"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await;
+    assert!(
+        refused.is_err(),
+        "a peer without a certificate was answered"
+    );
+}

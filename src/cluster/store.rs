@@ -151,7 +151,7 @@ fn decode_membership(config: &[u8]) -> io::Result<StoredMembership> {
     let membership =
         openraft::Membership::new(legacy.membership().get_joint_config().clone(), nodes)
             .map_err(io::Error::other)?;
-    Ok(StoredMembership::new(legacy.log_id().clone(), membership))
+    Ok(StoredMembership::new(*legacy.log_id(), membership))
 }
 
 /// The Raft log: the engine's journal, plus the vote and commit files.

@@ -311,7 +311,8 @@ impl TestCluster {
 }
 
 /// Every message id of `queue`, as the replica at `base` serves them
-/// (pages of 1 000, each after the last id of the one before).
+/// (pages of 1 000, each after the last id of the one before). A page
+/// refused (`503` while a primary settles) is asked for again.
 pub async fn all_ids(base: &str, queue: &str) -> std::collections::BTreeSet<String> {
     let mut ids = std::collections::BTreeSet::new();
     let mut after: Option<String> = None;
@@ -320,15 +321,13 @@ pub async fn all_ids(base: &str, queue: &str) -> std::collections::BTreeSet<Stri
         if let Some(a) = &after {
             url.push_str(&format!("&after={a}"));
         }
-        let page: Value = client()
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let messages = page["messages"].as_array().unwrap();
+        let page: Value =
+            super::eventually("a page of messages", Duration::from_secs(20), async || {
+                let page: Value = client().get(&url).send().await.ok()?.json().await.ok()?;
+                page["messages"].is_array().then_some(page)
+            })
+            .await;
+        let messages = page["messages"].as_array().expect("checked");
         for m in messages {
             ids.insert(m["id"].as_str().unwrap().to_owned());
         }
