@@ -433,7 +433,7 @@ async fn a_full_disk_on(victim_is_primary: bool) {
     let bases: Vec<String> = cluster.replicas.iter().map(|r| r.base()).collect();
     let load = Load::start(bases, 6, 4 << 10);
     more_sent(&load, 100).await;
-    let weight = ballast(&mounts[victim].0, 3);
+    let weight = ballast(&mounts[victim].0, 1);
     // The victim's disk fills: it stops (a Raft log it cannot write is
     // fatal) or refuses, and the others carry on.
     let said = common::eventually(
@@ -442,15 +442,24 @@ async fn a_full_disk_on(victim_is_primary: bool) {
         async || {
             let log = cluster.replicas[victim].process.as_ref()?.log();
             log.lines()
-                .find(|l| l.contains("No space left"))
+                .find(|l| l.contains("a Raft log write failed"))
                 .map(str::to_owned)
         },
     )
     .await;
     eprintln!("the victim said: {said}");
+    let code = cluster.replicas[victim]
+        .process
+        .as_mut()
+        .unwrap()
+        .wait_exit();
+    assert_ne!(
+        code, 0,
+        "a replica that cannot write its log exits non-zero"
+    );
+    cluster.replicas[victim].process = None;
     more_sent(&load, 300).await;
     std::fs::remove_file(weight).unwrap();
-    cluster.kill(victim);
     cluster.start(victim);
     more_sent(&load, 100).await;
     let acknowledged = load.finish().await;
