@@ -135,6 +135,14 @@ impl Relay {
                 return lost(&format!("it did not answer within {} ms", bound.as_millis()));
             }
         };
+        // spoold never answers 502 or 504 itself: a gateway between the
+        // replicas (a mesh's proxy) lost the primary's answer.
+        if matches!(
+            answer.status(),
+            StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT
+        ) {
+            return lost(&format!("a gateway answered {}", answer.status()));
+        }
         let mut response = Response::builder().status(answer.status());
         for (name, value) in answer.headers() {
             if !hop_by_hop(name) {

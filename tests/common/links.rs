@@ -173,7 +173,13 @@ async fn pass(State(p): State<Proxy>, request: Request) -> Response {
         .await;
     let answer = match sent {
         Ok(a) => a,
-        Err(_) => return StatusCode::BAD_GATEWAY.into_response(),
+        // The upstream went away mid-request (killed): as on a network,
+        // the sender hears nothing, rather than an answer a network would
+        // never give.
+        Err(_) => {
+            tokio::time::sleep(SWALLOW).await;
+            return StatusCode::GATEWAY_TIMEOUT.into_response();
+        }
     };
     // A link cut while the request was on its way loses the answer.
     if p.cut(from) {
