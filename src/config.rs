@@ -156,7 +156,7 @@ pub struct ClusterConfig {
         deserialize_with = "de_duration"
     )]
     pub election_timeout_ms: u64,
-    /// TLS with mutual certificates on the cluster port (`cluster/tls.rs`).
+    /// TLS with mutual certificates on the cluster port (`src/tls.rs`).
     pub tls: Option<ClusterTlsConfig>,
 }
 
@@ -292,6 +292,9 @@ impl ClusterConfig {
                 at("secret"),
                 secret.len()
             ));
+        }
+        if let Some(tls) = &self.tls {
+            crate::tls::ClusterTls::load(tls).map_err(|e| format!("{}{e}", at("tls")))?;
         }
         Ok(())
     }

@@ -33,6 +33,7 @@ pub mod serve;
 pub mod spool;
 pub mod testing;
 pub mod time;
+pub(crate) mod tls;
 
 /// The OpenAPI 3.1 document of the HTTP API (`spoold openapi`).
 pub use api::openapi_document;

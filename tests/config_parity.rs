@@ -61,6 +61,13 @@ const BAD: &[(&str, &str, &[&str])] = &[
         "[queues.\"a.b\"]\n",
         &["queues.a.b", "invalid queue name"],
     ),
+    (
+        "a cluster certificate that is not there",
+        "[cluster]\nnode_id = 1\nlisten = \"127.0.0.1:0\"\napi_url = \"http://127.0.0.1:1\"\n\
+         peers = { 1 = \"127.0.0.1:1\" }\nsecret = \"0123456789abcdef0123\"\n\
+         tls = { cert = \"/nonexistent/c.pem\", key = \"/nonexistent/k.pem\", ca = \"/nonexistent/ca.pem\" }\n",
+        &["cluster.tls.cert", "line 10"],
+    ),
 ];
 
 /// Bad `[server]` or `[spool]` keys: (what, the whole file's text after

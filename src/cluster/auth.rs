@@ -81,8 +81,16 @@ pub(crate) enum AuthError {
     Flooded,
 }
 
+/// Lower-case hex, without an allocation per byte (it runs several times
+/// for every replication request).
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
 }
 
 fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {

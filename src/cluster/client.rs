@@ -56,7 +56,7 @@ pub(crate) struct Network {
 }
 
 impl Network {
-    /// `client`: plain HTTP/1, or with the cluster's TLS (`tls.rs`).
+    /// `client`: plain HTTP/1, or with the cluster's TLS (`src/tls.rs`).
     pub(crate) fn new(
         client: reqwest::Client,
         tls: bool,
@@ -190,13 +190,8 @@ impl PeerClient {
         nonce: &[u8; 16],
     ) -> Result<(reqwest::StatusCode, Bytes), Unreachable<TypeConfig>> {
         let status = response.status();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
+        let headers = response.headers().clone();
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let (mac, incarnation, api_url) = (
             header(AUTH_HEADER),
             header(INCARNATION_HEADER).and_then(|v| v.parse::<u64>().ok()),
@@ -211,28 +206,25 @@ impl PeerClient {
             )));
         };
         let key = &self.network.key;
-        if !key.verify_answer(
-            nonce,
-            status.as_u16(),
-            (incarnation, &api_url),
-            &bytes,
-            &mac,
-        ) {
+        if !key.verify_answer(nonce, status.as_u16(), (incarnation, api_url), &bytes, mac) {
             return Err(unreachable(format!(
                 "peer {}'s answer is not signed with the cluster's secret",
                 self.target
             )));
         }
-        let learned = Learned {
-            incarnation,
-            api_url,
-        };
         let mut known = self
             .network
             .learned
             .lock()
             .expect("bug: learned lock poisoned");
-        if known.get(&self.target) != Some(&learned) {
+        let same = known
+            .get(&self.target)
+            .is_some_and(|l| l.incarnation == incarnation && l.api_url == api_url);
+        if !same {
+            let learned = Learned {
+                incarnation,
+                api_url: api_url.to_owned(),
+            };
             known.insert(self.target, learned);
         }
         drop(known);

@@ -10,7 +10,7 @@
 //!   journal.
 //! - `auth.rs`: signed requests and answers between replicas.
 //! - `server.rs`, `client.rs`, `stream.rs`: replication traffic on
-//!   `cluster.listen` (optionally TLS: `tls.rs`).
+//!   `cluster.listen` (optionally TLS: `src/tls.rs`).
 //! - `members.rs`: adding and removing members.
 //!
 //! A follower's `/v1` calls are relayed to the primary by the API
@@ -23,8 +23,9 @@ pub(crate) mod members;
 pub(crate) mod server;
 pub(crate) mod store;
 pub(crate) mod stream;
-pub(crate) mod tls;
 pub(crate) mod types;
+
+use crate::tls;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -86,7 +87,7 @@ pub enum ClusterError {
         dir: String,
         term: u64,
     },
-    #[error("cluster.tls: {0}")]
+    #[error("{0}")]
     Tls(String),
 }
 
