@@ -100,6 +100,9 @@ async fn same_state(cluster: &TestCluster, of: &[usize]) {
         }
         if Instant::now() > deadline {
             cluster.dump_logs(30);
+            for &i in of {
+                eprintln!("status of {i}: {:?}", cluster.status(i).await);
+            }
             panic!("replicas {of:?} differ: {digests:?}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

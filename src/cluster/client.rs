@@ -140,6 +140,16 @@ pub(crate) struct PeerClient {
     incarnation: u64,
 }
 
+/// How long a request of `len` bytes may take: openraft's deadline (a
+/// heartbeat interval for an append), plus time for the bytes themselves
+/// at a slow 4 MB/s. A large append (up to about 4 MiB of records,
+/// `store.rs`) is signed, sent, checked and written within a heartbeat on
+/// a fast machine but not on a loaded one, and one that always times out
+/// is sent again, identical, for ever: the follower never catches up.
+fn ttl(option: &RPCOption, len: usize) -> Duration {
+    option.hard_ttl() + Duration::from_micros(len as u64 / 4)
+}
+
 /// Why an answer is not one: the peer is taken as unreachable (openraft
 /// backs off).
 fn unreachable(e: impl std::fmt::Display) -> Unreachable<TypeConfig> {
@@ -247,7 +257,11 @@ impl PeerClient {
         let body =
             postcard::to_allocvec(rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let (request, nonce) = self.post(path, Some(&body));
-        let sent = request.timeout(option.hard_ttl()).body(body).send().await;
+        let sent = request
+            .timeout(ttl(option, body.len()))
+            .body(body)
+            .send()
+            .await;
         let response = match sent {
             Ok(r) => r,
             Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
