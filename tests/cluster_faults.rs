@@ -12,9 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::cluster::{TestCluster, all_ids};
+use common::mount::Mount;
 use common::process::client;
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -84,28 +85,6 @@ impl Load {
             t.await.unwrap();
         }
         self.acknowledged.lock().unwrap().clone()
-    }
-}
-
-/// Waits until replicas `of` report the same applied index and digest.
-async fn same_state(cluster: &TestCluster, of: &[usize]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut digests = Vec::new();
-        for &i in of {
-            digests.push(cluster.digest(i).await);
-        }
-        if digests[0].is_some() && digests.iter().all(|d| *d == digests[0]) {
-            return;
-        }
-        if Instant::now() > deadline {
-            cluster.dump_logs(30);
-            for &i in of {
-                eprintln!("status of {i}: {:?}", cluster.status(i).await);
-            }
-            panic!("replicas {of:?} differ: {digests:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -186,7 +165,9 @@ async fn membership_changes_while_a_replica_is_cut_off_or_down_lose_nothing() {
     let acknowledged = load.finish().await;
     let now = cluster.primary(Duration::from_secs(20)).await;
     assert_ne!(now, cut, "a removed replica leads");
-    same_state(&cluster, &[p, other, spare]).await;
+    cluster
+        .same_state(&[p, other, spare], Duration::from_secs(60))
+        .await;
     nothing_lost(&cluster, now, &acknowledged).await;
     let s = cluster.status(now).await.unwrap();
     let members: BTreeSet<u64> = s["members"]
@@ -246,7 +227,9 @@ async fn kill_during_a_snapshot(victim_is_primary: bool) -> (usize, bool) {
     cluster.start(victim);
     more_sent(&load, 200).await;
     let acknowledged = load.finish().await;
-    same_state(&cluster, &[p, behind, other]).await;
+    cluster
+        .same_state(&[p, behind, other], Duration::from_secs(60))
+        .await;
     let now = cluster.primary(Duration::from_secs(20)).await;
     nothing_lost(&cluster, now, &acknowledged).await;
     (acknowledged.len(), mid_transfer)
@@ -348,7 +331,9 @@ async fn sends_retried_with_their_key_across_failovers_keep_exactly_one_message_
             .unwrap();
     }
     let p = cluster.primary(Duration::from_secs(20)).await;
-    same_state(&cluster, &[0, 1, 2]).await;
+    cluster
+        .same_state(&[0, 1, 2], Duration::from_secs(60))
+        .await;
     let messages = common::process::messages_in(&client(), &bases[p], QUEUE).await;
     let mut per_key = BTreeMap::<String, usize>::new();
     for m in &messages {
@@ -370,38 +355,6 @@ async fn sends_retried_with_their_key_across_failovers_keep_exactly_one_message_
     );
     assert!(twice.is_empty(), "kept twice: {twice:?}");
     assert!(missing.is_empty(), "lost: {missing:?}");
-}
-
-/// A tmpfs mounted on `dir` (root only; `.ci/run` runs as root).
-struct Mount(std::path::PathBuf);
-
-impl Mount {
-    fn tmpfs(dir: &std::path::Path, size: &str) -> Mount {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir)
-            .output()
-            .expect("mount(8) runs");
-        assert!(
-            out.status.success(),
-            "mounting a tmpfs needs root (as .ci/run has): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Mount(dir.to_path_buf())
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }
 
 /// Fills `dir`'s file system until `free_mib` are left; the ballast file.
@@ -466,7 +419,9 @@ async fn a_full_disk_on(victim_is_primary: bool) {
     cluster.start(victim);
     more_sent(&load, 100).await;
     let acknowledged = load.finish().await;
-    same_state(&cluster, &[0, 1, 2]).await;
+    cluster
+        .same_state(&[0, 1, 2], Duration::from_secs(60))
+        .await;
     let now = cluster.primary(Duration::from_secs(20)).await;
     nothing_lost(&cluster, now, &acknowledged).await;
     eprintln!(

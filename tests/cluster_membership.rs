@@ -134,25 +134,6 @@ impl Load {
     }
 }
 
-/// Waits until replicas `of` report the same applied index and digest.
-async fn same_state(cluster: &TestCluster, of: &[usize]) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut digests = Vec::new();
-        for &i in of {
-            digests.push(cluster.digest(i).await);
-        }
-        if digests[0].is_some() && digests.iter().all(|d| *d == digests[0]) {
-            return;
-        }
-        if Instant::now() > deadline {
-            cluster.dump_logs(30);
-            panic!("replicas {of:?} differ: {digests:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The voters and learners the primary (reached through `base`) names.
 async fn members(cluster: &TestCluster, i: usize) -> (BTreeSet<u64>, BTreeSet<u64>) {
     let s = cluster.status(i).await.unwrap();
@@ -224,7 +205,7 @@ async fn members_added_and_removed_under_load_lose_nothing() {
         members(&cluster, p).await,
         (ids_of(&cluster, &left), BTreeSet::new())
     );
-    same_state(&cluster, &left).await;
+    cluster.same_state(&left, Duration::from_secs(30)).await;
     for &i in &left {
         let ids = all_ids(&cluster.replicas[i].base(), QUEUE).await;
         assert!(
@@ -358,7 +339,7 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
     let (acknowledged, _, _) = load.finish().await;
 
     let all = [p, other, wiped];
-    same_state(&cluster, &all).await;
+    cluster.same_state(&all, Duration::from_secs(30)).await;
     let log = cluster.replicas[wiped].process.as_ref().unwrap().log();
     assert!(
         log.contains("installed a snapshot"),
@@ -433,7 +414,9 @@ async fn a_rolling_restart_under_load_keeps_every_acknowledged_message() {
         "a sender waited {longest:?}"
     );
     let p = cluster.primary(Duration::from_secs(10)).await;
-    same_state(&cluster, &[0, 1, 2]).await;
+    cluster
+        .same_state(&[0, 1, 2], Duration::from_secs(30))
+        .await;
     let ids = all_ids(&cluster.replicas[p].base(), QUEUE).await;
     assert!(acknowledged.is_subset(&ids), "lost acknowledged messages");
     assert_eq!(ids.len(), acknowledged.len());
@@ -502,7 +485,9 @@ async fn a_replica_with_a_damaged_journal_refuses_to_start_and_rejoins_once_wipe
     cluster.renumber(damaged);
     start_and_add(&mut cluster, damaged, &base).await;
     let (acknowledged, _, _) = load.finish().await;
-    same_state(&cluster, &[0, 1, 2]).await;
+    cluster
+        .same_state(&[0, 1, 2], Duration::from_secs(30))
+        .await;
     let ids = all_ids(&cluster.replicas[damaged].base(), QUEUE).await;
     assert!(acknowledged.is_subset(&ids), "lost acknowledged messages");
     assert_eq!(ids.len(), acknowledged.len());

@@ -6,53 +6,9 @@
 
 mod common;
 
-use std::process::Command;
-
+use common::mount::Mount;
 use common::process::{ids_in, start_with};
 use reqwest::Client;
-
-struct Mount(std::path::PathBuf);
-
-impl Mount {
-    fn tmpfs(dir: &std::path::Path, size: &str) -> Mount {
-        let out = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir)
-            .output()
-            .expect("mount(8) runs");
-        assert!(
-            out.status.success(),
-            "mounting a tmpfs needs root (as .ci/run has): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Mount(dir.to_path_buf())
-    }
-
-    fn resize(&self, size: &str) {
-        let out = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(&self.0)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, to mount a tmpfs (.ci/run runs as root)"]

@@ -310,6 +310,31 @@ impl TestCluster {
     }
 }
 
+impl TestCluster {
+    /// Waits (at most `within`) until replicas `of` report the same
+    /// applied index and digest; their logs and status if they do not.
+    pub async fn same_state(&self, of: &[usize], within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut digests = Vec::new();
+            for &i in of {
+                digests.push(self.digest(i).await);
+            }
+            if digests[0].is_some() && digests.iter().all(|d| *d == digests[0]) {
+                return;
+            }
+            if Instant::now() > deadline {
+                self.dump_logs(30);
+                for &i in of {
+                    eprintln!("status of {i}: {:?}", self.status(i).await);
+                }
+                panic!("replicas {of:?} differ: {digests:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 /// Every message id of `queue`, as the replica at `base` serves them
 /// (pages of 1 000, each after the last id of the one before). A page
 /// refused (`503` while a primary settles) is asked for again.

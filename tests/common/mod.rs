@@ -4,6 +4,7 @@
 pub mod api;
 pub mod cluster;
 pub mod links;
+pub mod mount;
 pub mod process;
 pub mod server;
 pub mod sink;
