@@ -203,6 +203,7 @@ impl ClusterConfig {
             .clone()
             .or_else(|| env_secret.map(str::to_owned))
             .unwrap_or_default();
+        secret_shape(&secret).map_err(|why| format!("cluster.secret: {why}"))?;
         if secret.len() < CLUSTER_SECRET_MIN_BYTES {
             return Err(format!(
                 "cluster.secret: {} bytes is too short: set at least \
@@ -283,6 +284,11 @@ impl ClusterConfig {
                 format_duration_ms(self.election_timeout_ms),
                 format_duration_ms(3 * self.heartbeat_ms)
             ));
+        }
+        if let Some(secret) = &self.secret
+            && let Err(why) = secret_shape(secret)
+        {
+            return Err(format!("{}cluster.secret: {why}", at("secret")));
         }
         if let Some(secret) = &self.secret
             && secret.len() < CLUSTER_SECRET_MIN_BYTES
@@ -542,7 +548,19 @@ impl Config {
         if let Some(cluster) = &c.cluster {
             root.insert("cluster".into(), Value::Table(cluster.table()));
         }
-        toml::to_string_pretty(&root).expect("a table of plain values serializes")
+        let mut text = toml::to_string_pretty(&root).expect("a table of plain values serializes");
+        for (name, q) in &c.queues {
+            let header = format!("[queues.{name}]\n");
+            if q.signing_secret.is_some()
+                && let Some(at) = text.find(&header)
+            {
+                text.insert_str(
+                    at + header.len(),
+                    "# signing_secret is set (never printed)\n",
+                );
+            }
+        }
+        text
     }
 
     /// Parses and validates config text; the error names key and line.
@@ -580,14 +598,23 @@ impl Config {
                 format_duration_ms(every)
             ));
         }
-        if let Some(i) = self
+        if self.server.shutdown_grace_ms > SHUTDOWN_GRACE_MAX_MS {
+            return Err(format!(
+                "{}server.shutdown_grace = {} is out of range: allowed 0 to 1h (a Kubernetes \
+                 pod's terminationGracePeriodSeconds should exceed it)",
+                at("shutdown_grace"),
+                format_duration_ms(self.server.shutdown_grace_ms)
+            ));
+        }
+        if let Some((i, why)) = self
             .server
             .api_keys
             .iter()
-            .position(|k| k.trim().is_empty())
+            .enumerate()
+            .find_map(|(i, k)| secret_shape(k).err().map(|why| (i, why)))
         {
             return Err(format!(
-                "{}server.api_keys: key {} is empty: an empty key would let anyone in",
+                "{}server.api_keys: key {}: {why}",
                 at("api_keys"),
                 i + 1
             ));
@@ -713,8 +740,25 @@ fn line_of(text: &str, needle: &str) -> Option<usize> {
 fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
     match e.span() {
         Some(span) => {
-            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-            format!("line {line}: {}", e.message())
+            let start = span.start.min(text.len());
+            let line = text[..start].matches('\n').count() + 1;
+            // Name the key when the span is a value: `table.key = …`.
+            let line_text = text.lines().nth(line - 1).unwrap_or_default();
+            let key = line_text
+                .split_once('=')
+                .map(|(k, _)| k.trim())
+                .filter(|k| !k.is_empty() && !k.starts_with('['));
+            let table = text[..start]
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| l.starts_with('[') && l.ends_with(']'))
+                .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim());
+            match (table, key) {
+                (Some(table), Some(key)) => format!("line {line}: {table}.{key}: {}", e.message()),
+                (None, Some(key)) => format!("line {line}: {key}: {}", e.message()),
+                _ => format!("line {line}: {}", e.message()),
+            }
         }
         None => e.message().to_string(),
     }
@@ -728,9 +772,10 @@ pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
     match parse_one_span_ms(text) {
         Ok(ms) => Ok(ms),
         Err(e) => match humantime::parse_duration(text) {
-            Ok(d) => {
-                u64::try_from(d.as_millis()).map_err(|_| format!("duration {text:?} is too long"))
-            }
+            Ok(d) => u64::try_from(d.as_millis())
+                .ok()
+                .filter(|ms| *ms <= DURATION_MS_MAX)
+                .ok_or_else(|| format!("duration {text:?} is too long")),
             Err(_) => Err(e),
         },
     }
@@ -757,7 +802,36 @@ fn parse_one_span_ms(text: &str) -> Result<u64, String> {
             ));
         }
     };
-    Ok((value * scale).round() as u64)
+    let ms = (value * scale).round();
+    if !ms.is_finite() || ms > DURATION_MS_MAX as f64 {
+        return Err(format!(
+            "duration {text:?} is too long: at most {} days",
+            DURATION_MS_MAX / 86_400_000
+        ));
+    }
+    Ok(ms as u64)
+}
+
+/// The longest duration any setting may be written as: 100 years, past
+/// every sane value, so that nothing quietly saturates.
+const DURATION_MS_MAX: u64 = 100 * 365 * 86_400_000;
+/// The longest `server.shutdown_grace`.
+const SHUTDOWN_GRACE_MAX_MS: u64 = 3_600_000;
+
+/// A secret (an API key, the cluster secret) is not blank and has no
+/// whitespace at either end: a pasted line break or a placeholder of
+/// spaces is a mistake, never a key.
+fn secret_shape(secret: &str) -> Result<(), String> {
+    if secret.trim().is_empty() {
+        return Err("is empty or only whitespace: it would protect nothing".into());
+    }
+    if secret.trim() != secret {
+        return Err("begins or ends with whitespace (a pasted line break?)".into());
+    }
+    if secret.chars().any(char::is_control) {
+        return Err("holds a control character".into());
+    }
+    Ok(())
 }
 
 /// One queue's effective settings as a `[queues.NAME]` table (delivery
@@ -796,9 +870,8 @@ fn queue_table(s: &QueueSettings) -> toml::Table {
         .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
         .collect();
     t.insert("headers".into(), Value::Table(headers));
-    if let Some(secret) = &s.signing_secret {
-        t.insert("signing_secret".into(), secret.as_str().into());
-    }
+    // A signing secret is never printed: `effective_toml` says in a
+    // comment that one is set (a placeholder would not be a valid secret).
     let statuses = s
         .permanent_failure_statuses
         .iter()
@@ -872,7 +945,11 @@ pub(crate) fn parse_size_bytes(text: &str) -> Result<u64, String> {
             ));
         }
     };
-    Ok((value * scale).round() as u64)
+    let bytes = (value * scale).round();
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("size {text:?} is too large"));
+    }
+    Ok(bytes as u64)
 }
 
 #[derive(Deserialize)]
@@ -954,6 +1031,16 @@ mod tests {
         assert!(err.contains("fsynk"), "{err}");
         let err = Config::parse("[server]\nshutdown_grace = \"soon\"\n").unwrap_err();
         assert!(err.contains("line 2"), "{err}");
+        let err =
+            Config::parse("[server]\nshutdown_grace = \"99999999999999999999d\"\n").unwrap_err();
+        assert!(
+            err.contains("line 2: server.shutdown_grace") && err.contains("too long"),
+            "{err}"
+        );
+        let err = Config::parse("[server]\nshutdown_grace = \"2h\"\n").unwrap_err();
+        assert!(err.contains("line 2: server.shutdown_grace"), "{err}");
+        let err = Config::parse("[server]\napi_keys = [\"                \"]\n").unwrap_err();
+        assert!(err.contains("line 2: server.api_keys"), "{err}");
         let err = Config::parse("[spool]\nsegment_bytes = \"64MiB\"\nmax_bytes = \"128MiB\"\n")
             .unwrap_err();
         assert!(err.contains("max_bytes") && err.contains("line 3"), "{err}");
@@ -1034,8 +1121,13 @@ mod example_file {
         assert_eq!(back.spool, config.spool);
         assert_eq!(back.log, config.log);
         for (name, q) in &config.queues {
-            assert_eq!(back.queues[name].settings(), q.settings(), "{name}");
+            let hidden = QueueSettings {
+                signing_secret: None,
+                ..q.settings()
+            };
+            assert_eq!(back.queues[name].settings(), hidden, "{name}");
         }
+        assert!(printed.contains("# signing_secret is set"), "{printed}");
         assert!(!printed.contains("whsec_"), "{printed}");
     }
 

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 use spoold::cli::ops::{self, DeadLetterArgs};
+use spoold::cli::term::Terminal;
 use spoold::config::{Config, LogFormat};
 use spoold::serve::Outcome;
 
@@ -30,6 +31,11 @@ struct Cli {
     /// API key for the operator commands (never logged).
     #[arg(long, global = true, env = "SPOOLD_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Print what the server stored as it is: without it, control
+    /// characters in bodies, answers and errors (ESC, BEL, CR …) are
+    /// printed escaped, so that they cannot act on the terminal.
+    #[arg(long, global = true)]
+    raw: bool,
     /// Serving options when no command is given (`spoold --listen …`).
     #[command(flatten)]
     run: RunArgs,
@@ -72,6 +78,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Without QUEUE, the same as `queues`; with it, that queue's state,
+    /// stats and settings.
+    Stats {
+        queue: Option<String>,
+        /// JSON: one object per queue, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a queue's settings, pause or resume it, or act on its
+    /// circuit breaker.
+    Queue {
+        #[command(subcommand)]
+        command: QueueCommand,
+    },
     /// Follow new messages of a queue, like `tail -f`; ends when the server
     /// stops.
     Tail {
@@ -109,6 +129,30 @@ enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum QueueCommand {
+    /// Change only the settings named, as KEY=VALUE (a JSON merge patch:
+    /// `breakerFailures=1000`, `backoff.maxSeconds=60`,
+    /// `headers.Authorization="Bearer …"`, `rateLimit=null` resets); the
+    /// others keep their values.
+    Set {
+        queue: String,
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        settings: Vec<String>,
+        /// The queue as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop handing out leases (push delivery included).
+    Pause { queue: String },
+    /// Hand out leases again; an open circuit breaker is closed too.
+    Resume { queue: String },
+    /// Send the open circuit breaker's probe now.
+    Probe { queue: String },
+    /// Close the circuit breaker without a probe: delivery resumes.
+    CloseBreaker { queue: String },
 }
 
 #[derive(Subcommand)]
@@ -203,6 +247,13 @@ enum DlqCommand {
         queue: String,
         #[command(flatten)]
         filter: DeadLetterArgs,
+        /// Delete at most N (oldest first); the answer says how many more
+        /// match.
+        #[arg(long, value_name = "N")]
+        max: Option<u64>,
+        /// Only count what would go; change nothing.
+        #[arg(long)]
+        dry_run: bool,
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
@@ -245,9 +296,41 @@ enum JournalCommand {
 fn main() -> ExitCode {
     crash_on_panic();
     let cli = Cli::parse();
+    RAW.store(cli.raw, std::sync::atomic::Ordering::Relaxed);
     let target = ops::Target::new(&cli.url, cli.api_key.clone());
     let result = match cli.command.unwrap_or(Command::Run(cli.run)) {
-        Command::Queues { json } => ops(ops::queues(&target, json, &mut stdout())),
+        Command::Queues { json } | Command::Stats { queue: None, json } => {
+            ops(ops::queues(&target, json, &mut stdout()))
+        }
+        Command::Stats {
+            queue: Some(queue),
+            json,
+        } => ops(ops::queue_stats(&target, &queue, json, &mut stdout())),
+        Command::Queue { command } => {
+            let target = &target;
+            let action = |queue: String, action| {
+                ops(async move { ops::queue_action(target, &queue, action, &mut stdout()).await })
+            };
+            match command {
+                QueueCommand::Set {
+                    queue,
+                    settings,
+                    json,
+                } => ops(ops::queue_set(
+                    target,
+                    &queue,
+                    &settings,
+                    json,
+                    &mut stdout(),
+                )),
+                QueueCommand::Pause { queue } => action(queue, ops::QueueAction::Pause),
+                QueueCommand::Resume { queue } => action(queue, ops::QueueAction::Resume),
+                QueueCommand::Probe { queue } => action(queue, ops::QueueAction::Probe),
+                QueueCommand::CloseBreaker { queue } => {
+                    action(queue, ops::QueueAction::CloseBreaker)
+                }
+            }
+        }
         Command::Tail { queue, lines, json } => ops(async {
             let ops::TailEnd::ServerStopped =
                 ops::tail(&target, &queue, lines, json, &mut stdout()).await?;
@@ -307,13 +390,15 @@ fn main() -> ExitCode {
             DlqCommand::Purge {
                 queue,
                 filter,
+                max,
+                dry_run,
                 yes,
                 json,
             } => ops(ops::dlq_purge(
                 &target,
                 &queue,
                 &filter,
-                yes,
+                ops::Bulk { max, dry_run, yes },
                 json,
                 &mut std::io::stdin().lock(),
                 &mut std::io::stderr(),
@@ -364,7 +449,14 @@ fn main() -> ExitCode {
         // nothing is wrong and nobody is left to tell.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("spoold: {e:#}");
+            let text = format!("{e:#}");
+            let raw = RAW.load(std::sync::atomic::Ordering::Relaxed);
+            let text = if raw {
+                text.into()
+            } else {
+                spoold::cli::term::escape_controls(&text)
+            };
+            eprintln!("spoold: {text}");
             match e.downcast_ref::<ops::OpsError>() {
                 Some(ops::OpsError::Usage(_)) => ExitCode::from(2),
                 _ => ExitCode::from(1),
@@ -373,8 +465,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn stdout() -> std::io::StdoutLock<'static> {
-    std::io::stdout().lock()
+/// `--raw`: print stored bytes as they are.
+static RAW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Standard output, control characters escaped unless `--raw`
+/// (`cli/term.rs`).
+fn stdout() -> Terminal<std::io::StdoutLock<'static>> {
+    Terminal::new(
+        std::io::stdout().lock(),
+        RAW.load(std::sync::atomic::Ordering::Relaxed),
+    )
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -451,6 +551,12 @@ fn check_config(path: PathBuf) -> anyhow::Result<ExitCode> {
     config
         .check_exposure(std::env::var("SPOOLD_API_KEYS").ok().as_deref())
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    // What `run` asks before it serves: a replica needs its secret.
+    if let Some(cluster) = &config.cluster {
+        cluster
+            .secret(std::env::var("SPOOLD_CLUSTER_SECRET").ok().as_deref())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
     print_out(&config.effective_toml())?;
     Ok(ExitCode::SUCCESS)
 }

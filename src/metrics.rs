@@ -31,6 +31,7 @@ pub(crate) const QUEUE_OLDEST_AGE: &str = "spoold_queue_oldest_message_age_secon
 pub(crate) const QUEUE_RETRYING: &str = "spoold_queue_retrying_messages";
 pub(crate) const QUEUE_OLDEST_RETRYING_AGE: &str = "spoold_queue_oldest_retrying_age_seconds";
 pub(crate) const QUEUE_PAUSED: &str = "spoold_queue_paused";
+pub(crate) const QUEUE_BREAKER_OPEN: &str = "spoold_queue_breaker_open";
 pub(crate) const BUILD_INFO: &str = "spoold_build_info";
 pub(crate) const DELIVERIES: &str = "spoold_deliveries_total";
 pub(crate) const DELIVERY_DURATION: &str = "spoold_delivery_duration_seconds";
@@ -178,7 +179,11 @@ fn describe() {
     );
     describe_gauge!(
         QUEUE_PAUSED,
-        "1 while a queue is paused (by an operator or its circuit breaker)."
+        "1 while an operator paused a queue (its circuit breaker is spoold_queue_breaker_open)."
+    );
+    describe_gauge!(
+        QUEUE_BREAKER_OPEN,
+        "1 while a push queue's circuit breaker is open: its destination kept failing, only a probe is sent."
     );
     describe_counter!(
         DELIVERIES,
@@ -343,12 +348,13 @@ pub(crate) struct DeliveryMetrics {
 
 impl DeliveryMetrics {
     pub(crate) fn new(queue: &str) -> DeliveryMetrics {
-        let outcome = |o: DeliveryOutcome| counter!(DELIVERIES, LABEL_QUEUE => queue.to_string(), LABEL_OUTCOME => o.as_str());
+        let queue = queue_label(queue);
+        let outcome = |o: DeliveryOutcome| counter!(DELIVERIES, LABEL_QUEUE => queue.clone(), LABEL_OUTCOME => o.as_str());
         DeliveryMetrics {
             success: outcome(DeliveryOutcome::Success),
             retry: outcome(DeliveryOutcome::Retry),
             failure: outcome(DeliveryOutcome::Failure),
-            duration: histogram!(DELIVERY_DURATION, LABEL_QUEUE => queue.to_string()),
+            duration: histogram!(DELIVERY_DURATION, LABEL_QUEUE => queue),
         }
     }
 
@@ -388,40 +394,103 @@ pub(crate) fn record_http(route: &str, status: u16) {
     });
 }
 
+/// Most queues with series of their own; the others' numbers are summed
+/// under [`OTHER_QUEUES`], so that a scrape's size and cost stay bounded
+/// however many queues there are (docs/contract.md §8).
+pub(crate) const QUEUE_SERIES_MAX: usize = 1000;
+/// The `queue` label of every queue past [`QUEUE_SERIES_MAX`] (no queue
+/// can be named so).
+pub(crate) const OTHER_QUEUES: &str = "(other)";
+
+/// The queues that have series of their own: the first
+/// [`QUEUE_SERIES_MAX`] this process labelled, so that a queue keeps its
+/// series while it lives.
+static LABELLED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// The `queue` label of `queue`: its name, or [`OTHER_QUEUES`] once
+/// [`QUEUE_SERIES_MAX`] other queues have one.
+pub(crate) fn queue_label(queue: &str) -> String {
+    let mut labelled = LABELLED.lock().expect("metric labels poisoned");
+    if labelled.contains(queue) {
+        return queue.to_owned();
+    }
+    if labelled.len() < QUEUE_SERIES_MAX {
+        labelled.insert(queue.to_owned());
+        return queue.to_owned();
+    }
+    OTHER_QUEUES.to_owned()
+}
+
+/// One label's numbers: a queue's, or the sum of those past the limit.
+#[derive(Default)]
+struct QueueNumbers {
+    counters: crate::spool::state::Counters,
+    visible: u64,
+    leased: u64,
+    delayed: u64,
+    retrying: u64,
+    oldest_visible_age_ms: i64,
+    oldest_retrying_age_ms: i64,
+    paused: u64,
+    breaker_open: u64,
+}
+
+impl QueueNumbers {
+    fn add(&mut self, st: &crate::spool::state::QueueStats) {
+        let (a, b) = (&mut self.counters, &st.counters);
+        a.sent += b.sent;
+        a.acked += b.acked;
+        a.nacked += b.nacked;
+        a.failed += b.failed;
+        a.expired += b.expired;
+        a.deduplicated += b.deduplicated;
+        self.visible += st.visible;
+        self.leased += st.leased;
+        self.delayed += st.delayed;
+        self.retrying += st.retrying;
+        let oldest = |now: &mut i64, age: Option<i64>| *now = (*now).max(age.unwrap_or(0));
+        oldest(&mut self.oldest_visible_age_ms, st.oldest_visible_age_ms);
+        oldest(&mut self.oldest_retrying_age_ms, st.oldest_retrying_age_ms);
+        self.paused += u64::from(st.paused);
+        self.breaker_open += u64::from(st.next_probe_at.is_some());
+    }
+}
+
 /// Copies the state machine's counters and gauges into the registry; a
 /// scrape calls it before rendering.
 pub(crate) fn refresh(engine: &Engine) {
     gauge!(JOURNAL_BYTES).set(engine.journal_bytes() as f64);
     gauge!(JOURNAL_MAX_BYTES).set(engine.max_bytes() as f64);
+    let mut numbers: std::collections::BTreeMap<String, QueueNumbers> = Default::default();
     for name in engine.queue_names() {
         let Ok(stats) = engine.stats(&name) else {
             continue;
         };
-        let q = || name.clone();
-        let c = stats.counters;
+        numbers.entry(queue_label(&name)).or_default().add(&stats);
+    }
+    for (label, n) in numbers {
+        let q = || label.clone();
+        let c = n.counters;
         counter!(MESSAGES_SENT, LABEL_QUEUE => q()).absolute(c.sent);
         counter!(MESSAGES_ACKED, LABEL_QUEUE => q()).absolute(c.acked);
         counter!(MESSAGES_RETRIED, LABEL_QUEUE => q()).absolute(c.nacked);
         counter!(MESSAGES_FAILED, LABEL_QUEUE => q()).absolute(c.failed);
         counter!(MESSAGES_EXPIRED, LABEL_QUEUE => q()).absolute(c.expired);
         counter!(MESSAGES_DEDUPLICATED, LABEL_QUEUE => q()).absolute(c.deduplicated);
-        for (state, n) in [
-            ("visible", stats.visible),
-            ("leased", stats.leased),
-            ("delayed", stats.delayed),
+        for (state, count) in [
+            ("visible", n.visible),
+            ("leased", n.leased),
+            ("delayed", n.delayed),
         ] {
-            gauge!(QUEUE_MESSAGES, LABEL_QUEUE => q(), LABEL_STATE => state).set(n as f64);
+            gauge!(QUEUE_MESSAGES, LABEL_QUEUE => q(), LABEL_STATE => state).set(count as f64);
         }
-        let age = stats
-            .oldest_visible_age_ms
-            .map_or(0.0, |ms| ms as f64 / 1000.0);
-        gauge!(QUEUE_OLDEST_AGE, LABEL_QUEUE => q()).set(age);
-        gauge!(QUEUE_RETRYING, LABEL_QUEUE => q()).set(stats.retrying as f64);
-        let retrying_age = stats
-            .oldest_retrying_age_ms
-            .map_or(0.0, |ms| ms as f64 / 1000.0);
-        gauge!(QUEUE_OLDEST_RETRYING_AGE, LABEL_QUEUE => q()).set(retrying_age);
-        gauge!(QUEUE_PAUSED, LABEL_QUEUE => q()).set(if stats.paused { 1.0 } else { 0.0 });
+        let secs = |ms: i64| ms as f64 / 1000.0;
+        gauge!(QUEUE_OLDEST_AGE, LABEL_QUEUE => q()).set(secs(n.oldest_visible_age_ms));
+        gauge!(QUEUE_RETRYING, LABEL_QUEUE => q()).set(n.retrying as f64);
+        gauge!(QUEUE_OLDEST_RETRYING_AGE, LABEL_QUEUE => q()).set(secs(n.oldest_retrying_age_ms));
+        gauge!(QUEUE_PAUSED, LABEL_QUEUE => q()).set(n.paused as f64);
+        gauge!(QUEUE_BREAKER_OPEN, LABEL_QUEUE => q()).set(n.breaker_open as f64);
     }
 }
 

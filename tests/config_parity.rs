@@ -47,6 +47,23 @@ const BAD: &[(&str, &str, &[&str])] = &[
         &["queues.q.signing_secret", "line 6"],
     ),
     (
+        "a plain signing secret (Standard Webhooks libraries would reject its signatures)",
+        "[queues.q]\ndestination = \"http://a.example.com/\"\nsigning_secret = \"my-plain-secret\"\n",
+        &["queues.q.signing_secret", "line 6", "whsec_"],
+    ),
+    (
+        "a cluster without a secret",
+        "[cluster]\nnode_id = 1\nlisten = \"127.0.0.1:0\"\napi_url = \"http://127.0.0.1:1\"\n\
+         peers = { 1 = \"127.0.0.1:1\" }\n",
+        &["cluster.secret"],
+    ),
+    (
+        "a cluster secret of sixteen spaces",
+        "[cluster]\nnode_id = 1\nlisten = \"127.0.0.1:0\"\napi_url = \"http://127.0.0.1:1\"\n\
+         peers = { 1 = \"127.0.0.1:1\" }\nsecret = \"                \"\n",
+        &["cluster.secret", "line 9", "whitespace"],
+    ),
+    (
         "a CA file that is not there",
         "[queues.q]\ndestination = \"https://a.example.com/\"\nca_file = \"/nonexistent/ca.pem\"\n",
         &["queues.q.ca_file", "line 6"],
@@ -82,6 +99,21 @@ const BAD_SERVER: &[(&str, &str, &[&str])] = &[
         "an empty API key",
         "[server]\napi_keys = [\"\"]\n",
         &["server.api_keys", "line 4", "empty"],
+    ),
+    (
+        "an API key of sixteen spaces",
+        "[server]\napi_keys = [\"                \"]\n",
+        &["server.api_keys", "line 4", "whitespace"],
+    ),
+    (
+        "a shutdown grace of ages (it became u64::MAX ms)",
+        "[server]\nshutdown_grace = \"99999999999999999999d\"\n",
+        &["server.shutdown_grace", "line 4", "too long"],
+    ),
+    (
+        "a shutdown grace past an hour",
+        "[server]\nshutdown_grace = \"2h\"\n",
+        &["server.shutdown_grace", "line 4", "out of range"],
     ),
     (
         "a destination the server does not allow",

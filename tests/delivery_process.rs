@@ -180,3 +180,121 @@ async fn drain_on_shutdown_delivers_the_backlog_first() {
     let missing = accepted.iter().filter(|id| !seen.contains_key(*id)).count();
     assert_eq!(missing, 0, "the backlog was delivered before the exit");
 }
+
+/// Issue 26, finding 8: the breaker's probe kept the queue's old settings,
+/// so after the destination was fixed it went on probing the old URL,
+/// `resume` answered 204 and did nothing, and only a restart delivered.
+/// Now a settings change reaches the probe, `resume` closes an open
+/// breaker, "probe now" and "close" act at once, and stats and metrics
+/// tell the breaker from an operator's pause. The log says statuses as
+/// numbers (`status=500`, never `Some(500)`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_heals_when_the_destination_is_fixed_and_obeys_the_operator() {
+    use reqwest::Method;
+    use serde_json::{Value, json};
+    let dir = tempfile::tempdir().unwrap();
+    let (broken, broken_url) = Sink::start().await;
+    broken.script(std::iter::repeat_n((500, vec![]), 1000));
+    let (fixed, fixed_url) = Sink::start().await;
+    let spoold = start_with(dir.path(), "", "").await;
+    let api = spoold.api();
+    let settings = |url: &str| {
+        json!({"destination": format!("{url}/in"), "breakerFailures": 2, "concurrency": 1,
+               "backoff": {"initialSeconds": 0.05, "multiplier": 1, "maxSeconds": 1, "jitter": 0}})
+    };
+    let stats = async || api.get_json("/v1/queues/hooks").await["stats"].clone();
+    let open = |st: &Value| {
+        st["breakerOpen"] == true || (st["paused"] == true && st["nextProbeAt"].is_string())
+    };
+    api.queue("hooks", settings(&broken_url)).await;
+    for i in 0..3 {
+        api.send("hooks", &format!("m{i}")).await;
+    }
+    common::wait_until("the breaker opens", async || open(&stats().await)).await;
+
+    // Fixed by a PUT: the probe uses the new destination, long before the
+    // old probe would have given up.
+    let r = api.put_queue("hooks", settings(&fixed_url)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    fixed.wait_for(3).await;
+    common::wait_until("the breaker closes", async || !open(&stats().await)).await;
+
+    // `resume` on an open breaker closes it and delivers at once: before
+    // the probe that was due.
+    let (flaky, flaky_url) = Sink::start().await;
+    flaky.script([(500, vec![]), (500, vec![])]);
+    api.put_queue("hooks", settings(&flaky_url)).await;
+    // Workers take up new settings within a second (docs/contract.md §5).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for i in 0..3 {
+        api.send("hooks", &format!("r{i}")).await;
+    }
+    common::wait_until("the breaker opens again", async || open(&stats().await)).await;
+    let due = stats().await["nextProbeAt"].as_str().unwrap().to_string();
+    let due = spoold::time::parse_rfc3339(&due).unwrap();
+    assert_eq!(
+        api.status(Method::POST, "/v1/queues/hooks/resume").await,
+        StatusCode::NO_CONTENT
+    );
+    let seen = flaky.wait_for(5).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        now < due,
+        "delivered by resume, not by the probe due at {due}"
+    );
+    assert_eq!(seen.len(), 5);
+
+    // "Probe now" and "close", from the API.
+    let (third, third_url) = Sink::start().await;
+    third.script([(500, vec![]), (500, vec![])]);
+    api.put_queue("hooks", settings(&third_url)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for i in 0..2 {
+        api.send("hooks", &format!("p{i}")).await;
+    }
+    common::wait_until("opened by the third", async || open(&stats().await)).await;
+    let before = third.seen().len();
+    let r = api
+        .call(Method::POST, "/v1/queues/hooks/breaker/probe")
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    third.wait_for(before + 1).await;
+    common::wait_until("closed by the probe", async || !open(&stats().await)).await;
+    third.script([(500, vec![]), (500, vec![])]);
+    api.send("hooks", "c0").await;
+    api.send("hooks", "c1").await;
+    common::wait_until("opened once more", async || open(&stats().await)).await;
+    let r = api
+        .call(Method::POST, "/v1/queues/hooks/breaker/close")
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let q: Value = r.json().await.unwrap();
+    assert_eq!(q["stats"]["breakerOpen"], false, "{q}");
+
+    // An operator's pause is not the breaker's.
+    api.status(Method::POST, "/v1/queues/hooks/pause").await;
+    let st = stats().await;
+    assert_eq!(
+        (st["paused"].clone(), st["breakerOpen"].clone()),
+        (json!(true), json!(false))
+    );
+    let metrics = api.text("/metrics").await;
+    assert!(
+        metrics.contains("spoold_queue_paused{queue=\"hooks\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("spoold_queue_breaker_open{queue=\"hooks\"} 0"),
+        "{metrics}"
+    );
+
+    let log = spoold.log();
+    assert!(log.contains("status=500"), "{log}");
+    assert!(
+        !log.contains("Some("),
+        "a Rust debug value in the log: {log}"
+    );
+}

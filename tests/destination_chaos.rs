@@ -197,10 +197,10 @@ async fn a_flapping_destination_gets_everything_with_bounded_resources() {
 
     // Flap 1: resets until the breaker opens, then healthy until it closes
     // and a quarter is through.
-    wait("opened on resets", &|s| s["paused"] == true).await;
+    wait("opened on resets", &|s| s["breakerOpen"] == true).await;
     let opened_at = Instant::now();
     dest.set(Mode::Healthy);
-    wait("closed", &|s| s["paused"] == false).await;
+    wait("closed", &|s| s["breakerOpen"] == false).await;
     let closed_after = opened_at.elapsed();
     while distinct(&dest) < MESSAGES / 4 {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -208,10 +208,10 @@ async fn a_flapping_destination_gets_everything_with_bounded_resources() {
     // Flap 2: hangs past the timeout and garbage until it opens again,
     // then slow answers until everything is through.
     dest.set(Mode::HangThenGarbage);
-    wait("opened on hangs", &|s| s["paused"] == true).await;
+    wait("opened on hangs", &|s| s["breakerOpen"] == true).await;
     dest.set(Mode::Slow);
     wait("drained", &|s| {
-        s["paused"] == false && s["visible"] == 0 && s["leased"] == 0 && s["delayed"] == 0
+        s["breakerOpen"] == false && s["visible"] == 0 && s["leased"] == 0 && s["delayed"] == 0
     })
     .await;
     sampler.abort();

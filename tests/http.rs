@@ -22,8 +22,9 @@ async fn raw_status(s: &Server, request_line: &str) -> u16 {
         .as_ref()
         .map(|k| format!("Spooler-Api-Key: {k}\r\n"))
         .unwrap_or_default();
-    let text =
-        format!("{request_line}\r\nHost: x\r\n{key}Content-Length: 0\r\nConnection: close\r\n\r\n");
+    let text = format!(
+        "{request_line}\r\nHost: localhost\r\n{key}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
     stream.write_all(text.as_bytes()).await.unwrap();
     let mut response = Vec::new();
     stream.read_to_end(&mut response).await.unwrap();
@@ -34,15 +35,22 @@ async fn raw_status(s: &Server, request_line: &str) -> u16 {
         .unwrap_or(0)
 }
 
-/// The probes and `/metrics` answer without a key.
+/// The probes answer without a key; `/metrics` on the API port does only
+/// while no key is configured (it names every queue).
 async fn assert_probes_open(s: &Server) {
-    for path in ["/healthz", "/readyz", "/metrics"] {
+    for path in ["/healthz", "/readyz"] {
         assert_eq!(
             s.bare(Method::GET, path).await.status(),
             StatusCode::OK,
             "{path}"
         );
     }
+    let metrics = if s.key.is_some() {
+        StatusCode::UNAUTHORIZED
+    } else {
+        StatusCode::OK
+    };
+    assert_eq!(s.bare(Method::GET, "/metrics").await.status(), metrics);
 }
 
 async fn json_of(r: Response) -> Value {
@@ -754,7 +762,7 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     let s = Server::temp("").await;
     let addr = s.base.trim_start_matches("http://").to_string();
     let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    slow.write_all(b"POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\n")
+    slow.write_all(b"POST /v1/queues/q/messages HTTP/1.1\r\nHost: localhost\r\n")
         .await
         .unwrap();
     let started = Instant::now();

@@ -110,7 +110,7 @@ async fn clients_that_hang_up_change_nothing_a_restart_would_not_show() {
             let mut stream = std::net::TcpStream::connect(addr).unwrap();
             let body = format!("hang-up {i}");
             let request = format!(
-                "POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+                "POST /v1/queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
             );
             stream.write_all(request.as_bytes()).unwrap();

@@ -24,6 +24,7 @@ const NAMES: &[&str] = &[
     "spoold_deliveries_total",
     "spoold_delivery_duration_seconds",
     "spoold_queue_paused",
+    "spoold_queue_breaker_open",
     "spoold_journal_fsync_duration_seconds",
     "spoold_journal_bytes",
     "spoold_journal_max_bytes",

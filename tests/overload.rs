@@ -23,7 +23,7 @@ async fn raw_send(addr: String, i: usize) -> String {
     let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let body = format!("burst {i}");
     let request = format!(
-        "POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /v1/queues/q/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(request.as_bytes()).await.unwrap();
@@ -66,7 +66,7 @@ async fn slow_loris_connections_do_not_starve_other_clients() {
     let mut slow = Vec::new();
     for _ in 0..2000 {
         let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        s.write_all(b"POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        s.write_all(b"POST /v1/queues/q/messages HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
             .await
             .unwrap();
         slow.push(s);

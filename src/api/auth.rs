@@ -29,11 +29,14 @@ pub(crate) fn key_matches(keys: &[String], presented: &str) -> bool {
     })
 }
 
-/// Whether `request` may pass: anything outside `/v1` does, and so does
-/// everything when no keys are configured.
+/// Whether `request` may pass: anything outside `/v1` and `/metrics` (the
+/// probes, the console's page) does, and so does everything when no keys
+/// are configured. `/metrics` on the API port lists every queue; the
+/// metrics listener (`server.metrics_listen`) serves it without a key.
 pub(crate) fn check_key(keys: &[String], request: &Request) -> Result<(), ApiError> {
     let path = request.uri().path();
-    if keys.is_empty() || !(path == "/v1" || path.starts_with("/v1/")) {
+    let guarded = path == "/v1" || path.starts_with("/v1/") || path == "/metrics";
+    if keys.is_empty() || !guarded {
         return Ok(());
     }
     let forward = path.starts_with("/v1/forward/") || path == "/v1/forward";

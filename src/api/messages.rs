@@ -36,6 +36,11 @@ const BATCH_MAX: usize = 100;
 /// Default and largest `limit` of a peek (docs/contract.md §4).
 const PEEK_DEFAULT: usize = 50;
 const PEEK_MAX: usize = 1000;
+/// Most bytes of rendered messages in one peek (and in a tail's first
+/// `last`): past it the page ends (with at least one message) and `next`
+/// continues it. A body's bytes may render up to six times larger in
+/// JSON (`\u0000`), so memory is bounded by this, not by `limit`.
+const ANSWER_BYTES_MAX: usize = 4 << 20;
 const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
@@ -450,16 +455,38 @@ pub(crate) async fn peek(
         }
     }
     let views = engine.peek(&queue, &filter, after, limit)?;
-    let mut messages = Vec::with_capacity(views.len());
+    // Rendered one at a time into the answer, which ends at
+    // ANSWER_BYTES_MAX; `next` says where the following page starts.
+    let mut out = String::from("{\"messages\":[");
+    let (mut shown, mut last, mut cut) = (0usize, None, false);
     for v in &views {
+        if shown > 0 && out.len() >= ANSWER_BYTES_MAX {
+            cut = true;
+            break;
+        }
         match render_stored(&state, engine, &queue, v) {
-            Ok(rendered) => messages.push(rendered),
+            Ok(rendered) => {
+                if shown > 0 {
+                    out.push(',');
+                }
+                out.push_str(&rendered.to_string());
+                shown += 1;
+            }
             // Settled between the peek and the read: no longer there.
             Err(MessageError::MessageNotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
+        last = Some(v.id);
     }
-    Ok(axum::Json(Messages { messages }).into_response())
+    out.push(']');
+    if let Some(last) = last.filter(|_| cut || views.len() == limit) {
+        out.push_str(&format!(
+            ",\"next\":{}",
+            Value::String(engine.tokens().format_id(last))
+        ));
+    }
+    out.push('}');
+    Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response())
 }
 
 /// `GET /v1/queues/{q}/messages/{id}`
@@ -551,12 +578,20 @@ pub(crate) async fn tail(
     let arrivals = engine.arrivals();
     let newest = engine.newest(&queue, last)?;
     let shown: HashSet<MessageId> = newest.iter().map(|v| v.id).collect();
+    // The newest that fit in ANSWER_BYTES_MAX (at least one), oldest first.
     let mut backlog: Vec<String> = Vec::with_capacity(newest.len());
-    for v in &newest {
+    let mut bytes = 0;
+    for v in newest.iter().rev() {
+        if bytes >= ANSWER_BYTES_MAX {
+            break;
+        }
         if let Ok(rendered) = render_stored(&state, &engine, &queue, v) {
-            backlog.push(format!("{rendered}\n"));
+            let line = format!("{rendered}\n");
+            bytes += line.len();
+            backlog.push(line);
         }
     }
+    backlog.reverse();
     let stop = state.shutdown_signal();
     let follow = stream::unfold(
         (arrivals, stop, shown, engine, state, queue),

@@ -8,11 +8,13 @@
 pub(crate) mod auth;
 pub(crate) mod cluster;
 pub(crate) mod console;
+pub(crate) mod edge;
 pub(crate) mod error;
 pub(crate) mod filter;
 pub(crate) mod forward;
 pub(crate) mod messages;
 pub(crate) mod openapi;
+pub(crate) mod params;
 pub(crate) mod queues;
 pub(crate) mod relay;
 pub(crate) mod server;
@@ -57,6 +59,8 @@ pub(crate) struct ApiConfig {
     pub max_body_bytes: u64,
     /// `server.redact_headers`, lower-cased.
     pub redact_headers: Vec<String>,
+    /// What the edge refuses before the key check (`edge.rs`).
+    pub edge: edge::EdgePolicy,
 }
 
 impl ApiConfig {
@@ -64,7 +68,11 @@ impl ApiConfig {
         // An empty key is refused before anything serves
         // (`Config::check_exposure`); none is accepted here either.
         let api_keys = config.api_keys(env_keys).unwrap_or_default();
+        let edge = edge::EdgePolicy {
+            loopback_only: api_keys.is_empty() && !config.server.allow_unauthenticated,
+        };
         ApiConfig {
+            edge,
             api_keys,
             max_body_bytes: config.server.max_body_bytes,
             redact_headers: config
@@ -180,7 +188,12 @@ impl AppState {
 fn api_router() -> OpenApiRouter<Arc<AppState>> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(queues::list))
-        .routes(routes!(queues::get_one, queues::put, queues::delete))
+        .routes(routes!(
+            queues::get_one,
+            queues::put,
+            queues::patch,
+            queues::delete
+        ))
         .routes(routes!(messages::send, messages::peek, messages::purge))
         .routes(routes!(messages::get_one, messages::cancel))
         .routes(routes!(messages::receive))
@@ -192,6 +205,8 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(queues::redrive))
         .routes(routes!(queues::pause))
         .routes(routes!(queues::resume))
+        .routes(routes!(queues::probe_breaker))
+        .routes(routes!(queues::close_breaker))
         .routes(routes!(cluster::status))
         .routes(routes!(cluster::add_member))
         .routes(routes!(cluster::remove_member))
@@ -248,24 +263,47 @@ pub(crate) fn probe_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Every request passes here once, after routing: `/v1` needs an API key
-/// ([`auth::check_key`]), and each request is counted by the route template
-/// it matched (never by the raw path, so queue names and tokens do not blow
-/// up the label set; "unmatched" for the fallbacks).
+/// What a probe that finds every slot of its listener taken is served on
+/// a spare connection (`server.rs`): the probes, and `503` for anything
+/// else.
+pub(crate) fn overflow_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(too_many_connections)
+        .with_state(state)
+}
+
+async fn too_many_connections() -> ApiError {
+    let mut e = ApiError::unavailable("too many connections: try again shortly");
+    e.retry_after_secs = Some(1);
+    e
+}
+
+/// Every request passes here once, after routing: browsers' cross-site
+/// requests and foreign `Host`s are refused ([`edge::check`]), `/v1` and
+/// `/metrics` need an API key ([`auth::check_key`]), a query parameter the
+/// route does not take is refused ([`params::check`]), and each request is
+/// counted by the route template it matched (never by the raw path, so
+/// queue names and tokens do not blow up the label set; "unmatched" for
+/// the fallbacks).
 async fn gate(
     State(state): State<Arc<AppState>>,
     path: Option<axum::extract::MatchedPath>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let response = match auth::check_key(&state.config.api_keys, &request) {
+    let route = path.as_ref().map_or("unmatched", |p| p.as_str());
+    let checked = edge::check(state.config.edge, &request)
+        .and_then(|()| auth::check_key(&state.config.api_keys, &request))
+        .and_then(|()| params::check(request.method(), route, request.uri().query()));
+    let response = match checked {
         Ok(()) => match in_cluster(&state, request).await {
             Ok(request) => json_rejection(next.run(request).await).await,
             Err(answer) => answer,
         },
         Err(e) => e.into_response(),
     };
-    let route = path.as_ref().map_or("unmatched", |p| p.as_str());
     crate::metrics::record_http(route, response.status().as_u16());
     response
 }

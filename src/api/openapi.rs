@@ -117,6 +117,9 @@ pub(crate) struct StoredBody<'a> {
 #[allow(dead_code)] // the shape of `messages::Messages`, for the document
 pub(crate) struct MessagesBody {
     messages: Vec<super::view::MessageJson<'static>>,
+    /// A peek that may have more: pass it as `after` for the next page
+    /// (absent when this page holds the last message).
+    next: Option<String>,
 }
 
 /// What a redrive did (with `dryRun`, would do).

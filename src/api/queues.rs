@@ -19,6 +19,7 @@ fn queue_json(engine: &Engine, name: &str) -> Result<QueueView, ApiError> {
     let stats = engine.stats(name)?;
     Ok(QueueView {
         name: name.to_owned(),
+        warnings: Vec::new(),
         managed_by_config: managed,
         settings: render(&settings),
         stats: render_stats(&stats, settings.is_push()),
@@ -30,6 +31,10 @@ fn queue_json(engine: &Engine, name: &str) -> Result<QueueView, ApiError> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct QueueView {
     name: String,
+    /// What a change did that the caller may not expect (secrets dropped
+    /// because the destination moved to another origin); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
     /// Defined in the config file: change it there.
     managed_by_config: bool,
     settings: SettingsView,
@@ -93,17 +98,58 @@ pub(crate) async fn put(
             .map_err(|e| ApiError::bad_request(format!("invalid queue settings: {e}")))?
     };
     let previous = engine.queue_settings(&queue).ok().map(|(s, _)| s);
-    let settings = parsed
-        .into_settings(previous.as_ref())
+    store(engine, &queue, parsed, previous.as_ref()).await
+}
+
+/// Stores the settings `body` asks for and answers with the queue: `201`
+/// if it is new, else `200`; `warnings` say what the change dropped.
+async fn store(
+    engine: &Engine,
+    queue: &str,
+    body: SettingsBody,
+    previous: Option<&crate::spool::QueueSettings>,
+) -> Result<Response, ApiError> {
+    let (settings, warnings) = body
+        .into_settings(previous)
         .map_err(ApiError::bad_request)?;
     // Every rule (bounds, destinations, who owns the queue) is the engine's.
-    let created = engine.upsert_queue(&queue, settings, Origin::Api).await?;
+    let created = engine.upsert_queue(queue, settings, Origin::Api).await?;
+    for warning in &warnings {
+        tracing::warn!(queue = %queue, "{warning}");
+    }
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, axum::Json(queue_json(engine, &queue)?)).into_response())
+    let view = QueueView {
+        warnings,
+        ..queue_json(engine, queue)?
+    };
+    Ok((status, axum::Json(view)).into_response())
+}
+
+/// `PATCH /v1/queues/{q}`: an RFC 7396 merge patch of the settings.
+#[utoipa::path(
+    patch, path = "/v1/queues/{q}", operation_id = "patchQueue", tag = "queues", params(QueuePath),
+    description = "Change some of a queue's settings (RFC 7396 JSON merge patch of the settings object as GET shows it): what the patch leaves out stays, `null` resets a field to its default (`signingSecret: null` clears it).",
+    request_body(content = Object, content_type = "application/merge-patch+json"),
+    responses((status = 200, description = "changed", body = QueueView), Refused)
+)]
+pub(crate) async fn patch(
+    State(state): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let bytes = read_body(&state, &headers, body).await?;
+    let patch: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
+    let (previous, _) = engine.queue_settings(&queue)?;
+    let merged = SettingsBody::merged(&previous, &patch)
+        .map_err(|e| ApiError::bad_request(format!("invalid queue settings: {e}")))?;
+    store(engine, &queue, merged, Some(&previous)).await
 }
 
 /// `DELETE /v1/queues/{q}`
@@ -162,12 +208,49 @@ pub(crate) async fn pause(
 /// `POST /v1/queues/{q}/resume`
 #[utoipa::path(
     post, path = "/v1/queues/{q}/resume", operation_id = "resumeQueue", tag = "queues", params(QueuePath),
+    description = "Hand out leases again (durable); an open circuit breaker is closed too, so a push queue delivers at once.",
     responses((status = 204, description = "resumed (durable)"), Refused)
 )]
 pub(crate) async fn resume(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.engine()?.set_paused(&queue, false).await?;
+    let engine = state.engine()?;
+    engine.set_paused(&queue, false).await?;
+    engine.set_breaker(&queue, None);
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/queues/{q}/breaker/probe`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/breaker/probe", operation_id = "probeBreaker", tag = "queues", params(QueuePath),
+    description = "While the circuit breaker is open, send its probe now (with the queue's settings as they are) instead of when it is due. The answer is the queue; `stats.breakerOpen` false means there was nothing to probe.",
+    responses((status = 200, body = QueueView), Refused)
+)]
+pub(crate) async fn probe_breaker(
+    State(state): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    queue_json(engine, &queue)?;
+    if engine.breaker(&queue).is_some() {
+        engine.set_breaker(&queue, Some(engine.clock_ms()));
+    }
+    Ok(axum::Json(queue_json(engine, &queue)?).into_response())
+}
+
+/// `POST /v1/queues/{q}/breaker/close`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/breaker/close", operation_id = "closeBreaker", tag = "queues", params(QueuePath),
+    description = "Close the circuit breaker without a probe: delivery resumes at once, its failure count starts afresh (not journaled: the breaker is memory only).",
+    responses((status = 200, body = QueueView), Refused)
+)]
+pub(crate) async fn close_breaker(
+    State(state): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    queue_json(engine, &queue)?;
+    engine.set_breaker(&queue, None);
+    Ok(axum::Json(queue_json(engine, &queue)?).into_response())
 }

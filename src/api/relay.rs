@@ -35,7 +35,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// (beyond the call's `wait`): a new primary is elected within two.
 const ELECTIONS_PER_RELAY: u32 = 3;
 
-/// Headers of one hop only, never relayed.
+/// Headers of one hop only, never relayed: among them a browser's
+/// `Origin` and `Sec-Fetch-*`, which this replica's edge checked against
+/// its own name (`edge.rs`) and the primary's would refuse.
 fn hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
@@ -48,6 +50,8 @@ fn hop_by_hop(name: &HeaderName) -> bool {
             | "transfer-encoding"
             | "upgrade"
             | "host"
+            | "origin"
+            | "sec-fetch-site"
     )
 }
 

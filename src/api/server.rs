@@ -1,12 +1,25 @@
 //! The accept loop: hyper's HTTP/1 server with the limits a local spool
 //! needs from day one, and graceful shutdown.
 //!
-//! - A client must finish sending its request headers within
-//!   [`HEADER_READ_TIMEOUT`] (bodies have [`super::BODY_READ_TIMEOUT`]), so a
-//!   slow client cannot hold a connection forever.
+//! A connection is *open* from its accept, and *active* once it holds one
+//! of the listener's slots, which it needs to be served:
+//!
+//! - It must send its first byte within [`FIRST_BYTE_TIMEOUT`] of
+//!   connecting, and takes a slot only then: idle connections cost a
+//!   socket for two seconds, never a slot. Its request headers must be
+//!   complete within [`HEADER_READ_TIMEOUT`] (bodies have
+//!   [`super::BODY_READ_TIMEOUT`]).
+//! - At most [`CONNECTIONS_MAX`] are active, and at most
+//!   [`CONNECTIONS_PER_CLIENT_MAX`] of them from one client address, so
+//!   that one neighbour cannot take every slot; a connection waits (in
+//!   this process) until its client and the listener have a slot free.
+//! - At most [`OPEN_MAX`] are open, [`OPEN_PER_CLIENT_MAX`] from one
+//!   address; past that a connection is closed at once.
+//! - A probe (`GET /healthz`, `GET /readyz`) that finds no slot free is
+//!   answered at once by the listener's `probes` router on one of
+//!   [`PROBES_MAX`] spare connections, so that a kubelet's probe passes
+//!   while the slots are taken.
 //! - At most [`HEADERS_MAX`] headers and [`HEADER_BYTES_MAX`] bytes of them.
-//! - At most [`CONNECTIONS_MAX`] connections at once; more wait in the
-//!   kernel's backlog instead of costing memory here.
 //! - On shutdown the listener closes at once; open connections finish the
 //!   request in flight (idle keep-alive ones close) within the grace period.
 //!
@@ -14,8 +27,10 @@
 //! with tighter [`Limits`] and optionally TLS: a port that faces the
 //! network gets no more trust than the API.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -23,33 +38,151 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// From accepting a connection to its first byte.
+pub(crate) const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) const HEADERS_MAX: usize = 100;
 pub(crate) const HEADER_BYTES_MAX: usize = 64 << 10;
 pub(crate) const CONNECTIONS_MAX: usize = 4096;
+pub(crate) const CONNECTIONS_PER_CLIENT_MAX: usize = CONNECTIONS_MAX / 2;
+pub(crate) const OPEN_MAX: usize = 4 * CONNECTIONS_MAX;
+pub(crate) const OPEN_PER_CLIENT_MAX: usize = OPEN_MAX / 2;
+/// Probes answered at once while no slot is free.
+pub(crate) const PROBES_MAX: usize = 64;
+/// The whole life of a probe's spare connection.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What one listener allows.
 pub(crate) struct Limits {
+    /// Active connections, and of those from one client address.
     pub connections_max: usize,
-    /// From the connection's start (and the TLS handshake's) to the end
-    /// of a request's headers.
+    pub per_client_max: usize,
+    /// Open connections (active, waiting for a slot, or for a first byte),
+    /// and of those from one client address.
+    pub open_max: usize,
+    pub open_per_client_max: usize,
+    /// From the connection's first byte (and the TLS handshake's start) to
+    /// the end of a request's headers.
     pub header_read_timeout: Duration,
     /// TLS on every connection, when set.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Answers a probe that finds no slot free (plain HTTP only).
+    pub probes: Option<Router>,
 }
 
 impl Limits {
-    /// The API's.
-    pub(crate) fn api() -> Limits {
+    /// The API's (and the probe listener's).
+    pub(crate) fn api(probes: Router) -> Limits {
         Limits {
             connections_max: CONNECTIONS_MAX,
+            per_client_max: CONNECTIONS_PER_CLIENT_MAX,
+            open_max: OPEN_MAX,
+            open_per_client_max: OPEN_PER_CLIENT_MAX,
             header_read_timeout: HEADER_READ_TIMEOUT,
             tls: None,
+            probes: Some(probes),
         }
     }
+}
+
+/// Counts per client address, each bounded: a semaphore per address that
+/// has a connection, dropped with its last one.
+struct PerClient {
+    max: usize,
+    clients: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+}
+
+/// One connection's share of a [`PerClient`].
+struct ClientPermit {
+    _permit: OwnedSemaphorePermit,
+    ip: IpAddr,
+    of: Arc<PerClient>,
+}
+
+impl PerClient {
+    fn new(max: usize) -> Arc<PerClient> {
+        Arc::new(PerClient {
+            max,
+            clients: Mutex::default(),
+        })
+    }
+
+    fn semaphore(&self, ip: IpAddr) -> Arc<Semaphore> {
+        let mut clients = self.clients.lock().expect("per-client counts poisoned");
+        clients
+            .entry(ip)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.max)))
+            .clone()
+    }
+
+    fn try_take(self: &Arc<Self>, ip: IpAddr) -> Option<ClientPermit> {
+        let permit = self.semaphore(ip).try_acquire_owned().ok()?;
+        Some(ClientPermit {
+            _permit: permit,
+            ip,
+            of: self.clone(),
+        })
+    }
+
+    async fn take(self: &Arc<Self>, ip: IpAddr) -> ClientPermit {
+        let permit = self
+            .semaphore(ip)
+            .acquire_owned()
+            .await
+            .expect("semaphore never closes");
+        ClientPermit {
+            _permit: permit,
+            ip,
+            of: self.clone(),
+        }
+    }
+}
+
+impl Drop for ClientPermit {
+    fn drop(&mut self) {
+        let mut clients = self.of.clients.lock().expect("per-client counts poisoned");
+        // This permit goes back after this returns: the address's last one
+        // leaves `max - 1` available and only the map's reference.
+        if let Some(s) = clients.get(&self.ip)
+            && Arc::strong_count(s) == 1
+            && s.available_permits() + 1 == self.of.max
+        {
+            clients.remove(&self.ip);
+        }
+    }
+}
+
+/// Waits up to `timeout` for the first byte of `stream`: false if none
+/// came (or the client left).
+async fn first_byte(stream: &TcpStream, timeout: Duration) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(timeout, stream.peek(&mut byte)).await,
+        Ok(Ok(n)) if n > 0
+    )
+}
+
+/// Whether what `stream` sent so far starts a probe's request.
+async fn is_probe(stream: &TcpStream) -> bool {
+    let mut start = [0u8; 16];
+    let n = stream.peek(&mut start).await.unwrap_or(0);
+    let start = &start[..n];
+    start.starts_with(b"GET /healthz ") || start.starts_with(b"GET /readyz ")
+}
+
+/// What every connection task of one listener shares.
+struct Shared {
+    builder: http1::Builder,
+    probe_builder: http1::Builder,
+    slots: Arc<Semaphore>,
+    per_client: Arc<PerClient>,
+    spare: Arc<Semaphore>,
+    limits: Limits,
+    router: Router,
+    stopping: watch::Receiver<bool>,
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then gives open
@@ -68,16 +201,27 @@ pub(crate) async fn serve(
         .max_headers(HEADERS_MAX)
         .max_header_size(HEADER_BYTES_MAX)
         .max_buf_size(HEADER_BYTES_MAX.max(8192));
-    let builder = Arc::new(builder);
+    let mut probe_builder = builder.clone();
+    probe_builder
+        .header_read_timeout(PROBE_TIMEOUT)
+        .keep_alive(false);
+    let (stop, stopping) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        builder,
+        probe_builder,
+        slots: Arc::new(Semaphore::new(limits.connections_max)),
+        per_client: PerClient::new(limits.per_client_max),
+        spare: Arc::new(Semaphore::new(PROBES_MAX)),
+        router,
+        stopping,
+        limits,
+    });
     let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(limits.connections_max));
+    let open = Arc::new(Semaphore::new(shared.limits.open_max));
+    let open_per_client = PerClient::new(shared.limits.open_per_client_max);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => permit.expect("semaphore never closes"),
-            () = &mut shutdown => break,
-        };
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -89,40 +233,24 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        let Some(tls) = &limits.tls else {
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            let conn = graceful.watch(conn);
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-                drop(permit);
-            });
+        // Past the open limits: closed at once.
+        let Ok(open_permit) = open.clone().try_acquire_owned() else {
             continue;
         };
-        // The handshake has the header timeout too, so a peer that never
-        // finishes it cannot hold a slot.
-        let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
-        let handshake_timeout = limits.header_read_timeout;
+        let Some(client_open) = open_per_client.try_take(peer.ip()) else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (shared, watcher) = (shared.clone(), graceful.watcher());
         tokio::spawn(async move {
-            let stream = match tokio::time::timeout(handshake_timeout, tls.accept(stream)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let conn = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-            drop(permit);
+            connection(&shared, stream, peer.ip(), watcher).await;
+            drop((open_permit, client_open));
         });
     }
     drop(listener);
+    // Connections still waiting for a first byte or a slot end now; those
+    // being served finish their request in flight.
+    stop.send_replace(true);
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
         .is_err()
@@ -132,4 +260,91 @@ pub(crate) async fn serve(
             "connections still open after the grace period"
         );
     }
+}
+
+/// Serves one accepted connection: waits for its first byte, then for a
+/// slot (a probe that finds none is answered on a spare one), then serves.
+async fn connection(
+    shared: &Shared,
+    stream: TcpStream,
+    ip: IpAddr,
+    graceful: hyper_util::server::graceful::Watcher,
+) {
+    let mut stopping = shared.stopping.clone();
+    tokio::select! {
+        first = first_byte(&stream, FIRST_BYTE_TIMEOUT) => if !first { return },
+        _ = stopping.wait_for(|s| *s) => return,
+    }
+    let immediate = shared.per_client.try_take(ip).and_then(|client| {
+        let slot = shared.slots.clone().try_acquire_owned().ok()?;
+        Some((slot, client))
+    });
+    let held = match immediate {
+        Some(held) => held,
+        None => {
+            if let Some(probes) = &shared.limits.probes
+                && is_probe(&stream).await
+                && let Ok(spare) = shared.spare.clone().try_acquire_owned()
+            {
+                let service = TowerToHyperService::new(probes.clone());
+                let conn = shared
+                    .probe_builder
+                    .serve_connection(TokioIo::new(stream), service);
+                let _ = tokio::time::timeout(PROBE_TIMEOUT, conn).await;
+                drop(spare);
+                return;
+            }
+            // Wait for this client's slot, then the listener's; a stop
+            // ends the wait.
+            let wait = async {
+                let client = shared.per_client.take(ip).await;
+                let slot = shared
+                    .slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("semaphore never closes");
+                (slot, client)
+            };
+            tokio::select! {
+                held = wait => held,
+                _ = stopping.wait_for(|s| *s) => return,
+            }
+        }
+    };
+    let service = TowerToHyperService::new(shared.router.clone());
+    match &shared.limits.tls {
+        None => {
+            let conn = graceful.watch(
+                shared
+                    .builder
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        Some(tls) => {
+            // The handshake has the header timeout too, so a peer that
+            // never finishes it cannot hold a slot.
+            let handshake = shared.limits.header_read_timeout;
+            let stream = match tokio::time::timeout(handshake, tls.accept(stream)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let conn = graceful.watch(
+                shared
+                    .builder
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+    }
+    drop(held);
 }

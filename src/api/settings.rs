@@ -6,6 +6,16 @@
 //! value it had, so a settings object read back and sent again changes
 //! nothing. In a `PUT`, an omitted field takes its default, except
 //! `signingSecret`, which an omitted field keeps and `null` clears.
+//!
+//! Kept secrets follow the destination only within its origin (scheme,
+//! host and port): when a change moves it to another origin, a header
+//! sent as `"<redacted>"` and an omitted `signingSecret` are dropped
+//! instead of kept, and the answer's `warnings` say so. A credential for
+//! one host is never sent to another unless it is sent again in clear.
+//!
+//! `PATCH` (RFC 7396 JSON merge patch) applies a patch to the settings as
+//! `GET` renders them: what the patch leaves out stays as it was, `null`
+//! resets a field to its default (`signingSecret: null` clears it).
 
 use std::collections::BTreeMap;
 
@@ -123,8 +133,12 @@ pub(crate) struct StatsView {
     retrying: u64,
     /// Since when the oldest of them was sent (0 when none).
     oldest_retrying_age_seconds: f64,
-    /// Paused by an operator or by the circuit breaker.
+    /// Paused by an operator (`pause`); nothing is leased until `resume`.
     paused: bool,
+    /// The circuit breaker is open: the destination kept failing, and
+    /// only its probe delivers until one succeeds (or an operator closes
+    /// it, or resumes the queue).
+    breaker_open: bool,
     /// While the circuit breaker is open: when its next probe is due (RFC
     /// 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,6 +168,7 @@ pub(crate) fn render_stats(st: &QueueStats, push: bool) -> StatsView {
         retrying: st.retrying,
         oldest_retrying_age_seconds: age(st.oldest_retrying_age_ms),
         paused: st.paused,
+        breaker_open: st.next_probe_at.is_some(),
         next_probe_at: st.next_probe_at.map(crate::time::format_rfc3339),
         deliveries_total: push.then_some(c.deliveries),
         delivery_failures_total: push.then_some(c.delivery_failures),
@@ -218,23 +233,48 @@ fn ms(field: &str, seconds: Option<f64>, default_ms: u64) -> Result<u64, String>
 }
 
 impl SettingsBody {
-    /// The full settings a `PUT` asks for. `previous` (the queue's settings
-    /// now, if it exists) gives what an omitted `signingSecret` keeps and
-    /// what a header sent as `"<redacted>"` keeps.
+    /// The full settings a `PUT` asks for, and warnings for the answer.
+    /// `previous` (the queue's settings now, if it exists) gives what an
+    /// omitted `signingSecret` keeps and what a header sent as
+    /// `"<redacted>"` keeps, while the destination keeps its origin.
     pub(crate) fn into_settings(
         self,
         previous: Option<&QueueSettings>,
-    ) -> Result<QueueSettings, String> {
-        let previous_secret = previous.and_then(|p| p.signing_secret.clone());
+    ) -> Result<(QueueSettings, Vec<String>), String> {
+        let mut warnings = Vec::new();
+        let moved = previous.and_then(|p| {
+            let (from, to) = (p.destination.as_deref()?, self.destination.as_deref()?);
+            (origin(from) != origin(to)).then(|| (origin(from), origin(to)))
+        });
+        let mut dropped = Vec::new();
+        let previous_secret = match (previous.and_then(|p| p.signing_secret.clone()), &moved) {
+            (Some(_), Some(_)) if self.signing_secret.is_none() => {
+                dropped.push("signingSecret".to_string());
+                None
+            }
+            (secret, _) => secret,
+        };
         let mut headers = self.headers.unwrap_or_default();
         for (name, value) in &mut headers {
             if value == REDACTED {
+                if moved.is_some() {
+                    dropped.push(format!("headers.{name}"));
+                    continue;
+                }
                 *value = previous
                     .and_then(|p| p.headers.get(name).cloned())
                     .ok_or_else(|| {
                         format!("headers.{name} is \"{REDACTED}\", but the queue has no such header to keep")
                     })?;
             }
+        }
+        headers.retain(|_, value| value != REDACTED);
+        if let (Some((from, to)), false) = (&moved, dropped.is_empty()) {
+            warnings.push(format!(
+                "the destination moved from {from} to {to}: {} not kept (a secret for one origin \
+                 is never sent to another); send them again in clear to keep them",
+                dropped.join(", ")
+            ));
         }
         let d = QueueSettings::default();
         let b = Backoff::default();
@@ -280,8 +320,40 @@ impl SettingsBody {
             client_cert: self.client_cert,
             client_key: self.client_key,
         };
-        Ok(settings)
+        Ok((settings, warnings))
     }
+
+    /// The body a `PATCH` (RFC 7396) means: `patch` merged into `previous`
+    /// as `GET` renders it.
+    pub(crate) fn merged(
+        previous: &QueueSettings,
+        patch: &serde_json::Value,
+    ) -> Result<SettingsBody, String> {
+        if !patch.is_object() {
+            return Err("a merge patch of queue settings is a JSON object".into());
+        }
+        let mut doc = serde_json::to_value(render(previous)).expect("settings render as JSON");
+        if let Some(fields) = doc.as_object_mut() {
+            fields.remove("signingSecretSet");
+        }
+        json_patch::merge(&mut doc, patch);
+        let mut body: SettingsBody = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+        // A merge patch's `null` removes a member, and an absent secret
+        // means "keep": `signingSecret: null` clears it here.
+        if patch
+            .get("signingSecret")
+            .is_some_and(serde_json::Value::is_null)
+        {
+            body.signing_secret = Some(None);
+        }
+        Ok(body)
+    }
+}
+
+/// The origin (`scheme://host:port`) of a destination URL, as written if it
+/// does not parse (the engine refuses it then).
+fn origin(url: &str) -> String {
+    url::Url::parse(url).map_or_else(|_| url.to_string(), |u| u.origin().ascii_serialization())
 }
 
 #[cfg(test)]
@@ -298,20 +370,101 @@ mod tests {
             headers: BTreeMap::from([("X-Token".into(), "t0k3n".into())]),
             ..QueueSettings::default()
         };
-        let s = body.into_settings(Some(&old)).unwrap();
+        let (s, _) = body.into_settings(Some(&old)).unwrap();
         assert_eq!((s.max_retries, s.lease_timeout_ms), (2, 1500));
         assert_eq!(s.signing_secret.as_deref(), Some("old"));
         let body: SettingsBody = serde_json::from_str(r#"{"signingSecret": null}"#).unwrap();
-        assert_eq!(body.into_settings(Some(&old)).unwrap().signing_secret, None);
+        assert_eq!(
+            body.into_settings(Some(&old)).unwrap().0.signing_secret,
+            None
+        );
         assert!(serde_json::from_str::<SettingsBody>(r#"{"maxRetrys": 2}"#).is_err());
         // A header read back hidden and sent again keeps its value.
         let body: SettingsBody =
             serde_json::from_str(r#"{"headers": {"X-Token": "<redacted>"}}"#).unwrap();
-        let s = body.into_settings(Some(&old)).unwrap();
+        let (s, _) = body.into_settings(Some(&old)).unwrap();
         assert_eq!(s.headers["X-Token"], "t0k3n");
         let body: SettingsBody =
             serde_json::from_str(r#"{"headers": {"X-Other": "<redacted>"}}"#).unwrap();
         assert!(body.into_settings(Some(&old)).is_err());
+    }
+
+    #[test]
+    fn secrets_do_not_follow_a_destination_to_another_origin() {
+        let old = QueueSettings {
+            destination: Some("https://hooks.example.com/a".into()),
+            signing_secret: Some("whsec_old".into()),
+            headers: BTreeMap::from([("Authorization".into(), "Bearer t0k3n".into())]),
+            ..QueueSettings::default()
+        };
+        let put = |json: &str| {
+            serde_json::from_str::<SettingsBody>(json)
+                .unwrap()
+                .into_settings(Some(&old))
+                .unwrap()
+        };
+        // Same origin, another path: kept, nothing to say.
+        let (s, warnings) = put(
+            r#"{"destination": "https://hooks.example.com/b", "headers": {"Authorization": "<redacted>"}}"#,
+        );
+        assert_eq!(s.headers["Authorization"], "Bearer t0k3n");
+        assert_eq!(s.signing_secret.as_deref(), Some("whsec_old"));
+        assert!(warnings.is_empty());
+        // Another host: dropped, and said.
+        let (s, warnings) = put(
+            r#"{"destination": "https://evil.example/", "headers": {"Authorization": "<redacted>"}}"#,
+        );
+        assert!(s.headers.is_empty());
+        assert_eq!(s.signing_secret, None);
+        assert!(
+            warnings[0].contains("headers.Authorization"),
+            "{warnings:?}"
+        );
+        assert!(warnings[0].contains("signingSecret"), "{warnings:?}");
+        // Another port, sent again in clear: taken, nothing dropped.
+        let (s, warnings) = put(
+            r#"{"destination": "https://hooks.example.com:8443/", "headers": {"Authorization": "Bearer n3w"}, "signingSecret": "whsec_bmV3"}"#,
+        );
+        assert_eq!(s.headers["Authorization"], "Bearer n3w");
+        assert_eq!(s.signing_secret.as_deref(), Some("whsec_bmV3"));
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn a_merge_patch_changes_only_what_it_names() {
+        let old = QueueSettings {
+            destination: Some("https://hooks.example.com/a".into()),
+            signing_secret: Some("whsec_old".into()),
+            breaker_failures: 1000,
+            headers: BTreeMap::from([("X-Token".into(), "t0k3n".into())]),
+            ..QueueSettings::default()
+        };
+        let patch = serde_json::json!({"destination": "https://hooks.example.com/b", "backoff": {"maxSeconds": 60}});
+        let (s, _) = SettingsBody::merged(&old, &patch)
+            .unwrap()
+            .into_settings(Some(&old))
+            .unwrap();
+        assert_eq!(
+            s.destination.as_deref(),
+            Some("https://hooks.example.com/b")
+        );
+        assert_eq!((s.breaker_failures, s.backoff.max_ms), (1000, 60_000));
+        assert_eq!(s.backoff.initial_ms, old.backoff.initial_ms);
+        assert_eq!(s.headers["X-Token"], "t0k3n");
+        assert_eq!(s.signing_secret.as_deref(), Some("whsec_old"));
+        let patch = serde_json::json!({"signingSecret": null, "headers": {"X-Token": null}, "breakerFailures": null});
+        let (s, _) = SettingsBody::merged(&old, &patch)
+            .unwrap()
+            .into_settings(Some(&old))
+            .unwrap();
+        assert_eq!(s.signing_secret, None);
+        assert!(s.headers.is_empty());
+        assert_eq!(
+            s.breaker_failures,
+            QueueSettings::default().breaker_failures
+        );
+        assert!(SettingsBody::merged(&old, &serde_json::json!({"maxRetrys": 1})).is_err());
+        assert!(SettingsBody::merged(&old, &serde_json::json!([1])).is_err());
     }
 
     #[test]

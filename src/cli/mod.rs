@@ -2,3 +2,4 @@
 
 pub mod journal;
 pub mod ops;
+pub mod term;

@@ -1,5 +1,6 @@
 //! Operator subcommands that talk to a running server over its HTTP API:
-//! `queues`, `tail`, `send`, `dlq list|show|redrive|purge`.
+//! `queues`, `stats`, `queue set|pause|resume|probe|close-breaker`, `tail`,
+//! `send`, `dlq list|show|redrive|purge`.
 //!
 //! Each writes what it has to say to `out` (a table for people, or with
 //! `--json` one JSON object per line); every failure is one readable line
@@ -335,18 +336,36 @@ fn message_line(m: &Value) -> String {
         .as_str()
         .map(|b| b.chars().take(80).collect::<String>().replace('\n', "\\n"))
         .unwrap_or_else(|| "<binary>".into());
-    let mut line = format!(
-        "{} {} retry={}",
-        num(&m["enqueuedAt"]),
-        num(&m["id"]),
-        num(&m["retryCount"]),
-    );
-    if let Some(reason) = m["reason"].as_str() {
-        let _ = write!(line, " reason={reason}");
-        if let Some(status) = m.get("lastStatus") {
-            let _ = write!(line, " status={}", num(status));
+    // A dead letter: when and why it failed comes first.
+    let mut line = match m["reason"].as_str() {
+        Some(reason) => {
+            let mut line = format!(
+                "{} {} failed reason={reason}",
+                num(&m["failedAt"]),
+                num(&m["id"])
+            );
+            if let Some(status) = m.get("lastStatus") {
+                let _ = write!(line, " status={}", num(status));
+            }
+            if let Some(error) = m["lastError"].as_str().filter(|e| !e.is_empty()) {
+                let error: String = error.chars().take(60).collect();
+                let _ = write!(line, " error={error:?}");
+            }
+            let _ = write!(
+                line,
+                " retry={} enqueued={}",
+                num(&m["retryCount"]),
+                num(&m["enqueuedAt"])
+            );
+            line
         }
-    }
+        None => format!(
+            "{} {} retry={}",
+            num(&m["enqueuedAt"]),
+            num(&m["id"]),
+            num(&m["retryCount"]),
+        ),
+    };
     let _ = write!(line, " {body}");
     line
 }
@@ -725,7 +744,7 @@ pub async fn dlq_purge(
     target: &Target,
     queue: &str,
     filter: &DeadLetterArgs,
-    yes: bool,
+    bulk: Bulk,
     json: bool,
     input: &mut impl BufRead,
     prompt: &mut impl Write,
@@ -733,13 +752,31 @@ pub async fn dlq_purge(
 ) -> Result<(), OpsError> {
     let base = origin_queue_name(queue);
     let failed = failed_queue_name(base);
-    let pairs = filter.query(now_ms())?;
+    let mut pairs = filter.query(now_ms())?;
+    if let Some(max) = bulk.max {
+        pairs.push(("max", max.to_string()));
+    }
     let path = |dry_run: bool| {
         let mut p = pairs.clone();
         p.push(("dryRun", dry_run.to_string()));
         format!("/v1/queues/{failed}/messages?{}", encode(&p))
     };
-    if !yes {
+    if bulk.dry_run {
+        let answer = target.json(Method::DELETE, &path(true)).await?;
+        if json {
+            return json_lines(out, &[answer]);
+        }
+        writeln!(
+            out,
+            "would purge {} of {} dead letter(s){} from {failed}{}",
+            num(&answer["purged"]),
+            num(&answer["matched"]),
+            filter.describe(),
+            more_remain(&answer, "--max")
+        )?;
+        return Ok(());
+    }
+    if !bulk.yes {
         let count = target.json(Method::DELETE, &path(true)).await?;
         write!(
             prompt,
@@ -762,10 +799,221 @@ pub async fn dlq_purge(
     }
     writeln!(
         out,
-        "purged {} dead letter(s){} from {failed}",
+        "purged {} dead letter(s){} from {failed}{}",
         num(&answer["purged"]),
-        filter.describe()
+        filter.describe(),
+        more_remain(&answer, "--max")
     )?;
+    Ok(())
+}
+
+/// How much a bulk command may do.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bulk {
+    /// At most this many (oldest first).
+    pub max: Option<u64>,
+    /// Only count; change nothing.
+    pub dry_run: bool,
+    /// Do not ask first.
+    pub yes: bool,
+}
+
+/// `spoold stats QUEUE`: one queue's stats and settings, a line each (or
+/// the JSON of `GET /v1/queues/{q}`).
+pub async fn queue_stats(
+    target: &Target,
+    queue: &str,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let q = target
+        .json(Method::GET, &format!("/v1/queues/{queue}"))
+        .await?;
+    if json {
+        return json_lines(out, &[q]);
+    }
+    print_queue(&q, out)
+}
+
+/// A queue as `key  value` lines: its state first, then its counters and
+/// settings.
+fn print_queue(q: &Value, out: &mut impl Write) -> Result<(), OpsError> {
+    let st = &q["stats"];
+    let settings = &q["settings"];
+    let push = settings["destination"].is_string();
+    let state = if st["breakerOpen"].as_bool() == Some(true) {
+        format!("breaker open (next probe {})", num(&st["nextProbeAt"]))
+    } else if st["paused"].as_bool() == Some(true) {
+        "paused by an operator".to_string()
+    } else {
+        "running".to_string()
+    };
+    writeln!(out, "queue                {}", num(&q["name"]))?;
+    writeln!(
+        out,
+        "type                 {}",
+        if push { "push" } else { "pull" }
+    )?;
+    writeln!(out, "state                {state}")?;
+    for warning in q["warnings"].as_array().into_iter().flatten() {
+        writeln!(out, "warning              {}", num(warning))?;
+    }
+    if let Some(stats) = st.as_object() {
+        for (key, value) in stats {
+            if !matches!(key.as_str(), "paused" | "breakerOpen" | "nextProbeAt") {
+                writeln!(out, "{:<20} {}", key, num(value))?;
+            }
+        }
+    }
+    let mut flat = Vec::new();
+    flatten("", settings, &mut flat);
+    for (key, value) in flat {
+        writeln!(out, "{key:<20} {value}")?;
+    }
+    Ok(())
+}
+
+/// `a.b = value` pairs of a JSON object, nested objects by dotted keys.
+fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(fields) => {
+            for (key, value) in fields {
+                let key = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                flatten(&key, value, out);
+            }
+        }
+        Value::Array(items) => out.push((
+            prefix.to_string(),
+            items.iter().map(num).collect::<Vec<_>>().join(","),
+        )),
+        Value::Null => out.push((prefix.to_string(), "-".into())),
+        other => out.push((prefix.to_string(), num(other))),
+    }
+}
+
+/// The merge patch that `key=value` arguments mean: dotted keys nest
+/// (`backoff.maxSeconds=60`, `headers.X-Token=t`), snake_case keys are
+/// taken as the config file spells them (`breaker_failures`), `null`
+/// resets, and a value is JSON when it parses as a number, a boolean or
+/// a list (`permanentFailureStatuses=[400,410]`), else a string. Header
+/// values and the signing secret are always strings.
+pub fn settings_patch(pairs: &[String]) -> Result<Value, OpsError> {
+    let mut patch = serde_json::Map::new();
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(OpsError::Usage(format!(
+                "{pair:?} is not key=value (e.g. breakerFailures=1000)"
+            )));
+        };
+        let path: Vec<String> = match key.split_once('.') {
+            Some(("headers", name)) => vec!["headers".into(), name.to_string()],
+            _ => key.split('.').map(camel_case).collect(),
+        };
+        if path.iter().any(String::is_empty) {
+            return Err(OpsError::Usage(format!("{key:?} is not a setting")));
+        }
+        let textual = path[0] == "headers" || path[0] == "signingSecret";
+        let value = match value {
+            "null" => Value::Null,
+            v if textual => Value::String(v.to_string()),
+            v => match serde_json::from_str::<Value>(v) {
+                Ok(parsed @ (Value::Number(_) | Value::Bool(_) | Value::Array(_))) => parsed,
+                _ => Value::String(v.to_string()),
+            },
+        };
+        let mut at = &mut patch;
+        for step in &path[..path.len() - 1] {
+            let next = at
+                .entry(step.clone())
+                .or_insert_with(|| Value::Object(Default::default()));
+            at = next
+                .as_object_mut()
+                .ok_or_else(|| OpsError::Usage(format!("{key:?} sets a value twice")))?;
+        }
+        at.insert(path[path.len() - 1].clone(), value);
+    }
+    Ok(Value::Object(patch))
+}
+
+/// `breaker_failures` → `breakerFailures`; camelCase stays.
+fn camel_case(key: &str) -> String {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in key.chars() {
+        match c {
+            '_' => upper = true,
+            c if upper => {
+                out.extend(c.to_uppercase());
+                upper = false;
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `spoold queue set QUEUE key=value…`: changes only those settings (a
+/// merge patch) and prints the queue as it is now.
+pub async fn queue_set(
+    target: &Target,
+    queue: &str,
+    pairs: &[String],
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let patch = settings_patch(pairs)?;
+    let request = target
+        .request(Method::PATCH, &format!("/v1/queues/{queue}"))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(patch.to_string());
+    let q = target.json_of(request).await?;
+    if json {
+        return json_lines(out, &[q]);
+    }
+    print_queue(&q, out)
+}
+
+/// What `spoold queue` can ask of a queue beyond its settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueAction {
+    Pause,
+    Resume,
+    /// Send the open breaker's probe now.
+    Probe,
+    /// Close the breaker without a probe.
+    CloseBreaker,
+}
+
+/// `spoold queue pause|resume|probe|close-breaker QUEUE`.
+pub async fn queue_action(
+    target: &Target,
+    queue: &str,
+    action: QueueAction,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let (path, said) = match action {
+        QueueAction::Pause => ("pause", "paused"),
+        QueueAction::Resume => ("resume", "resumed (an open breaker is closed too)"),
+        QueueAction::Probe => ("breaker/probe", "probing now"),
+        QueueAction::CloseBreaker => ("breaker/close", "breaker closed"),
+    };
+    target
+        .send(target.request(Method::POST, &format!("/v1/queues/{queue}/{path}")))
+        .await?;
+    let q = target
+        .json(Method::GET, &format!("/v1/queues/{queue}"))
+        .await?;
+    let open = q["stats"]["breakerOpen"].as_bool() == Some(true);
+    let said = if action == QueueAction::Probe && !open {
+        "the breaker is closed: nothing to probe"
+    } else {
+        said
+    };
+    writeln!(out, "{queue}: {said}")?;
     Ok(())
 }
 
@@ -783,5 +1031,32 @@ mod tests {
             ],
         );
         assert_eq!(t, "A     LONGER\nxxxx  1\ny     22\n");
+    }
+
+    #[test]
+    fn key_value_pairs_become_a_merge_patch() {
+        let pairs: Vec<String> = [
+            "breaker_failures=1000",
+            "backoff.maxSeconds=60",
+            "destination=https://h.example.com/x",
+            "headers.X-Token=123",
+            "rateLimit=null",
+            "permanentFailureStatuses=[400,410]",
+        ]
+        .map(String::from)
+        .to_vec();
+        let patch = settings_patch(&pairs).unwrap();
+        assert_eq!(
+            patch,
+            serde_json::json!({
+                "breakerFailures": 1000,
+                "backoff": {"maxSeconds": 60},
+                "destination": "https://h.example.com/x",
+                "headers": {"X-Token": "123"},
+                "rateLimit": null,
+                "permanentFailureStatuses": [400, 410],
+            })
+        );
+        assert!(settings_patch(&["nothing".to_string()]).is_err());
     }
 }

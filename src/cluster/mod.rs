@@ -228,8 +228,12 @@ impl Cluster {
         }));
         let limits = crate::api::server::Limits {
             connections_max: CONNECTIONS_MAX,
+            per_client_max: CONNECTIONS_MAX,
+            open_max: 4 * CONNECTIONS_MAX,
+            open_per_client_max: 4 * CONNECTIONS_MAX,
             header_read_timeout: HEADER_READ_TIMEOUT,
             tls: tls.as_ref().map(tls::ClusterTls::acceptor),
+            probes: None,
         };
         let mut tasks = vec![tokio::spawn(crate::api::server::serve(
             listener,

@@ -103,6 +103,7 @@ fn reconcile(
             settings.clone(),
             client,
             redact_headers.clone(),
+            stop_rx.clone(),
         );
         let dispatcher = tokio::spawn(worker::dispatch(shared, stop_rx, drain));
         tracing::info!(queue = %name, concurrency = settings.concurrency, "delivery started");

@@ -55,7 +55,14 @@ pub(crate) struct QueueShared {
     metrics: DeliveryMetrics,
     /// Retryable failures in a row (permanent statuses do not count).
     consecutive_failures: AtomicU32,
-    breaker_open: AtomicBool,
+    /// Whether this pool's probe task runs. The breaker itself is the
+    /// engine's (`Engine::breaker`): an operator closes it, or asks for a
+    /// probe now, through the API, and a pool that replaces this one
+    /// (settings changed) finds it open and probes with its own settings.
+    probing: AtomicBool,
+    /// The pool's stop: set when the queue's settings change or the
+    /// server stops.
+    stop: watch::Receiver<bool>,
     /// Header names whose values are secrets (lower case): the contract's
     /// (`Authorization`, `Cookie`, …) and `server.redact_headers`. Their
     /// values are scrubbed from what an attempt records.
@@ -77,6 +84,7 @@ impl QueueShared {
         settings: QueueSettings,
         client: Client,
         redact_headers: Arc<Vec<String>>,
+        stop: watch::Receiver<bool>,
     ) -> Arc<QueueShared> {
         let limiter = settings.rate_limit.and_then(|per_second| {
             // Whole requests per second, at least one; fractional rates
@@ -101,7 +109,8 @@ impl QueueShared {
             client,
             limiter,
             consecutive_failures: AtomicU32::new(0),
-            breaker_open: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+            stop,
             secret_headers: redact_headers,
         })
     }
@@ -161,14 +170,29 @@ pub(crate) async fn dispatch(
 ) {
     let slots = Arc::new(Semaphore::new(shared.settings.concurrency.max(1) as usize));
     let mut in_flight = JoinSet::new();
+    let mut was_open = false;
     loop {
         while in_flight.try_join_next().is_some() {}
         let stopping = *stop.borrow();
         if stopping && !drain {
             break;
         }
-        if shared.breaker_open.load(Ordering::Acquire) {
-            // The probe task owns the queue until it closes the breaker.
+        let open = shared.breaker_open();
+        if was_open && !open {
+            // Closed, by a probe or by an operator: count afresh.
+            shared.consecutive_failures.store(0, Ordering::Release);
+        }
+        was_open = open;
+        if open {
+            // The probe task owns the queue until the breaker closes. A
+            // pool that finds it open (its settings changed while it was)
+            // probes at once, with its own settings.
+            if !shared.probing.swap(true, Ordering::AcqRel) {
+                shared
+                    .engine
+                    .set_breaker(&shared.queue, Some(shared.engine_now_ms()));
+                tokio::spawn(probe(shared.clone(), stop.clone()));
+            }
             tokio::select! {
                 _ = stop.changed(), if !stopping => {}
                 () = tokio::time::sleep(IDLE_WAIT) => {}
@@ -244,7 +268,7 @@ async fn work(
     let mut next = Some(first);
     while let Some(d) = next.take() {
         deliver(shared, d, false).await;
-        if (*stop.borrow() && !drain) || shared.breaker_open.load(Ordering::Acquire) {
+        if (*stop.borrow() && !drain) || shared.breaker_open() {
             return;
         }
         if let Some(limiter) = &shared.limiter {
@@ -330,10 +354,10 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
     };
     let event_id = shared.engine.tokens().format_id(d.id);
     if delivered {
-        tracing::debug!(queue = %shared.queue, delivery_id = %event_id, status = ?attempt.status,
+        tracing::debug!(queue = %shared.queue, delivery_id = %event_id, status = attempt.status,
             duration_ms, retry = d.retry_count, outcome = labelled.as_str(), "delivery");
     } else {
-        tracing::info!(queue = %shared.queue, delivery_id = %event_id, status = ?attempt.status,
+        tracing::info!(queue = %shared.queue, delivery_id = %event_id, status = attempt.status,
             error = %attempt.error, duration_ms, retry = d.retry_count, outcome = labelled.as_str(), "delivery");
     }
     let outcome = match outcome {
@@ -381,53 +405,78 @@ impl QueueShared {
     }
 }
 
+impl QueueShared {
+    fn breaker_open(&self) -> bool {
+        self.engine.breaker(&self.queue).is_some()
+    }
+}
+
 /// Opens the breaker (once) and starts its probe.
 fn open_breaker(shared: &Arc<QueueShared>) {
-    if shared.breaker_open.swap(true, Ordering::AcqRel) {
+    if shared.probing.swap(true, Ordering::AcqRel) {
         return;
     }
-    let due = |after: Duration| Some(shared.engine_now_ms() + after.as_millis() as i64);
-    shared
-        .engine
-        .set_breaker(&shared.queue, due(PROBE_INTERVAL_FIRST));
+    let first = shared.engine_now_ms() + PROBE_INTERVAL_FIRST.as_millis() as i64;
+    shared.engine.set_breaker(&shared.queue, Some(first));
     tracing::warn!(
         queue = %shared.queue,
         failures = shared.consecutive_failures.load(Ordering::Acquire),
         "circuit breaker open: delivery paused, probing"
     );
-    let shared = shared.clone();
-    tokio::spawn(async move {
-        let mut interval = PROBE_INTERVAL_FIRST;
-        loop {
-            tokio::time::sleep(interval).await;
-            if shared.engine.is_poisoned() {
-                return;
-            }
-            let leased = shared
-                .engine
-                .lease_for_delivery(&shared.queue, 1, Duration::ZERO, true)
-                .await
-                .map(|mut one| one.pop());
-            let closed = match leased {
-                Ok(Some(d)) => deliver(&shared, d, true).await,
-                // Nothing to probe with: resume and let the next failures
-                // decide.
-                Ok(None) => true,
-                // The queue is gone or changed: this task is done.
-                Err(_) => return,
-            };
-            if closed {
-                shared.consecutive_failures.store(0, Ordering::Release);
-                shared.breaker_open.store(false, Ordering::Release);
-                shared.engine.set_breaker(&shared.queue, None);
-                tracing::info!(queue = %shared.queue, "circuit breaker closed: delivery resumed");
-                return;
-            }
-            interval = (interval * 2).min(PROBE_INTERVAL_MAX);
-            let next = shared.engine_now_ms() + interval.as_millis() as i64;
-            shared.engine.set_breaker(&shared.queue, Some(next));
+    // The pool's stop: a probe of a pool whose settings were replaced
+    // ends, and the new pool's probes.
+    let stop = shared.stop.clone();
+    tokio::spawn(probe(shared.clone(), stop));
+}
+
+/// The breaker's probe: when the probe due (in the engine, where "probe
+/// now" moves it) comes, delivers one message; on success closes the
+/// breaker, else waits twice as long (up to [`PROBE_INTERVAL_MAX`]). Ends
+/// when the breaker is closed (here or by an operator) or the pool stops.
+async fn probe(shared: Arc<QueueShared>, mut stop: watch::Receiver<bool>) {
+    /// How often the probe looks whether its due time moved.
+    const LOOK_EVERY: Duration = Duration::from_millis(200);
+    let mut interval = PROBE_INTERVAL_FIRST;
+    loop {
+        if *stop.borrow() || shared.engine.is_poisoned() {
+            break;
         }
-    });
+        let Some(due) = shared.engine.breaker(&shared.queue) else {
+            break;
+        };
+        let now = shared.engine_now_ms();
+        if now < due {
+            let wait = Duration::from_millis((due - now) as u64).min(LOOK_EVERY);
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => {}
+            }
+            continue;
+        }
+        let leased = shared
+            .engine
+            .lease_for_delivery(&shared.queue, 1, Duration::ZERO, true)
+            .await
+            .map(|mut one| one.pop());
+        let closed = match leased {
+            Ok(Some(d)) => deliver(&shared, d, true).await,
+            // Nothing to probe with: resume and let the next failures
+            // decide.
+            Ok(None) => true,
+            // The queue is gone or changed: this task is done.
+            Err(_) => break,
+        };
+        if closed {
+            shared.consecutive_failures.store(0, Ordering::Release);
+            shared.engine.set_breaker(&shared.queue, None);
+            tracing::info!(queue = %shared.queue, "circuit breaker closed: delivery resumed");
+            break;
+        }
+        interval = (interval * 2).min(PROBE_INTERVAL_MAX);
+        let next = shared.engine_now_ms() + interval.as_millis() as i64;
+        shared.engine.set_breaker(&shared.queue, Some(next));
+    }
+    shared.probing.store(false, Ordering::Release);
 }
 
 /// What came back from a destination that answered.

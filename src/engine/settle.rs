@@ -49,6 +49,12 @@ impl Engine {
         self.read_decoded(file, loc, "attempt record", decode_attempts)
     }
 
+    /// When the open circuit breaker of `queue` probes next; `None` while
+    /// it is closed (or the queue is gone).
+    pub fn breaker(&self, queue: &str) -> Option<Millis> {
+        self.core().spool.queue(queue).and_then(|q| q.breaker)
+    }
+
     /// Opens or closes a push queue's circuit breaker.
     pub fn set_breaker(&self, queue: &str, next_probe: Option<Millis>) {
         let mut core = self.core();

@@ -446,7 +446,9 @@ fn ms(v: u64) -> String {
 }
 
 /// A signing secret: one or more (space-separated, for rotation), each
-/// non-empty; `whsec_` ones base64.
+/// `whsec_` and the base64 of the key, as Standard Webhooks defines it (a
+/// plain string would sign with bytes that the official libraries, which
+/// base64-decode the secret, never compute).
 fn signing_secret_ok(secret: &str) -> Result<(), String> {
     use base64::Engine as _;
     if secret.trim().is_empty() || secret.len() > limits::SIGNING_SECRET_BYTES {
@@ -456,11 +458,16 @@ fn signing_secret_ok(secret: &str) -> Result<(), String> {
         ));
     }
     for one in secret.split_whitespace() {
-        if let Some(b64) = one.strip_prefix("whsec_") {
-            match base64::engine::general_purpose::STANDARD.decode(b64) {
-                Ok(key) if !key.is_empty() => {}
-                _ => return Err("a whsec_ secret is base64 of the key after the prefix".into()),
-            }
+        let Some(b64) = one.strip_prefix("whsec_") else {
+            return Err(
+                "each secret is \"whsec_\" and the base64 of its key (Standard Webhooks), \
+                 e.g. whsec_ followed by `openssl rand -base64 32`"
+                    .into(),
+            );
+        };
+        match base64::engine::general_purpose::STANDARD.decode(b64) {
+            Ok(key) if !key.is_empty() => {}
+            _ => return Err("a whsec_ secret is base64 of the key after the prefix".into()),
         }
     }
     Ok(())

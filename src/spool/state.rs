@@ -297,7 +297,7 @@ pub struct QueueStats {
     /// visible age does not show it.
     pub retrying: u64,
     pub oldest_retrying_age_ms: Option<i64>,
-    /// Paused by an operator or by the circuit breaker.
+    /// Paused by an operator (`pause`); the breaker is [`Self::next_probe_at`].
     pub paused: bool,
     /// While the circuit breaker is open: when its next probe is due.
     pub next_probe_at: Option<Millis>,
@@ -1368,7 +1368,7 @@ impl Spool {
                 .retrying
                 .first()
                 .map(|id| now - q.messages[id].enqueued_at),
-            paused: q.paused || q.breaker.is_some(),
+            paused: q.paused,
             next_probe_at: q.breaker,
         })
     }

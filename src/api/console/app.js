@@ -20,11 +20,12 @@ class ApiError extends Error {
   }
 }
 
-async function api(method, path, { signal } = {}) {
+async function api(method, path, { signal, body, contentType } = {}) {
   const headers = {};
   const key = sessionStorage.getItem(KEY_STORE);
   if (key) headers["Spooler-Api-Key"] = key;
-  const r = await fetch(path, { method, headers, signal });
+  if (contentType) headers["Content-Type"] = contentType;
+  const r = await fetch(path, { method, headers, signal, body });
   if (r.status === 401) {
     showLogin(key ? "That key was refused." : null);
     throw new ApiError(401, "unauthorized", "unauthorized");
@@ -37,8 +38,8 @@ async function api(method, path, { signal } = {}) {
   return r;
 }
 
-async function json(method, path) {
-  const r = await api(method, path);
+async function json(method, path, options) {
+  const r = await api(method, path, options);
   return r.status === 204 ? null : r.json();
 }
 
@@ -125,14 +126,14 @@ logout.addEventListener("click", () => {
 
 function stateOf(stats) {
   const pills = [];
-  if (stats.nextProbeAt) {
-    pills.push(el("span", { class: "pill bad", title: "circuit breaker open" },
-      `breaker open · next probe ${new Date(stats.nextProbeAt).toLocaleTimeString()}`));
-  } else if (stats.paused) {
-    pills.push(el("span", { class: "pill warn" }, "paused"));
-  } else {
-    pills.push(el("span", { class: "pill ok" }, "running"));
+  if (stats.paused) {
+    pills.push(el("span", { class: "pill warn", title: "paused by an operator" }, "paused"));
   }
+  if (stats.breakerOpen) {
+    pills.push(el("span", { class: "pill bad", title: "circuit breaker open: the destination kept failing" },
+      `breaker open · next probe ${new Date(stats.nextProbeAt).toLocaleTimeString()}`));
+  }
+  if (!pills.length) pills.push(el("span", { class: "pill ok" }, "running"));
   return pills;
 }
 
@@ -140,6 +141,30 @@ async function pauseOrResume(queue, paused) {
   await json("POST", `/v1/queues/${enc(queue)}/${paused ? "resume" : "pause"}`);
   say(`${queue} ${paused ? "resumed" : "paused"}`);
   route();
+}
+
+async function breaker(queue, action) {
+  await json("POST", `/v1/queues/${enc(queue)}/breaker/${action}`);
+  say(action === "probe" ? `${queue}: probing now` : `${queue}: breaker closed`);
+  route();
+}
+
+// A JSON merge patch (RFC 7396) of the settings: what it leaves out stays.
+function settingsForm(queue, settings) {
+  const text = el("textarea", { name: "patch", rows: 3, cols: 60, spellcheck: "false",
+    placeholder: '{"breakerFailures": 1000, "backoff": {"maxSeconds": 60}}' });
+  const form = el("form", { class: "toolbar settings" },
+    el("label", {}, "Change settings (JSON merge patch; null resets)", text),
+    el("button", { type: "submit" }, "Apply"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    json("PATCH", `/v1/queues/${enc(queue)}`, { body: text.value, contentType: "application/merge-patch+json" })
+      .then((q) => { say(q.warnings?.length ? q.warnings.join(" ") : `${queue}: settings changed`, Boolean(q.warnings?.length)); route(); })
+      .catch(fail);
+  });
+  const shown = el("details", {}, el("summary", {}, "Settings"),
+    el("pre", { class: "mono" }, JSON.stringify(settings, null, 2)), form);
+  return shown;
 }
 
 async function queuesView() {
@@ -157,8 +182,8 @@ async function queuesView() {
     const action = push
       ? el("button", {
         type: "button",
-        onclick: (ev) => { ev.stopPropagation(); pauseOrResume(q.name, st.paused && !st.nextProbeAt); },
-      }, st.paused && !st.nextProbeAt ? "Resume" : "Pause")
+        onclick: (ev) => { ev.stopPropagation(); pauseOrResume(q.name, st.paused || st.breakerOpen); },
+      }, st.paused || st.breakerOpen ? "Resume" : "Pause")
       : null;
     return el("tr", { class: "clickable", "data-queue": q.name, onclick: () => { location.hash = `#/queue/${enc(q.name)}`; } },
       el("td", {}, el("a", { href: `#/queue/${enc(q.name)}` }, q.name)),
@@ -170,7 +195,7 @@ async function queuesView() {
       el("td", { class: "num" }, ago(st.oldestVisibleAgeSeconds)),
       el("td", { class: "num" }, sentRate === null ? "…" : sentRate.toFixed(1)),
       el("td", { class: "num" }, ackedRate === null ? "…" : ackedRate.toFixed(1)),
-      el("td", {}, push ? stateOf(st) : (st.paused ? stateOf(st) : "")),
+      el("td", {}, push || st.paused ? stateOf(st) : ""),
       el("td", {}, action));
   });
   render(
@@ -371,9 +396,16 @@ async function queueView(queue, after) {
     summary,
     push
       ? el("div", { class: "toolbar" },
-        el("button", { type: "button", onclick: () => pauseOrResume(queue, st.paused && !st.nextProbeAt).catch(fail) },
-          st.paused && !st.nextProbeAt ? "Resume" : "Pause"))
+        el("button", { type: "button", onclick: () => pauseOrResume(queue, st.paused || st.breakerOpen).catch(fail) },
+          st.paused || st.breakerOpen ? "Resume" : "Pause"),
+        st.breakerOpen
+          ? el("button", { type: "button", "data-action": "probe", onclick: () => breaker(queue, "probe").catch(fail) }, "Probe now")
+          : null,
+        st.breakerOpen
+          ? el("button", { type: "button", "data-action": "close-breaker", onclick: () => breaker(queue, "close").catch(fail) }, "Close breaker")
+          : null)
       : null,
+    failed ? null : settingsForm(queue, info.settings),
     form,
     actions.length ? el("div", { class: "toolbar actions" }, actions) : null,
     page.messages.length
