@@ -159,7 +159,8 @@ pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Runni
         }
         None => (None, None),
     };
-    tracing::info!(%addr, metrics = ?metrics_addr, "listening");
+    let metrics = metrics_addr.map_or_else(|| "none".to_string(), |a| a.to_string());
+    tracing::info!(%addr, %metrics, "listening");
     let state = AppState::new(api_config);
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(run(config, listener, probes, state, stop_rx));

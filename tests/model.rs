@@ -191,6 +191,13 @@ enum Op {
         queue: usize,
         paused: bool,
     },
+    /// Opens (a probe due later) or closes the queue's circuit breaker, as
+    /// a push queue's workers and the operator's `breaker/close`,
+    /// `breaker/probe` and `resume` do.
+    Breaker {
+        queue: usize,
+        open: bool,
+    },
     Advance(i64),
     Due,
     FailWrite,
@@ -321,6 +328,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => queue.clone().prop_map(Op::Delete),
         2 => (queue.clone(), proptest::bool::ANY)
             .prop_map(|(queue, paused)| Op::Pause { queue, paused }),
+        1 => (0..QUEUES.len(), proptest::bool::ANY)
+            .prop_map(|(queue, open)| Op::Breaker { queue, open }),
         3 => prop_oneof![Just(1i64), Just(3_000), Just(7_000), Just(30_000)].prop_map(Op::Advance),
         2 => Just(Op::Due),
         1 => Just(Op::FailWrite),
@@ -366,6 +375,8 @@ struct ModelLease {
 struct ModelQueue {
     settings: QueueSettings,
     paused: bool,
+    /// The circuit breaker is open: memory only, closed by a restart.
+    breaker: bool,
 }
 
 #[derive(Default)]
@@ -465,8 +476,9 @@ impl Model {
         let Some(q) = self.queues.get(base) else {
             return Vec::new();
         };
-        // A pause stops the queue, not its failure queue.
-        if q.paused && base == queue {
+        // A pause (or an open breaker) stops the queue, not its failure
+        // queue.
+        if (q.paused || q.breaker) && base == queue {
             return Vec::new();
         }
         let retention = q.settings.retention_ms as i64;
@@ -644,6 +656,9 @@ impl World {
             .0;
         self.model.epoch += 1;
         self.model.leases.clear();
+        for q in self.model.queues.values_mut() {
+            q.breaker = false;
+        }
         self.adopt_in_doubt(label);
     }
 
@@ -775,6 +790,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
             ModelQueue {
                 settings: base_settings(q),
                 paused: false,
+                breaker: false,
             },
         );
     }
@@ -1026,6 +1042,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                     .or_insert(ModelQueue {
                         settings: settings.clone(),
                         paused: false,
+                        breaker: false,
                     });
                 q.settings = settings;
             }
@@ -1064,6 +1081,13 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         matches!(result, Err(QueueError::NotFound { .. })),
                         "{label}"
                     ),
+                }
+            }
+            Op::Breaker { queue, open } => {
+                let name = QUEUES[queue];
+                w.engine.set_breaker(name, open.then_some(now + 5_000));
+                if let Some(q) = w.model.queues.get_mut(name) {
+                    q.breaker = open;
                 }
             }
             Op::Advance(ms) => w.clock.advance_ms(ms),

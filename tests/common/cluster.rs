@@ -336,7 +336,7 @@ impl TestCluster {
 }
 
 /// Every message id of `queue`, as the replica at `base` serves them
-/// (pages of 1 000, each after the last id of the one before). A page
+/// (pages of up to 1 000, each from the `next` of the one before). A page
 /// refused (`503` while a primary settles) is asked for again.
 pub async fn all_ids(base: &str, queue: &str) -> std::collections::BTreeSet<String> {
     let mut ids = std::collections::BTreeSet::new();
@@ -356,9 +356,10 @@ pub async fn all_ids(base: &str, queue: &str) -> std::collections::BTreeSet<Stri
         for m in messages {
             ids.insert(m["id"].as_str().unwrap().to_owned());
         }
-        match messages.last() {
-            Some(m) if messages.len() == 1000 => after = Some(m["id"].as_str().unwrap().into()),
-            _ => return ids,
+        // A page ends at 1 000 messages or 4 MiB; `next` continues it.
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => return ids,
         }
     }
 }

@@ -388,8 +388,8 @@ async function queueView(queue, after) {
     ...(push ? stateOf(st) : []));
   const pager = el("div", { class: "toolbar" },
     after ? el("button", { type: "button", onclick: () => queueView(queue, null).catch(fail) }, "First page") : null,
-    page.messages.length === PAGE
-      ? el("button", { type: "button", onclick: () => queueView(queue, page.messages[PAGE - 1].id).catch(fail) }, "Next page")
+    page.next
+      ? el("button", { type: "button", onclick: () => queueView(queue, page.next).catch(fail) }, "Next page")
       : null);
   render(
     el("h1", {}, queue),

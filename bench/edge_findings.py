@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The three load findings of issue 26, measured against one spoold binary.
+
+    python3 bench/edge_findings.py path/to/spoold
+
+1. peek: 4 parallel `GET …/messages?limit=1000` over BODIES bodies of
+   1 MiB NUL bytes: the server's peak RSS (VmHWM) and the largest answer.
+2. slots: 4 200 idle connections, then 20 `/healthz` probes (2 s each):
+   how many answered.
+3. scrape: QUEUES queues, one `/metrics` scrape: its size and time.
+
+Run the old and the new binary one after the other on the same machine;
+docs/reliability.md keeps the figures.
+"""
+import http.client
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BIN = sys.argv[1]
+BODIES = int(os.environ.get("BODIES", "200"))
+QUEUES = int(os.environ.get("QUEUES", "23000"))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(dir, server="", tables=""):
+    port = free_port()
+    conf = os.path.join(dir, "spoold.toml")
+    with open(conf, "w") as f:
+        f.write(f'[server]\nlisten = "127.0.0.1:{port}"\n{server}\n'
+                f'[spool]\ndir = "{dir}/spool"\n{tables}\n')
+    p = subprocess.Popen([BIN, "run", "--config", conf],
+                         stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/readyz")
+            if c.getresponse().status == 200:
+                return p, port
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("spoold never became ready")
+
+
+def hwm(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM"):
+                return int(line.split()[1]) // 1024
+
+
+def peek():
+    with tempfile.TemporaryDirectory() as d:
+        p, port = start(d, 'max_body_bytes = "2MiB"', "[queues.q]\n")
+        body = b"\0" * (1 << 20)
+        c = http.client.HTTPConnection("127.0.0.1", port)
+        for _ in range(BODIES):
+            c.request("POST", "/v1/queues/q/messages", body)
+            r = c.getresponse()
+            r.read()
+            assert r.status == 201, r.status
+        before = hwm(p.pid)
+        sizes = []
+
+        def one():
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            c.request("GET", "/v1/queues/q/messages?limit=1000")
+            sizes.append(len(c.getresponse().read()))
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(f"peek: {BODIES} x 1 MiB NUL, 4 parallel: peak RSS {before} -> "
+              f"{hwm(p.pid)} MiB, largest answer {max(sizes) / 2**20:.1f} MiB")
+        p.kill()
+
+
+def slots():
+    with tempfile.TemporaryDirectory() as d:
+        p, port = start(d)
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(4200)]
+        time.sleep(0.5)
+        answered = 0
+        for _ in range(20):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", "/healthz")
+                answered += c.getresponse().status == 200
+            except OSError:
+                pass
+        print(f"slots: 4200 idle connections: {answered} of 20 probes answered")
+        [s.close() for s in idle]
+        p.kill()
+
+
+def scrape():
+    with tempfile.TemporaryDirectory() as d:
+        tables = "".join(f"[queues.q{i:05}]\n" for i in range(QUEUES))
+        t0 = time.time()
+        p, port = start(d, "", tables)
+        print(f"scrape: {QUEUES} queues ready in {time.time() - t0:.1f} s")
+        for _ in range(2):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            t = time.time()
+            c.request("GET", "/metrics")
+            n = len(c.getresponse().read())
+            took = time.time() - t
+        print(f"scrape: {QUEUES} queues: one scrape {n / 2**20:.1f} MiB in {took:.2f} s, "
+              f"peak RSS {hwm(p.pid)} MiB")
+        p.kill()
+
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
+for what in sys.argv[2:] or ["peek", "slots", "scrape"]:
+    globals()[what]()
