@@ -5,8 +5,8 @@
 
 1. peek: 4 parallel `GET …/messages?limit=1000` over BODIES bodies of
    1 MiB NUL bytes: the server's peak RSS (VmHWM) and the largest answer.
-2. slots: 4 200 idle connections, then 20 `/healthz` probes (2 s each):
-   how many answered.
+2. slots: 4 200 idle connections kept open (what the server closes is
+   opened again), and 20 `/healthz` probes (2 s each): how many answered.
 3. scrape: QUEUES queues, one `/metrics` scrape: its size and time.
 
 Run the old and the new binary one after the other on the same machine;
@@ -89,19 +89,44 @@ def peek():
 
 
 def slots():
+    """An attacker keeps 4 200 idle connections open (reopening what the
+    server closes) while 20 probes, one a second, each wait 2 s."""
+    import select
     with tempfile.TemporaryDirectory() as d:
         p, port = start(d)
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(4200)]
+        stop = threading.Event()
+
+        def keep_up():
+            while not stop.is_set():
+                poller = select.poll()
+                by_fd = {s.fileno(): s for s in idle}
+                for fd in by_fd:
+                    poller.register(fd, select.POLLIN | select.POLLHUP)
+                for fd, _ in poller.poll(200):
+                    s = by_fd[fd]
+                    idle.remove(s)
+                    s.close()
+                    try:
+                        idle.append(socket.create_connection(("127.0.0.1", port), timeout=1))
+                    except OSError:
+                        pass
+        keeper = threading.Thread(target=keep_up)
+        keeper.start()
         time.sleep(0.5)
         answered = 0
         for _ in range(20):
+            started = time.time()
             try:
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
                 c.request("GET", "/healthz")
                 answered += c.getresponse().status == 200
             except OSError:
                 pass
-        print(f"slots: 4200 idle connections: {answered} of 20 probes answered")
+            time.sleep(max(0, 1 - (time.time() - started)))
+        stop.set()
+        keeper.join()
+        print(f"slots: 4200 idle connections kept open: {answered} of 20 probes answered")
         [s.close() for s in idle]
         p.kill()
 

@@ -41,10 +41,10 @@ fn err(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queues_send_tail_and_dead_letters_from_the_command_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let (running, base) = server(dir.path(), "").await;
+/// A server with the pull queue `orders` (`maxRetries = 0`: a nack makes
+/// a dead letter), its URL and a client.
+async fn with_orders(dir: &std::path::Path) -> (Server, String, Client) {
+    let (running, base) = server(dir, "").await;
     let client = Client::new();
     client
         .put(format!("{base}/v1/queues/orders"))
@@ -52,6 +52,13 @@ async fn queues_send_tail_and_dead_letters_from_the_command_line() {
         .send()
         .await
         .unwrap();
+    (running, base, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_send_tail_and_dead_letters_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, base, client) = with_orders(dir.path()).await;
 
     // tail follows while we send.
     let mut tail = Command::new(BIN)
@@ -112,20 +119,7 @@ async fn queues_send_tail_and_dead_letters_from_the_command_line() {
 
     // Fail both (max_retries = 0), then look at, redrive and purge them.
     for _ in 0..2 {
-        let r = client
-            .post(format!("{base}/v1/queues/orders/receive"))
-            .send()
-            .await
-            .unwrap();
-        let token = r.headers()["spooler-lease-token"]
-            .to_str()
-            .unwrap()
-            .to_string();
-        client
-            .post(format!("{base}/v1/queues/orders/leases/{token}/nack"))
-            .send()
-            .await
-            .unwrap();
+        dead_letter(&client, &base).await;
     }
     let list = run(args(&["--url", &base, "dlq", "list", "orders"]), "").await;
     let l = text(&list);
@@ -276,14 +270,7 @@ fn dead_letter(client: &Client, base: &str) -> impl std::future::Future<Output =
 async fn stored_control_characters_never_reach_the_terminal() {
     const EVIL: &str = "\x1b]0;pwned\x07\x1b[2Jhello\rworld\u{9b}31m";
     let dir = tempfile::tempdir().unwrap();
-    let (running, base) = server(dir.path(), "").await;
-    let client = Client::new();
-    client
-        .put(format!("{base}/v1/queues/orders"))
-        .json(&json!({"maxRetries": 0}))
-        .send()
-        .await
-        .unwrap();
+    let (running, base, client) = with_orders(dir.path()).await;
     let r = client
         .post(format!("{base}/v1/queues/orders/messages"))
         .header("Content-Type", "text/plain")
@@ -301,7 +288,7 @@ async fn stored_control_characters_never_reach_the_terminal() {
             !out.contains(['\x1b', '\x07', '\r', '\u{9b}']),
             "{what} printed control characters: {out:?}"
         );
-        assert!(out.contains("\\x1b]0;pwned\\x07"), "{what}: {out:?}");
+        assert!(out.contains("\\u001b]0;pwned\\u0007"), "{what}: {out:?}");
     };
     let line = first_tail_line(&["--url", &base, "tail", "orders", "-n", "1"]).await;
     harmless("tail", &line);
@@ -342,14 +329,7 @@ async fn stored_control_characters_never_reach_the_terminal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_by_count_stats_of_one_queue_and_settings_one_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let (running, base) = server(dir.path(), "").await;
-    let client = Client::new();
-    client
-        .put(format!("{base}/v1/queues/orders"))
-        .json(&json!({"maxRetries": 0}))
-        .send()
-        .await
-        .unwrap();
+    let (running, base, client) = with_orders(dir.path()).await;
     for i in 0..3 {
         client
             .post(format!("{base}/v1/queues/orders/messages"))

@@ -5,8 +5,9 @@
 //!
 //! - `Sec-Fetch-Site: cross-site` or `same-site`: a page of another origin
 //!   made the request (a browser sets the header; a page cannot).
-//! - `Origin` present and not this server's own (`http://` + `Host`), or
-//!   `null`: the same, from browsers without `Sec-Fetch-Site`.
+//! - `Origin` present and not this server's own (the `Host` after
+//!   `http://` or `https://`), or `null`: the same, from browsers without
+//!   `Sec-Fetch-Site`.
 //! - With no API key (and `server.allow_unauthenticated` off), a `Host`
 //!   that is not a loopback name or address: a name of the attacker's that
 //!   now resolves to 127.0.0.1.
@@ -67,11 +68,12 @@ fn check_headers(policy: EdgePolicy, headers: &HeaderMap) -> Result<(), ApiError
     Ok(())
 }
 
-/// `origin` (`scheme://host[:port]`) is `http://` + `host` (the `Host`
-/// header), names compared without case.
+/// `origin` (`scheme://host[:port]`) names `host` (the `Host` header),
+/// without case: `http://`, or `https://` behind a proxy that ends TLS.
 fn same_origin(origin: &str, host: &str) -> bool {
     origin
         .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
         .is_some_and(|authority| authority.eq_ignore_ascii_case(host))
 }
 

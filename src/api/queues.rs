@@ -231,12 +231,11 @@ pub(crate) async fn probe_breaker(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
 ) -> Result<Response, ApiError> {
-    let engine = state.engine()?;
-    queue_json(engine, &queue)?;
-    if engine.breaker(&queue).is_some() {
-        engine.set_breaker(&queue, Some(engine.clock_ms()));
-    }
-    Ok(axum::Json(queue_json(engine, &queue)?).into_response())
+    on_breaker(&state, &queue, |engine| {
+        if engine.breaker(&queue).is_some() {
+            engine.set_breaker(&queue, Some(engine.clock_ms()));
+        }
+    })
 }
 
 /// `POST /v1/queues/{q}/breaker/close`
@@ -249,8 +248,18 @@ pub(crate) async fn close_breaker(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
 ) -> Result<Response, ApiError> {
+    on_breaker(&state, &queue, |engine| engine.set_breaker(&queue, None))
+}
+
+/// Does `act` to the breaker of `queue` (which must exist) and answers
+/// with the queue as it is then.
+fn on_breaker(
+    state: &AppState,
+    queue: &str,
+    act: impl FnOnce(&Engine),
+) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    queue_json(engine, &queue)?;
-    engine.set_breaker(&queue, None);
-    Ok(axum::Json(queue_json(engine, &queue)?).into_response())
+    queue_json(engine, queue)?;
+    act(engine);
+    Ok(axum::Json(queue_json(engine, queue)?).into_response())
 }

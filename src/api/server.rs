@@ -313,16 +313,12 @@ async fn connection(
         }
     };
     let service = TowerToHyperService::new(shared.router.clone());
-    match &shared.limits.tls {
+    let served = match &shared.limits.tls {
         None => {
-            let conn = graceful.watch(
-                shared
-                    .builder
-                    .serve_connection(TokioIo::new(stream), service),
-            );
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
+            let io = TokioIo::new(stream);
+            graceful
+                .watch(shared.builder.serve_connection(io, service))
+                .await
         }
         Some(tls) => {
             // The handshake has the header timeout too, so a peer that
@@ -336,15 +332,14 @@ async fn connection(
                 }
                 Err(_) => return,
             };
-            let conn = graceful.watch(
-                shared
-                    .builder
-                    .serve_connection(TokioIo::new(stream), service),
-            );
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
+            let io = TokioIo::new(stream);
+            graceful
+                .watch(shared.builder.serve_connection(io, service))
+                .await
         }
+    };
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "connection ended with an error");
     }
     drop(held);
 }

@@ -3,8 +3,9 @@
 //! destinations, and a stored `ESC [ 2 J` or `BEL` would act on the
 //! operator's terminal (clear it, retitle it, fake a prompt). Unless
 //! `--raw`, every control character but line feed and tab is printed as an
-//! escape (`\x1b`), and so are the bidirectional overrides that reorder
-//! what a line seems to say (`\u{202e}`).
+//! escape, and so are the bidirectional overrides that reorder what a line
+//! seems to say, the way JSON writes them (`\u001b`, `\r`, `\u202e`), so
+//! that `--json` lines stay valid JSON.
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -19,8 +20,7 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
         match c {
             c if !needs_escape(c) => out.push(c),
             '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push_str(&format!("\\u{:04x}", c as u32)),
         }
     }
     Cow::Owned(out)
@@ -68,13 +68,21 @@ mod tests {
     #[test]
     fn controls_are_shown_not_sent() {
         assert_eq!(escape_controls("plain\ttext\n"), "plain\ttext\n");
-        assert_eq!(escape_controls("\x1b[2J\x07a\rb"), "\\x1b[2J\\x07a\\rb");
-        assert_eq!(escape_controls("\u{9b}31m"), "\\x9b31m");
-        assert_eq!(escape_controls("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(
+            escape_controls("\x1b[2J\x07a\rb\x7f"),
+            "\\u001b[2J\\u0007a\\rb\\u007f"
+        );
+        assert_eq!(escape_controls("\u{9b}31m"), "\\u009b31m");
+        assert_eq!(escape_controls("abc\u{202e}fed"), "abc\\u202efed");
+        // In a JSON line, the escape is JSON's own: it still parses.
+        let line = serde_json::json!({"body": "a\u{202e}b\u{9b}"}).to_string();
+        let shown = escape_controls(&line);
+        let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back["body"], "a\u{202e}b\u{9b}");
         let mut out = Terminal::new(Vec::new(), false);
         let stored = "\x1b]0;pwned\x07";
         writeln!(out, "id {stored}").unwrap();
-        assert_eq!(out.inner, b"id \\x1b]0;pwned\\x07\n");
+        assert_eq!(out.inner, b"id \\u001b]0;pwned\\u0007\n");
         let mut raw = Terminal::new(Vec::new(), true);
         write!(raw, "\x1b").unwrap();
         assert_eq!(raw.inner, b"\x1b");
