@@ -67,3 +67,34 @@ async fn the_quick_start_runs_as_written() {
     assert_eq!(billing["stats"]["sentTotal"], 1, "{billing}");
     assert_eq!(spoold.stop(), 0);
 }
+
+/// The README tells of every subcommand the binary has, and says nothing
+/// of what is done as if it were missing (it said replicated mode "does
+/// not exist yet" long after it did).
+#[test]
+fn the_readme_names_every_subcommand_and_no_missing_feature_that_exists() {
+    let readme = include_str!("../README.md");
+    let help = Command::new(common::process::bin())
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let commands: Vec<&str> = help
+        .split("Commands:")
+        .nth(1)
+        .expect("a command list")
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 8, "{help}");
+    for command in commands {
+        assert!(
+            readme.contains(&format!("spoold {command}")),
+            "the README never shows `spoold {command}`"
+        );
+    }
+    assert!(!readme.contains("does not exist yet"), "a stale claim");
+}

@@ -60,6 +60,9 @@ pub(crate) struct QueueShared {
     /// probe now, through the API, and a pool that replaces this one
     /// (settings changed) finds it open and probes with its own settings.
     probing: AtomicBool,
+    /// The breaker as the dispatcher last saw it (or this pool opened it):
+    /// what a worker checks after each delivery, without the engine's lock.
+    breaker_seen_open: AtomicBool,
     /// The pool's stop: set when the queue's settings change or the
     /// server stops.
     stop: watch::Receiver<bool>,
@@ -110,6 +113,7 @@ impl QueueShared {
             limiter,
             consecutive_failures: AtomicU32::new(0),
             probing: AtomicBool::new(false),
+            breaker_seen_open: AtomicBool::new(false),
             stop,
             secret_headers: redact_headers,
         })
@@ -170,14 +174,23 @@ pub(crate) async fn dispatch(
 ) {
     let slots = Arc::new(Semaphore::new(shared.settings.concurrency.max(1) as usize));
     let mut in_flight = JoinSet::new();
+    // A pool that starts while the breaker is open (its settings changed)
+    // probes with its own settings; after that only this pool's workers
+    // open it, so the engine is asked only while it is open.
     let mut was_open = false;
+    shared.breaker_seen_open.store(
+        shared.engine.breaker(&shared.queue).is_some(),
+        Ordering::Release,
+    );
     loop {
         while in_flight.try_join_next().is_some() {}
         let stopping = *stop.borrow();
         if stopping && !drain {
             break;
         }
-        let open = shared.breaker_open();
+        let open = shared.breaker_seen_open.load(Ordering::Acquire)
+            && shared.engine.breaker(&shared.queue).is_some();
+        shared.breaker_seen_open.store(open, Ordering::Release);
         if was_open && !open {
             // Closed, by a probe or by an operator: count afresh.
             shared.consecutive_failures.store(0, Ordering::Release);
@@ -268,7 +281,7 @@ async fn work(
     let mut next = Some(first);
     while let Some(d) = next.take() {
         deliver(shared, d, false).await;
-        if (*stop.borrow() && !drain) || shared.breaker_open() {
+        if (*stop.borrow() && !drain) || shared.breaker_seen_open.load(Ordering::Acquire) {
             return;
         }
         if let Some(limiter) = &shared.limiter {
@@ -405,12 +418,6 @@ impl QueueShared {
     }
 }
 
-impl QueueShared {
-    fn breaker_open(&self) -> bool {
-        self.engine.breaker(&self.queue).is_some()
-    }
-}
-
 /// Opens the breaker (once) and starts its probe.
 fn open_breaker(shared: &Arc<QueueShared>) {
     if shared.probing.swap(true, Ordering::AcqRel) {
@@ -418,6 +425,7 @@ fn open_breaker(shared: &Arc<QueueShared>) {
     }
     let first = shared.engine_now_ms() + PROBE_INTERVAL_FIRST.as_millis() as i64;
     shared.engine.set_breaker(&shared.queue, Some(first));
+    shared.breaker_seen_open.store(true, Ordering::Release);
     tracing::warn!(
         queue = %shared.queue,
         failures = shared.consecutive_failures.load(Ordering::Acquire),
