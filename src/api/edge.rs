@@ -8,9 +8,10 @@
 //! - `Origin` present and not this server's own (the `Host` after
 //!   `http://` or `https://`), or `null`: the same, from browsers without
 //!   `Sec-Fetch-Site`.
-//! - With no API key (and `server.allow_unauthenticated` off), a `Host`
-//!   that is not a loopback name or address: a name of the attacker's that
-//!   now resolves to 127.0.0.1.
+//! - With no API key on a loopback listener, a `Host` that is not a
+//!   loopback name or address: a name of the attacker's that now resolves
+//!   to 127.0.0.1. (A listener beyond loopback without a key, which
+//!   `server.allow_unauthenticated` allows, is reached by other names.)
 //!
 //! The probes (`/healthz`, `/readyz`) are exempt: a kubelet calls them by
 //! the pod's address and they carry nothing. The console is served from
@@ -24,8 +25,8 @@ use super::error::ApiError;
 /// What the edge checks depend on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EdgePolicy {
-    /// No API key and not `allow_unauthenticated`: the server trusts being
-    /// on loopback, so the `Host` must say loopback too.
+    /// No API key on a loopback listener: the server trusts being on
+    /// loopback, so the `Host` must say loopback too.
     pub loopback_only: bool,
 }
 

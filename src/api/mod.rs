@@ -68,8 +68,11 @@ impl ApiConfig {
         // An empty key is refused before anything serves
         // (`Config::check_exposure`); none is accepted here either.
         let api_keys = config.api_keys(env_keys).unwrap_or_default();
+        // Without a key, a server on loopback trusts being there: the
+        // `Host` must say loopback too. One listening beyond it (allowed
+        // by `allow_unauthenticated`) is reached by other names.
         let edge = edge::EdgePolicy {
-            loopback_only: api_keys.is_empty() && !config.server.allow_unauthenticated,
+            loopback_only: api_keys.is_empty() && crate::config::is_loopback(&config.server.listen),
         };
         ApiConfig {
             edge,
