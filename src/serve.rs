@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::{ApiConfig, AppState, overflow_router, probe_router, router, server};
+use crate::api::{ApiConfig, AppState, probe_router, router, server};
 use crate::config::{Config, OnCorruption};
 use crate::engine::{Engine, EngineOptions, Origin, QueueError};
 use crate::journal::JournalError;
@@ -190,7 +190,7 @@ async fn run(
         router(state.clone()),
         closed(listener_closed.clone()),
         grace,
-        server::Limits::api(overflow_router(state.clone())),
+        server::Limits::api(probe_router(state.clone())),
     ));
     let probe_server = probes.map(|l| {
         tokio::spawn(server::serve(
@@ -198,7 +198,7 @@ async fn run(
             probe_router(state.clone()),
             closed(listener_closed),
             grace,
-            server::Limits::api(overflow_router(state.clone())),
+            server::Limits::api(probe_router(state.clone())),
         ))
     });
 

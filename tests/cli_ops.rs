@@ -305,14 +305,9 @@ async fn stored_control_characters_never_reach_the_terminal() {
     // A dead letter's line: when and why it failed first.
     let failed = first_tail_line(&["--url", &base, "tail", "orders.failed", "-n", "1"]).await;
     harmless("tail of the failure queue", &failed);
-    let letter: serde_json::Value = client
-        .get(format!("{base}/v1/queues/orders.failed/messages/{id}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let letter = running
+        .get_json(&format!("/v1/queues/orders.failed/messages/{id}"))
+        .await;
     let failed_at = letter["failedAt"].as_str().unwrap();
     assert!(
         failed.starts_with(failed_at),
@@ -394,14 +389,7 @@ async fn purge_by_count_stats_of_one_queue_and_settings_one_at_a_time() {
     )
     .await;
     assert!(set.status.success(), "{}", err(&set));
-    let q: serde_json::Value = client
-        .get(format!("{base}/v1/queues/hooks"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let q = running.get_json("/v1/queues/hooks").await;
     assert_eq!(q["settings"]["destination"], "http://127.0.0.1:9/other");
     assert_eq!(q["settings"]["breakerFailures"], 1000, "kept: {q}");
     assert_eq!(q["settings"]["backoff"]["maxSeconds"], 60.0, "{q}");

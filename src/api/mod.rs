@@ -256,7 +256,9 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 
 /// The routes of `server.metrics_listen`: metrics and probes only, without
 /// a key (they carry no messages), so that `/v1` can stay on loopback
-/// while Prometheus and the kubelet reach these.
+/// while Prometheus and the kubelet reach these. Every listener also
+/// answers with it a probe that finds no slot free (`server.rs`: only a
+/// request line of `GET /healthz` or `GET /readyz` is served so).
 pub(crate) fn probe_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
@@ -264,23 +266,6 @@ pub(crate) fn probe_router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .with_state(state)
-}
-
-/// What a probe that finds every slot of its listener taken is served on
-/// a spare connection (`server.rs`): the probes, and `503` for anything
-/// else.
-pub(crate) fn overflow_router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .fallback(too_many_connections)
-        .with_state(state)
-}
-
-async fn too_many_connections() -> ApiError {
-    let mut e = ApiError::unavailable("too many connections: try again shortly");
-    e.retry_after_secs = Some(1);
-    e
 }
 
 /// Every request passes here once, after routing: browsers' cross-site

@@ -15,10 +15,11 @@
 //!   this process) until its client and the listener have a slot free.
 //! - At most [`OPEN_MAX`] are open, [`OPEN_PER_CLIENT_MAX`] from one
 //!   address; past that a connection is closed at once.
-//! - A probe (`GET /healthz`, `GET /readyz`) that finds no slot free is
-//!   answered at once by the listener's `probes` router on one of
-//!   [`PROBES_MAX`] spare connections, so that a kubelet's probe passes
-//!   while the slots are taken.
+//! - A probe (`GET /healthz`, `GET /readyz`, told by its request line)
+//!   that finds no slot free is answered at once by the listener's
+//!   `probes` router on one of [`PROBES_MAX`] spare connections, one
+//!   request each, so that a kubelet's probe passes while the slots are
+//!   taken.
 //! - At most [`HEADERS_MAX`] headers and [`HEADER_BYTES_MAX`] bytes of them.
 //! - On shutdown the listener closes at once; open connections finish the
 //!   request in flight (idle keep-alive ones close) within the grace period.
