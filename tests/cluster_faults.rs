@@ -448,3 +448,49 @@ async fn a_full_disk_on_a_follower_loses_nothing_and_it_catches_up_once_freed() 
 async fn a_full_disk_on_the_primary_hands_over_and_loses_nothing() {
     a_full_disk_on(true).await;
 }
+
+/// `raft.commit` as a replica writes it (docs/journal-format.md): magic,
+/// term, index + 1, CRC-32C of the first 24 bytes, 4 bytes of padding.
+fn commit_file(term: u64, index: u64) -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(b"SPOOLCMT");
+    bytes[8..16].copy_from_slice(&term.to_le_bytes());
+    bytes[16..24].copy_from_slice(&(index + 1).to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[..24]);
+    bytes[24..28].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// A follower learns an entry is committed before its own copy of it is
+/// durable, and writes its commit pointer then: a `kill -9` (or a full
+/// disk) between the two leaves `raft.commit` ahead of its log. Such a
+/// replica starts, applies what it has and takes the rest from the
+/// primary (found by CI: start-up read entries the log never held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_pointer_ahead_of_the_log_does_not_stop_a_replica() {
+    let tables = format!("[queues.{QUEUE}]\n");
+    let mut cluster = TestCluster::new(3, "", &tables);
+    cluster.start_all().await;
+    let p = cluster.primary(Duration::from_secs(10)).await;
+    let victim = (p + 1) % 3;
+    let bases: Vec<String> = cluster.replicas.iter().map(|r| r.base()).collect();
+    let load = Load::start(bases, 3, 64);
+    more_sent(&load, 100).await;
+    let status = cluster.status(victim).await.unwrap();
+    let term = status["term"].as_u64().unwrap();
+    let applied = status["appliedIndex"].as_u64().unwrap();
+    cluster.kill(victim);
+    let path = cluster.replicas[victim]
+        .dir
+        .join("spool")
+        .join("raft.commit");
+    std::fs::write(&path, commit_file(term, applied + 50)).unwrap();
+    more_sent(&load, 100).await;
+    cluster.start(victim);
+    more_sent(&load, 100).await;
+    let acknowledged = load.finish().await;
+    cluster
+        .same_state(&[0, 1, 2], Duration::from_secs(30))
+        .await;
+    nothing_lost(&cluster, victim, &acknowledged).await;
+}

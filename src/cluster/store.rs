@@ -269,8 +269,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(io_error)
     }
 
+    /// The saved commit pointer, but never beyond the log's last entry:
+    /// a follower learns that an entry is committed before its own copy is
+    /// durable (openraft commits up to what it *accepted*), so a `kill -9`
+    /// or a failed write can leave the pointer ahead of the log. The
+    /// entries up to the log's end are committed (a committed index is
+    /// never cut, and they came from the primary that committed it); the
+    /// rest come again from the primary.
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        Ok(self.files.committed())
+        let committed = self.files.committed();
+        let last = self.get_log_state().await?.last_log_id;
+        Ok(committed.min(last))
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
