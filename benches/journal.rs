@@ -63,6 +63,7 @@ fn request(len: usize) -> SendRequest {
         payload: Payload {
             content_type: "application/octet-stream".into(),
             request: None,
+            event: None,
             body: vec![b'x'; len].into(),
         },
         ..SendRequest::default()

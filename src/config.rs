@@ -39,6 +39,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub spool: SpoolConfig,
     pub log: LogConfig,
+    pub events: EventsConfig,
     pub queues: BTreeMap<String, QueueConfig>,
     /// Replicated mode (docs/contract.md §9); without it, a single node.
     pub cluster: Option<ClusterConfig>,
@@ -116,6 +117,31 @@ impl Default for SpoolConfig {
         }
     }
 }
+
+/// The `[events]` table: limits of `POST /v1/events`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsConfig {
+    /// An event that more queues subscribe to is refused (`400`).
+    pub max_subscribers: usize,
+    /// How long an event's `Idempotency-Key` is remembered.
+    #[serde(rename = "dedup_window", deserialize_with = "de_duration")]
+    pub dedup_window_ms: u64,
+}
+
+impl Default for EventsConfig {
+    fn default() -> EventsConfig {
+        EventsConfig {
+            max_subscribers: crate::engine::rules::MAX_EVENT_SUBSCRIBERS_DEFAULT,
+            dedup_window_ms: crate::engine::rules::EVENT_DEDUP_WINDOW_MS_DEFAULT,
+        }
+    }
+}
+
+/// Bounds of the `[events]` table: an event's record lists every delivery
+/// (about 30 bytes each), and its keys are held in memory for the window.
+const EVENT_SUBSCRIBERS_MAX: usize = 100_000;
+const EVENT_DEDUP_WINDOW_MAX_MS: u64 = 30 * 86_400_000;
 
 /// Most replicas a cluster may have: five tolerate two failures, seven
 /// three; beyond that every write waits for more fsyncs than it gains.
@@ -388,6 +414,8 @@ pub struct QueueConfig {
     pub ca_file: Option<String>,
     pub client_cert: Option<String>,
     pub client_key: Option<String>,
+    pub events: Option<Vec<String>>,
+    pub tenant: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -433,6 +461,8 @@ impl QueueConfig {
             ca_file: self.ca_file.clone(),
             client_cert: self.client_cert.clone(),
             client_key: self.client_key.clone(),
+            events: self.events.clone().unwrap_or_default(),
+            tenant: self.tenant.clone(),
         }
     }
 }
@@ -536,6 +566,15 @@ impl Config {
         };
         log.insert("format".into(), format.into());
         log.insert("level".into(), c.log.level.as_str().into());
+        let mut events = Table::new();
+        events.insert(
+            "max_subscribers".into(),
+            (c.events.max_subscribers as i64).into(),
+        );
+        events.insert(
+            "dedup_window".into(),
+            format_duration_ms(c.events.dedup_window_ms).into(),
+        );
         let mut queues = Table::new();
         for (name, q) in &c.queues {
             queues.insert(name.clone(), Value::Table(queue_table(&q.settings())));
@@ -544,6 +583,7 @@ impl Config {
         root.insert("server".into(), Value::Table(server));
         root.insert("spool".into(), Value::Table(spool));
         root.insert("log".into(), Value::Table(log));
+        root.insert("events".into(), Value::Table(events));
         root.insert("queues".into(), Value::Table(queues));
         if let Some(cluster) = &c.cluster {
             root.insert("cluster".into(), Value::Table(cluster.table()));
@@ -588,6 +628,20 @@ impl Config {
                  compaction always fit",
                 at("max_bytes"),
                 self.spool.max_bytes
+            ));
+        }
+        let subscribers = self.events.max_subscribers;
+        if !(1..=EVENT_SUBSCRIBERS_MAX).contains(&subscribers) {
+            return Err(format!(
+                "{}events.max_subscribers = {subscribers} is out of range: allowed 1 to {EVENT_SUBSCRIBERS_MAX}",
+                at("max_subscribers")
+            ));
+        }
+        if self.events.dedup_window_ms > EVENT_DEDUP_WINDOW_MAX_MS {
+            return Err(format!(
+                "{}events.dedup_window = {} is out of range: allowed 0 to 30d",
+                at("dedup_window"),
+                format_duration_ms(self.events.dedup_window_ms)
             ));
         }
         let every = self.spool.compaction_interval_ms;
@@ -662,6 +716,8 @@ impl Config {
     pub fn policy(&self) -> Policy {
         Policy {
             allowed_destinations: self.server.allowed_destinations.clone(),
+            max_event_subscribers: self.events.max_subscribers,
+            event_dedup_window_ms: self.events.dedup_window_ms,
         }
     }
 
@@ -890,6 +946,13 @@ fn queue_table(s: &QueueSettings) -> toml::Table {
         if let Some(f) = file {
             t.insert(key.into(), f.as_str().into());
         }
+    }
+    if !s.events.is_empty() {
+        let events = s.events.iter().map(|p| Value::from(p.as_str())).collect();
+        t.insert("events".into(), Value::Array(events));
+    }
+    if let Some(tenant) = &s.tenant {
+        t.insert("tenant".into(), tenant.as_str().into());
     }
     t
 }

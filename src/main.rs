@@ -118,6 +118,11 @@ enum Command {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Events: publish one to every queue that subscribes to its type.
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
     /// Dead letters: the failure queue of QUEUE (name either `hooks` or
     /// `hooks.failed`).
     Dlq {
@@ -128,6 +133,33 @@ enum Command {
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum EventsCommand {
+    /// Publish an event (the payload from --data, else standard input);
+    /// prints its id, then each delivery as `QUEUE ID`.
+    Send {
+        /// The event type, e.g. invoice.paid.
+        #[arg(value_name = "TYPE")]
+        event_type: String,
+        /// The event's tenant: queues with another tenant do not get it.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The payload (else standard input).
+        #[arg(long)]
+        data: Option<String>,
+        /// The payload's content type.
+        #[arg(long, default_value = "application/json")]
+        content_type: String,
+        /// Idempotency key: a repeat within events.dedup_window publishes
+        /// nothing and prints the first event.
+        #[arg(long)]
+        key: Option<String>,
+        /// Print the answer as one JSON line.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -354,6 +386,34 @@ fn main() -> ExitCode {
             let id = ops::send(&target, &queue, body, &content_type, key.as_deref()).await?;
             writeln!(stdout(), "{id}")?;
             Ok(())
+        }),
+        Command::Events {
+            command:
+                EventsCommand::Send {
+                    event_type,
+                    tenant,
+                    data,
+                    content_type,
+                    key,
+                    json,
+                },
+        } => ops(async {
+            let payload = match data {
+                Some(d) => d.into_bytes(),
+                None => {
+                    let mut buf = Vec::new();
+                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
+                    buf
+                }
+            };
+            let event = ops::Event {
+                event_type: &event_type,
+                tenant: tenant.as_deref(),
+                payload,
+                content_type: &content_type,
+                key: key.as_deref(),
+            };
+            ops::events_send(&target, event, json, &mut stdout()).await
         }),
         Command::Dlq { command } => match command {
             DlqCommand::List {

@@ -50,6 +50,7 @@ pub(crate) const CLUSTER_APPLIED_INDEX: &str = "spoold_cluster_applied_index";
 pub(crate) const CLUSTER_SNAPSHOT_RECEIVING: &str = "spoold_cluster_snapshot_receiving";
 pub(crate) const CLUSTER_SNAPSHOT_BYTES: &str = "spoold_cluster_snapshot_received_bytes_total";
 pub(crate) const CLUSTER_SNAPSHOTS_INSTALLED: &str = "spoold_cluster_snapshots_installed_total";
+const EVENTS_TOTAL: &str = "spoold_events_total";
 
 pub(crate) const LABEL_QUEUE: &str = "queue";
 pub(crate) const LABEL_STATE: &str = "state";
@@ -257,6 +258,11 @@ fn describe() {
         "Replicated mode: bytes of snapshots this replica received (catch-up progress)."
     );
     describe_counter!(
+        EVENTS_TOTAL,
+        Unit::Count,
+        "Events published (POST /v1/events) by outcome: fanned_out, no_subscribers (no queue subscribes to the type), deduplicated."
+    );
+    describe_counter!(
         CLUSTER_SNAPSHOTS_INSTALLED,
         Unit::Count,
         "Replicated mode: snapshots this replica received and installed since start."
@@ -283,6 +289,11 @@ impl Drop for SnapshotReceiving {
 /// Replicated mode: `bytes` more of a snapshot arrived.
 pub(crate) fn record_snapshot_bytes(bytes: u64) {
     counter!(CLUSTER_SNAPSHOT_BYTES).increment(bytes);
+}
+
+/// One event published, by `outcome`.
+pub(crate) fn count_event(outcome: &'static str) {
+    counter!(EVENTS_TOTAL, "outcome" => outcome).increment(1);
 }
 
 /// Replicated mode: a received snapshot was installed.

@@ -20,7 +20,9 @@ pub use crate::journal::scan::scan_dir;
 pub use crate::journal::sim::{SimStorage, Tear};
 pub use crate::journal::storage::Storage;
 pub use crate::journal::{JournalError, RecordLoc, load_identity};
-pub use crate::spool::checkpoint::{DedupEntry, MessageEntry, QueueEntry, QueueState};
+pub use crate::spool::checkpoint::{
+    DedupEntry, EventKeyEntry, MessageEntry, QueueEntry, QueueState,
+};
 pub use crate::spool::command::IDS_PER_RECORD_MAX;
 pub use crate::spool::command::Record;
 pub use crate::spool::record::{decode_attempts, decode_payload, kind};

@@ -170,6 +170,7 @@ fn child(dir: &Path) -> ! {
                         payload: Payload {
                             content_type: "text/plain".into(),
                             request: None,
+                            event: None,
                             body: format!("writer {w} message {n} {:0>1000}", 0)
                                 .into_bytes()
                                 .into(),

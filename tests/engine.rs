@@ -29,6 +29,7 @@ async fn send_receive_ack_reads_the_payload_back_from_disk() {
                 query: "x=1".into(),
                 headers: vec![("X-Trace".into(), "t1".into())],
             }),
+            event: None,
             body: b"{\"n\":1}".to_vec().into(),
         },
         ..SendRequest::default()

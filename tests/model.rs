@@ -1,7 +1,8 @@
 //! The model test: random sequences of every operation the engine offers —
-//! sends (delayed, with dedup keys), receives, acks, nacks, renews, cancels,
+//! sends (delayed, with dedup keys), events fanned out to the queues whose
+//! patterns take their type (with idempotency keys), receives, acks, nacks, renews, cancels,
 //! purges and redrives (in failure queues too), queue creates, re-creates
-//! with the same or changed settings, deletes, pauses and resumes, clock
+//! with the same or changed settings (subscriptions too), deletes, pauses and resumes, clock
 //! jumps, expiry, failed writes, full disks, compaction (forced or not, beside
 //! an applier that holds durable records back, and cut off by a power loss
 //! at any of its steps), clean restarts and crashes (unsynced bytes dropped,
@@ -11,8 +12,9 @@
 //!
 //! After every step the engine's whole state without leases (queues with
 //! settings and pause state, every message with its queue, times, retry
-//! count and failure details, the dedup keys in their window, the epoch and
-//! the next message id) must equal the model's. After a crash and replay it
+//! count and failure details, the dedup keys in their window, the events'
+//! keys with their deliveries, the epoch and the next message id) must
+//! equal the model's. After a crash and replay it
 //! must still: every acknowledged, unsettled message is there as it was, no
 //! settled one came back, no id is ever answered twice. A send whose fsync
 //! failed is "in doubt": it may or may not be there after the crash, and if
@@ -30,19 +32,39 @@ use std::time::Duration;
 use common::*;
 use proptest::prelude::*;
 use spoold::engine::{
-    BulkOutcome, Engine, LeaseError, Origin, QueueError, SendError, SendRequest, SettleError,
-    WriteError,
+    BulkOutcome, Engine, EventError, EventRequest, LeaseError, Origin, QueueError, SendError,
+    SendRequest, SettleError, WriteError,
 };
 use spoold::spool::OnExpire;
 use spoold::spool::{
     DeadLetterFilter, FailReason, MessageId, QueueSettings, SpoolState, StatusMatch,
 };
 use spoold::testing::FailInfo;
-use spoold::testing::{MessageEntry, QueueState};
+use spoold::testing::{EventKeyEntry, MessageEntry, QueueState};
 use spoold::testing::{SimStorage, Tear};
 use spoold::time::ManualClock;
 
 const QUEUES: [&str; 3] = ["a", "b", "c"];
+/// Event types the model publishes.
+const TYPES: [&str; 5] = [
+    "invoice.paid",
+    "invoice.sent",
+    "order.created",
+    "order.eu.created",
+    "user.seen",
+];
+
+/// Whether `pattern` takes `event_type`, written apart from spoold's own
+/// matcher: `*` one segment, a last `>` one or more.
+fn takes(pattern: &str, event_type: &str) -> bool {
+    let p: Vec<&str> = pattern.split('.').collect();
+    let t: Vec<&str> = event_type.split('.').collect();
+    if p.last() == Some(&">") {
+        let fixed = &p[..p.len() - 1];
+        return t.len() > fixed.len() && fixed.iter().zip(&t).all(|(a, b)| *a == "*" || a == b);
+    }
+    p.len() == t.len() && p.iter().zip(&t).all(|(a, b)| *a == "*" || a == b)
+}
 const DAY_MS: u64 = 86_400_000;
 
 /// Each queue's settings when (re-)created.
@@ -52,11 +74,13 @@ fn base_settings(queue: &str) -> QueueSettings {
             lease_timeout_ms: 10_000,
             max_retries: 2,
             dedup_window_ms: 60_000,
+            events: vec!["invoice.*".into()],
             ..QueueSettings::default()
         },
         "b" => QueueSettings {
             lease_timeout_ms: 5_000,
             max_retries: 1,
+            events: vec![">".into()],
             ..QueueSettings::default()
         },
         _ => QueueSettings {
@@ -65,6 +89,7 @@ fn base_settings(queue: &str) -> QueueSettings {
             retention_ms: 20_000,
             on_expire: OnExpire::Fail,
             dedup_window_ms: 30_000,
+            events: vec!["invoice.paid".into(), "order.*".into()],
             ..QueueSettings::default()
         },
     }
@@ -80,6 +105,8 @@ enum Change {
     DedupWindow,
     Retention,
     OnExpire,
+    /// Subscribe to other events (or back).
+    Events,
 }
 
 fn changed(mut s: QueueSettings, change: Change) -> QueueSettings {
@@ -105,6 +132,13 @@ fn changed(mut s: QueueSettings, change: Change) -> QueueSettings {
             s.on_expire = match s.on_expire {
                 OnExpire::Fail => OnExpire::Discard,
                 OnExpire::Discard => OnExpire::Fail,
+            }
+        }
+        Change::Events => {
+            s.events = if s.events == ["order.>"] {
+                vec!["invoice.*".into()]
+            } else {
+                vec!["order.>".into()]
             }
         }
     }
@@ -146,6 +180,11 @@ enum Op {
     Send {
         queue: usize,
         delay_ms: u64,
+        key: Option<u8>,
+    },
+    /// Publish an event of `TYPES[kind]`.
+    Event {
+        kind: usize,
         key: Option<u8>,
     },
     Receive {
@@ -238,6 +277,7 @@ fn change() -> impl Strategy<Value = Change> {
         1 => Just(Change::DedupWindow),
         1 => Just(Change::Retention),
         1 => Just(Change::OnExpire),
+        1 => Just(Change::Events),
     ]
 }
 
@@ -310,6 +350,8 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (queue.clone(), prop_oneof![3 => Just(0u64), 1 => Just(1_000), 1 => Just(40_000)],
               proptest::option::weighted(0.3, 0..3u8))
             .prop_map(|(queue, delay_ms, key)| Op::Send { queue, delay_ms, key }),
+        4 => (0..TYPES.len(), proptest::option::weighted(0.3, 0..3u8))
+            .prop_map(|(kind, key)| Op::Event { kind, key }),
         5 => (queue.clone(), proptest::bool::weighted(0.25), 1..4usize)
             .prop_map(|(queue, failed, max)| Op::Receive { queue, failed, max }),
         3 => (0..8usize).prop_map(Op::Ack),
@@ -352,6 +394,8 @@ struct ModelMessage {
     visible_at: i64,
     retention_from: i64,
     body: String,
+    /// A delivery of an event: its record is shared.
+    shared: bool,
 }
 
 impl ModelMessage {
@@ -379,6 +423,10 @@ struct ModelQueue {
     breaker: bool,
 }
 
+/// An event's key as the model remembers it: key, first time, event id,
+/// deliveries.
+type EventKey = (u8, i64, MessageId, Vec<(String, MessageId)>);
+
 #[derive(Default)]
 struct Model {
     queues: BTreeMap<String, ModelQueue>,
@@ -391,6 +439,11 @@ struct Model {
     keys: BTreeMap<(String, u8), (i64, MessageId)>,
     /// Bodies of sends whose fsync failed.
     in_doubt: BTreeSet<String>,
+    /// Bodies of events whose fsync failed, and the queues each would
+    /// reach: all of them or none after the crash.
+    in_doubt_events: BTreeMap<String, (Vec<String>, Option<u8>)>,
+    /// Events' keys, oldest first: key, first time, event id, deliveries.
+    event_keys: Vec<EventKey>,
     next_body: u64,
     /// The highest id ever answered: every new one must be above it.
     max_id: u64,
@@ -459,8 +512,18 @@ impl Model {
                 visible_at,
                 retention_from: visible_at,
                 body,
+                shared: false,
             },
         );
+    }
+
+    /// The queues an event of `event_type` reaches now, by name.
+    fn subscribers(&self, event_type: &str) -> Vec<String> {
+        self.queues
+            .iter()
+            .filter(|(_, q)| q.settings.events.iter().any(|p| takes(p, event_type)))
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     fn remove(&mut self, id: MessageId) {
@@ -513,6 +576,7 @@ impl Model {
                     retention_from: m.retention_from,
                     retry_count: m.retry_count,
                     loc: ZERO_LOC,
+                    shared: m.shared,
                     attempts: None,
                     failure: m.failed.map(|(reason, failed_at)| FailInfo {
                         reason,
@@ -555,9 +619,23 @@ impl Model {
             queues,
             cluster_config: None,
             retired_nodes: Vec::new(),
+            event_keys: self
+                .event_keys
+                .iter()
+                .filter(|(_, first_at, _, _)| first_at + EVENT_WINDOW_MS > now)
+                .map(|(key, first_at, id, deliveries)| EventKeyEntry {
+                    hash: engine.tokens().dedup_hash("\0events", &format!("ev-{key}")),
+                    first_at: *first_at,
+                    id: *id,
+                    deliveries: deliveries.clone(),
+                })
+                .collect(),
         }
     }
 }
+
+/// `events.dedup_window`'s default.
+const EVENT_WINDOW_MS: i64 = 24 * 3_600_000;
 
 const ZERO_LOC: spoold::testing::RecordLoc = spoold::testing::RecordLoc {
     file: 0,
@@ -576,6 +654,9 @@ fn actual(engine: &Engine, now: i64, model: &Model, label: &str) -> SpoolState {
         model.max_id
     );
     state.next_message_id = 0;
+    state
+        .event_keys
+        .retain(|k| k.first_at + EVENT_WINDOW_MS > now);
     for q in state.queues.values_mut() {
         let window = q.queue.settings.dedup_window_ms as i64;
         q.dedup.retain(|d| d.first_at + window > now);
@@ -662,10 +743,12 @@ impl World {
         self.adopt_in_doubt(label);
     }
 
-    /// A send whose fsync failed may have reached the disk after all; if
-    /// replay found it, the model takes it in (once).
+    /// A send or event whose fsync failed may have reached the disk after
+    /// all; if replay found it, the model takes it in (once; an event with
+    /// every one of its deliveries or none).
     fn adopt_in_doubt(&mut self, label: &str) {
         let state = self.engine.state();
+        let mut events: BTreeMap<String, Vec<(String, MessageId)>> = BTreeMap::new();
         for q in state.queues.values() {
             for m in &q.messages {
                 if self.model.messages.contains_key(&m.id) {
@@ -678,12 +761,25 @@ impl World {
                 };
                 let payload = self.engine.payload(&queue, m.id).unwrap();
                 let text = String::from_utf8(payload.body.to_vec()).unwrap();
-                assert!(
-                    self.model.in_doubt.remove(&text),
-                    "{label}: unexpected message {text} in {queue}"
-                );
                 assert!(!self.model.gone.contains(&m.id), "{label}");
                 assert!(m.failure.is_none() && m.retry_count == 0, "{label}");
+                if let Some(tag) = &payload.event {
+                    assert!(
+                        self.model.in_doubt_events.contains_key(&text),
+                        "{label}: unexpected event delivery {text} in {queue}"
+                    );
+                    assert!(m.shared, "{label}");
+                    events
+                        .entry(text.clone())
+                        .or_default()
+                        .push((q.queue.name.clone(), m.id));
+                    self.model.max_id = self.model.max_id.max(tag.id.0);
+                } else {
+                    assert!(
+                        self.model.in_doubt.remove(&text),
+                        "{label}: unexpected message {text} in {queue}"
+                    );
+                }
                 self.model.max_id = self.model.max_id.max(m.id.0);
                 self.model.messages.insert(
                     m.id,
@@ -694,13 +790,73 @@ impl World {
                         enqueued_at: m.enqueued_at,
                         visible_at: m.visible_at,
                         retention_from: m.retention_from,
+                        shared: payload.event.is_some(),
                         body: text,
                     },
                 );
             }
         }
+        for (text, mut found) in events {
+            let (queues, key) = self.model.in_doubt_events.remove(&text).unwrap();
+            found.sort();
+            let reached: Vec<&String> = found.iter().map(|(q, _)| q).collect();
+            assert_eq!(
+                reached,
+                queues.iter().collect::<Vec<_>>(),
+                "{label}: event {text} came back with only some of its deliveries"
+            );
+            if let Some(key) = key {
+                let (queue, id) = &found[0];
+                let tag = self.engine.payload(queue, *id).unwrap().event.unwrap();
+                let at = self.model.messages[id].enqueued_at;
+                self.model.event_keys.push((key, at, tag.id, found));
+            }
+        }
         // What replay did not find is gone for good.
         self.model.in_doubt.clear();
+        self.model.in_doubt_events.clear();
+    }
+
+    /// An event of `event_type` (the body new), with the model's
+    /// bookkeeping.
+    async fn event(&mut self, event_type: &str, key: Option<u8>, label: &str) {
+        let now = self.now();
+        let text = self.model.new_body();
+        let request = EventRequest {
+            event_type: event_type.to_owned(),
+            tenant: None,
+            payload: body(&text).payload,
+            dedup_key: key.map(|k| format!("ev-{k}")),
+        };
+        let out = self
+            .engine
+            .publish(request)
+            .await
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        let first = key.and_then(|k| {
+            self.model
+                .event_keys
+                .iter()
+                .find(|(key, at, _, _)| *key == k && at + EVENT_WINDOW_MS > now)
+        });
+        if let Some((_, _, id, deliveries)) = first {
+            assert!(out.deduplicated, "{label}: key inside its window");
+            assert_eq!((&out.id, &out.deliveries), (id, deliveries), "{label}");
+            return;
+        }
+        assert!(!out.deduplicated, "{label}");
+        let queues: Vec<&String> = out.deliveries.iter().map(|(q, _)| q).collect();
+        let expected = self.model.subscribers(event_type);
+        assert_eq!(queues, expected.iter().collect::<Vec<_>>(), "{label}");
+        self.model.answered(out.id, label);
+        for (queue, id) in &out.deliveries {
+            self.model.answered(*id, label);
+            self.model.sent(*id, queue.clone(), now, now, text.clone());
+            self.model.messages.get_mut(id).unwrap().shared = true;
+        }
+        if let Some(k) = key {
+            self.model.event_keys.push((k, now, out.id, out.deliveries));
+        }
     }
 
     /// A send to `queue`, with the model's bookkeeping.
@@ -804,6 +960,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 delay_ms,
                 key,
             } => w.send(QUEUES[queue], delay_ms, key, &label).await,
+            Op::Event { kind, key } => w.event(TYPES[kind], key, &label).await,
             Op::Receive { queue, failed, max } => {
                 let queue = if failed {
                     format!("{}.failed", QUEUES[queue])
@@ -1197,6 +1354,17 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                             tokio::spawn(async move { engine.send(&q, body(&t)).await }),
                         ));
                     }
+                    // And an event, whose deliveries come back all or none.
+                    let text = w.model.new_body();
+                    let subscribers = w.model.subscribers("invoice.paid");
+                    let engine = w.engine.clone();
+                    let request = EventRequest {
+                        event_type: "invoice.paid".into(),
+                        tenant: None,
+                        payload: body(&text).payload,
+                        dedup_key: None,
+                    };
+                    let event = tokio::spawn(async move { engine.publish(request).await });
                     for (text, task) in tasks {
                         match task.await.unwrap() {
                             Ok(out) => {
@@ -1212,6 +1380,22 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                             }
                             Err(other) => panic!("{label}: {other:?}"),
                         }
+                    }
+                    match event.await.unwrap() {
+                        Ok(out) => {
+                            w.model.answered(out.id, &label);
+                            for (q, id) in &out.deliveries {
+                                w.model.answered(*id, &label);
+                                w.model.sent(*id, q.clone(), now, now, text.clone());
+                                w.model.messages.get_mut(id).unwrap().shared = true;
+                            }
+                        }
+                        Err(EventError::Write(
+                            WriteError::Unconfirmed { .. } | WriteError::Unavailable { .. },
+                        )) => {
+                            w.model.in_doubt_events.insert(text, (subscribers, None));
+                        }
+                        Err(other) => panic!("{label}: {other:?}"),
                     }
                 }
                 w.crash(tear.tear(), &label).await;

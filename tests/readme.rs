@@ -65,6 +65,11 @@ async fn the_quick_start_runs_as_written() {
     assert_eq!(orders["stats"]["nackedTotal"], 1, "{orders}");
     let billing = spoold.api().get_json("/v1/queues/billing").await;
     assert_eq!(billing["stats"]["sentTotal"], 1, "{billing}");
+    // The webhooks example: the event reached the audit queue, and the
+    // endpoint (deleted at the end) took it too.
+    let audit = spoold.api().get_json("/v1/queues/audit").await;
+    assert_eq!(audit["stats"]["sentTotal"], 1, "{audit}");
+    assert_eq!(audit["settings"]["events"], serde_json::json!([">"]));
     assert_eq!(spoold.stop(), 0);
 }
 

@@ -43,7 +43,10 @@ const PEEK_MAX: usize = 1000;
 const ANSWER_BYTES_MAX: usize = 4 << 20;
 const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+pub(super) fn header_str<'a>(
+    headers: &'a HeaderMap,
+    name: &str,
+) -> Result<Option<&'a str>, ApiError> {
     match headers.get(name) {
         None => Ok(None),
         Some(v) => v
@@ -62,7 +65,7 @@ fn delay_ms(headers: &HeaderMap) -> Result<u64, ApiError> {
     }
 }
 
-fn idempotency_key(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
+pub(super) fn idempotency_key(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
     match header_str(headers, name)? {
         None => Ok(None),
         Some(k) if k.is_empty() || k.len() > IDEMPOTENCY_KEY_MAX_BYTES => {
@@ -74,7 +77,7 @@ fn idempotency_key(headers: &HeaderMap, name: &str) -> Result<Option<String>, Ap
     }
 }
 
-fn content_type(headers: &HeaderMap) -> String {
+pub(super) fn content_type(headers: &HeaderMap) -> String {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -134,6 +137,7 @@ pub(crate) async fn send(
         payload: Payload {
             content_type: content_type(headers),
             request: None,
+            event: None,
             body: read_body(&state, headers, body).await?,
         },
     };
@@ -189,6 +193,7 @@ pub(crate) async fn forward(
                 query: uri.query().unwrap_or_default().to_string(),
                 headers: stored_headers(headers),
             }),
+            event: None,
             body: read_body(&state, headers, body).await?,
         },
     };
@@ -293,6 +298,19 @@ pub(crate) async fn receive(
     for (name, value) in pairs {
         if let Ok(v) = HeaderValue::from_str(&value) {
             h.insert(name, v);
+        }
+    }
+    if let Some(event) = &d.payload.event {
+        let event_id = engine.tokens().format_id(event.id);
+        let tags = [
+            ("spooler-event-type", Some(event.event_type.as_str())),
+            ("spooler-event-id", Some(event_id.as_str())),
+            ("spooler-tenant", event.tenant.as_deref()),
+        ];
+        for (name, value) in tags {
+            if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+                h.insert(name, v);
+            }
         }
     }
     if let Ok(v) = HeaderValue::from_str(&d.payload.content_type) {

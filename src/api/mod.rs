@@ -10,6 +10,7 @@ pub(crate) mod cluster;
 pub(crate) mod console;
 pub(crate) mod edge;
 pub(crate) mod error;
+pub(crate) mod events;
 pub(crate) mod filter;
 pub(crate) mod forward;
 pub(crate) mod messages;
@@ -197,6 +198,7 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
             queues::patch,
             queues::delete
         ))
+        .routes(routes!(events::publish))
         .routes(routes!(messages::send, messages::peek, messages::purge))
         .routes(routes!(messages::get_one, messages::cancel))
         .routes(routes!(messages::receive))

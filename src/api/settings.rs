@@ -43,6 +43,8 @@ pub(crate) struct SettingsView {
     dedup_window_seconds: f64,
     /// `discard` or `fail`.
     on_expire: &'static str,
+    /// Event type patterns the queue subscribes to (`POST /v1/events`).
+    events: Vec<String>,
     /// A push queue's delivery settings (absent for a pull queue).
     #[serde(flatten)]
     push: Option<PushView>,
@@ -67,6 +69,8 @@ pub(crate) struct PushView {
     ca_file: Option<String>,
     client_cert: Option<String>,
     client_key: Option<String>,
+    /// Set: only events of this tenant.
+    tenant: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -101,6 +105,7 @@ pub(crate) fn render(s: &QueueSettings) -> SettingsView {
         ca_file: s.ca_file.clone(),
         client_cert: s.client_cert.clone(),
         client_key: s.client_key.clone(),
+        tenant: s.tenant.clone(),
     });
     SettingsView {
         lease_timeout_seconds: secs(s.lease_timeout_ms),
@@ -111,6 +116,7 @@ pub(crate) fn render(s: &QueueSettings) -> SettingsView {
             OnExpire::Discard => "discard",
             OnExpire::Fail => "fail",
         },
+        events: s.events.clone(),
         push,
     }
 }
@@ -200,6 +206,11 @@ pub(crate) struct SettingsBody {
     ca_file: Option<String>,
     client_cert: Option<String>,
     client_key: Option<String>,
+    /// Event type patterns: `invoice.*` (one segment), `invoice.>` (one or
+    /// more).
+    events: Option<Vec<String>>,
+    /// A push queue only: just this tenant's events.
+    tenant: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -319,6 +330,8 @@ impl SettingsBody {
             ca_file: self.ca_file,
             client_cert: self.client_cert,
             client_key: self.client_key,
+            events: self.events.unwrap_or_default(),
+            tenant: self.tenant,
         };
         Ok((settings, warnings))
     }

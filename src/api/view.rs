@@ -45,6 +45,13 @@ pub(crate) struct MessageJson<'a> {
     body_base64: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     request: Option<RequestJson<'a>>,
+    /// A delivery of an event: its type, id and tenant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_type: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant: Option<&'a str>,
     attempts: Vec<AttemptJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     last_status: Option<u16>,
@@ -140,6 +147,9 @@ pub(crate) fn render<'a>(
         body,
         body_base64,
         request,
+        event_type: payload.event.as_ref().map(|e| e.event_type.as_str()),
+        event_id: payload.event.as_ref().map(|e| tokens.format_id(e.id)),
+        tenant: payload.event.as_ref().and_then(|e| e.tenant.as_deref()),
         attempts: attempts
             .iter()
             .map(|a| AttemptJson {

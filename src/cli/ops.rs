@@ -441,6 +441,56 @@ pub async fn send(
     Ok(num(&answer["id"]))
 }
 
+/// An event as `spoold events send` publishes it.
+pub struct Event<'a> {
+    pub event_type: &'a str,
+    pub tenant: Option<&'a str>,
+    pub payload: Vec<u8>,
+    pub content_type: &'a str,
+    pub key: Option<&'a str>,
+}
+
+/// `spoold events send TYPE`: publishes `event` (its payload as is, with
+/// its type and tenant in headers); prints the event's id, then each
+/// delivery as `QUEUE ID` (with `json`, the answer as one line).
+pub async fn events_send(
+    target: &Target,
+    event: Event<'_>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), OpsError> {
+    let mut request = target
+        .request(Method::POST, "/v1/events")
+        .header("Spooler-Event-Type", event.event_type)
+        .header("Content-Type", event.content_type)
+        .body(event.payload);
+    if let Some(tenant) = event.tenant {
+        request = request.header("Spooler-Tenant", tenant);
+    }
+    if let Some(k) = event.key {
+        request = request.header("Idempotency-Key", k);
+    }
+    let answer: Value =
+        target
+            .send(request)
+            .await?
+            .json()
+            .await
+            .map_err(|e| OpsError::Transport {
+                url: target.url.clone(),
+                reason: format!("unreadable answer: {}", with_causes(&e)),
+            })?;
+    if json {
+        writeln!(out, "{answer}")?;
+        return Ok(());
+    }
+    writeln!(out, "{}", num(&answer["id"]))?;
+    for d in answer["deliveries"].as_array().into_iter().flatten() {
+        writeln!(out, "{} {}", num(&d["queue"]), num(&d["id"]))?;
+    }
+    Ok(())
+}
+
 /// The dead-letter filters of docs/contract.md §4 as the CLI takes them.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct DeadLetterArgs {

@@ -168,6 +168,7 @@ mod tests {
             payload: Payload {
                 content_type: "text/plain".into(),
                 request: None,
+                event: None,
                 body: b"event".to_vec().into(),
             },
             delay_ms: 0,

@@ -545,6 +545,14 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
         "spooler-retry-count",
         &d.retry_count.to_string(),
     );
+    if let Some(event) = &d.payload.event {
+        put(&mut headers, "spooler-event-type", &event.event_type);
+        let event_id = shared.engine.tokens().format_id(event.id);
+        put(&mut headers, "spooler-event-id", &event_id);
+        if let Some(tenant) = &event.tenant {
+            put(&mut headers, "spooler-tenant", tenant);
+        }
+    }
     if let Some(secrets) = &settings.signing_secret {
         let timestamp = shared.engine_now_ms().div_euclid(1000);
         let signature = signature_header(secrets, &id, timestamp, &d.payload.body)?;

@@ -71,6 +71,9 @@ struct Move {
     attempts: bool,
     from: RecordLoc,
     to: RecordLoc,
+    /// The first message to point at `from`: the record is copied once,
+    /// however many messages (an event's deliveries) point at it.
+    copy: bool,
 }
 
 /// What step 1 decided.
@@ -136,7 +139,7 @@ impl Engine {
         let mut pack = None;
         if !plan.moves.is_empty() {
             let reader = &self.inner.reader;
-            let frames = plan.moves.iter().map(|m| {
+            let frames = plan.moves.iter().filter(|m| m.copy).map(|m| {
                 reader
                     .read_frame_from(&plan.handles[&m.from.file], m.from)
                     .map_err(|e| std::io::Error::other(e.to_string()))
@@ -227,7 +230,7 @@ impl Engine {
             .adjust_disk_bytes(added as i64 - removed as i64);
         Ok(Some(CompactReport {
             files: obsolete,
-            records_moved: plan.moves.len(),
+            records_moved: plan.moves.iter().filter(|m| m.copy).count(),
             bytes_before,
             bytes_after: pack_bytes,
             checkpoint_seq: plan.seq,
@@ -261,9 +264,21 @@ impl Engine {
         let pack = FileId::Pack(pack_id).to_loc();
         let mut moves = Vec::new();
         let mut offset = FILE_HEADER_BYTES as u64;
+        let mut placed: HashMap<RecordLoc, RecordLoc> = HashMap::new();
         let mut relocate = |u: LocUse<'_>| {
             if !in_run.contains(&u.loc.file) {
                 return u.loc;
+            }
+            if let Some(&to) = placed.get(&u.loc) {
+                moves.push(Move {
+                    queue: u.queue.to_owned(),
+                    id: u.id,
+                    attempts: u.attempts,
+                    from: u.loc,
+                    to,
+                    copy: false,
+                });
+                return to;
             }
             let to = RecordLoc {
                 file: pack,
@@ -277,7 +292,9 @@ impl Engine {
                 attempts: u.attempts,
                 from: u.loc,
                 to,
+                copy: true,
             });
+            placed.insert(u.loc, to);
             to
         };
         let meta = CheckpointMeta {

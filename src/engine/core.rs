@@ -21,6 +21,9 @@ pub(super) struct Core {
     /// Sends with a dedup key whose first send is still being written:
     /// later sends with the same key wait here and answer as it does.
     pub pending_dedup: HashMap<(String, u64), Vec<SendReply>>,
+    /// Keys of events still being written, and since when: a repeat gets
+    /// a `409` meanwhile (Svix answers the same).
+    pub pending_events: HashMap<u64, Millis>,
     notifies: HashMap<String, Arc<Notify>>,
     /// What compaction needs to know of each log segment and pack, by the
     /// file id of a [`crate::journal::RecordLoc`]. A log segment appears
@@ -58,6 +61,7 @@ impl Core {
             spool,
             last_now,
             pending_dedup: HashMap::new(),
+            pending_events: HashMap::new(),
             notifies: HashMap::new(),
             files: BTreeMap::new(),
             checkpoint: None,
@@ -135,6 +139,11 @@ impl Core {
                     self.spool.release(&failed, *id);
                 }
                 self.wake_all(&failed);
+            }
+            Command::Event(meta) => {
+                if let Some(hash) = meta.dedup_hash {
+                    self.pending_events.remove(&hash);
+                }
             }
             _ => {}
         }

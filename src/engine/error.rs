@@ -63,6 +63,38 @@ pub enum SendError {
     Write(#[from] WriteError),
 }
 
+/// What publishing an event can answer.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    /// A field of the event is malformed.
+    #[error("{field}: {problem}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+    },
+
+    /// More queues subscribe to the type than `events.max_subscribers`.
+    #[error(
+        "type: {subscribers} queues subscribe to {event_type}, more than \
+         events.max_subscribers = {max}"
+    )]
+    TooManySubscribers {
+        event_type: String,
+        subscribers: usize,
+        max: usize,
+    },
+
+    /// The first event with this idempotency key is still being written.
+    #[error("an event with this Idempotency-Key is still being written: ask again")]
+    KeyInProgress,
+
+    #[error("spool is full: {journal_bytes} of {max_bytes} bytes in use")]
+    SpoolFull { journal_bytes: u64, max_bytes: u64 },
+
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
 /// What a receive (or a worker's lease) can answer.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {

@@ -11,7 +11,7 @@ use super::token::LeaseToken;
 use super::{Delivery, Engine, RECEIVE_BATCH_MAX};
 use crate::journal::storage::StorageFile;
 use crate::journal::{JournalError, RecordLoc};
-use crate::spool::record::{DecodeError, decode_payload};
+use crate::spool::record::{DecodeError, decode_payload_of};
 use crate::spool::{Command, Leased, MessageState, MessageView, Payload, SpoolError};
 use crate::time::Millis;
 
@@ -176,7 +176,7 @@ impl Engine {
         file: PinnedFile,
         loc: RecordLoc,
     ) -> Result<Payload, ReadError> {
-        self.read_decoded(file, loc, "enqueue record", decode_payload)
+        self.read_decoded(file, loc, "enqueue record", decode_payload_of)
     }
 
     /// Reads the record at `loc` through a handle taken under the core
@@ -187,10 +187,10 @@ impl Engine {
         file: PinnedFile,
         loc: RecordLoc,
         what: &str,
-        decode: impl FnOnce(&[u8]) -> Result<T, DecodeError>,
+        decode: impl FnOnce(u8, &[u8]) -> Result<T, DecodeError>,
     ) -> Result<T, ReadError> {
-        let body = self.inner.reader.read_body_from(&file?, loc)?;
-        decode(&body).map_err(|e| {
+        let (kind, body) = self.inner.reader.read_record_from(&file?, loc)?;
+        decode(kind, &body).map_err(|e| {
             ReadError(JournalError::BadRecord {
                 file: self
                     .inner

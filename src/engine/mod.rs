@@ -21,7 +21,7 @@
 //! retention into records.
 //!
 //! The files: `open.rs` (start-up), `send.rs`, `lease.rs` (receive and
-//! settling leases), `messages.rs`, `queues.rs`, `settle.rs` (a delivery
+//! settling leases), `messages.rs`, `events.rs` (fan-out), `queues.rs`, `settle.rs` (a delivery
 //! worker's outcome), `timer.rs`, `compact.rs`, `rebuild.rs` (upgrade and
 //! repair), `core.rs` (the state behind the lock), `sink.rs` (apply and
 //! answer), `write.rs`, `rules.rs`, `token.rs`, `error.rs`.
@@ -29,6 +29,7 @@
 pub(crate) mod compact;
 mod core;
 pub(crate) mod error;
+mod events;
 mod lease;
 mod messages;
 mod open;
@@ -52,8 +53,9 @@ use tokio::sync::watch;
 pub use self::core::Arrival;
 use self::core::{Core, Shared};
 pub use error::{
-    LeaseError, MessageError, QueueError, ReadError, SendError, SettleError, WriteError,
+    EventError, LeaseError, MessageError, QueueError, ReadError, SendError, SettleError, WriteError,
 };
+pub use events::{EventOutcome, EventRequest};
 pub use queues::BulkOutcome;
 pub use rules::{Origin, Policy};
 use sink::Entry;

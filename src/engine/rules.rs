@@ -23,12 +23,32 @@ pub enum Origin {
     Api,
 }
 
-/// What the server's configuration allows any queue.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What the server's configuration allows any queue, and any event.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// Host patterns a destination must match (`*.example.com`); `None`:
     /// any host.
     pub allowed_destinations: Option<Vec<String>>,
+    /// Most queues one event may go to (`events.max_subscribers`): an event
+    /// that more queues subscribe to is refused.
+    pub max_event_subscribers: usize,
+    /// How long an event's idempotency key is remembered
+    /// (`events.dedup_window`).
+    pub event_dedup_window_ms: u64,
+}
+
+/// Defaults of the `[events]` table.
+pub(crate) const MAX_EVENT_SUBSCRIBERS_DEFAULT: usize = 10_000;
+pub(crate) const EVENT_DEDUP_WINDOW_MS_DEFAULT: u64 = 24 * 3_600_000;
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            allowed_destinations: None,
+            max_event_subscribers: MAX_EVENT_SUBSCRIBERS_DEFAULT,
+            event_dedup_window_ms: EVENT_DEDUP_WINDOW_MS_DEFAULT,
+        }
+    }
 }
 
 /// Largest TLS file (a CA bundle, a certificate, a key) spoold reads.

@@ -46,7 +46,7 @@ impl Engine {
             }
         };
         let (file, loc) = pinned;
-        self.read_decoded(file, loc, "attempt record", decode_attempts)
+        self.read_decoded(file, loc, "attempt record", |_, body| decode_attempts(body))
     }
 
     /// When the open circuit breaker of `queue` probes next; `None` while

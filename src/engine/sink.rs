@@ -186,6 +186,11 @@ pub(super) fn apply(
     loc: RecordLoc,
 ) -> Applied {
     let applied = core.spool.apply(record, seq, loc);
+    if let Command::Event(meta) = &record.command
+        && let Some(hash) = meta.dedup_hash
+    {
+        core.pending_events.remove(&hash);
+    }
     if applied != Applied::Missing {
         announce(shared, &record.command);
     }
@@ -204,6 +209,11 @@ fn announce(shared: &Shared, command: &Command<'_>) {
     };
     match command {
         Command::Enqueue(meta) => send(meta.queue.to_string(), meta.id),
+        Command::Event(meta) => {
+            for (queue, id) in &meta.deliveries {
+                send(queue.to_string(), *id);
+            }
+        }
         Command::Fail { queue, id, .. } => send(failed_queue_name(queue), *id),
         Command::Redrive { queue, ids } => {
             for id in ids {
@@ -218,6 +228,11 @@ fn announce(shared: &Shared, command: &Command<'_>) {
 fn wake_after(core: &Core, command: &Command<'_>) {
     match command {
         Command::Enqueue(meta) => core.wake_one(&meta.queue),
+        Command::Event(meta) => {
+            for (queue, _) in &meta.deliveries {
+                core.wake_one(queue);
+            }
+        }
         Command::Retry { queue, .. } => core.wake_one(queue),
         Command::Fail { queue, .. } => core.wake_one(&failed_queue_name(queue)),
         Command::Redrive { queue, .. } => core.wake_all(queue),

@@ -83,6 +83,18 @@ impl SegmentReader {
         Ok(frame[super::format::FRAME_HEADER_BYTES..].to_vec())
     }
 
+    /// The kind and body of the record at `loc`, checked as
+    /// [`SegmentReader::read_body_from`] does.
+    pub(crate) fn read_record_from(
+        &self,
+        file: &Arc<dyn StorageFile>,
+        loc: RecordLoc,
+    ) -> Result<(u8, Vec<u8>), JournalError> {
+        let frame = self.read_frame_from(file, loc)?;
+        let kind = super::format::FrameHeader::peek(&frame).kind;
+        Ok((kind, frame[super::format::FRAME_HEADER_BYTES..].to_vec()))
+    }
+
     /// The whole frame (header and body) at `loc`, checked.
     pub(crate) fn read_frame_from(
         &self,

@@ -39,6 +39,7 @@ pub(crate) mod kind {
     pub(crate) const DEDUP: u8 = 67;
     pub(crate) const END: u8 = 68;
     pub(crate) const CLUSTER: u8 = 69;
+    pub(crate) const EVENT_KEYS: u8 = 70;
 }
 
 /// Version of the chunk layouts inside a checkpoint.
@@ -111,6 +112,8 @@ pub struct MessageEntry {
     pub retention_from: Millis,
     pub retry_count: u32,
     pub loc: RecordLoc,
+    /// `loc` is an event's record, shared with its other deliveries.
+    pub shared: bool,
     pub attempts: Option<RecordLoc>,
     pub failure: Option<FailInfo>,
 }
@@ -136,6 +139,17 @@ pub struct SpoolState {
     pub cluster_config: Option<Vec<u8>>,
     /// Replicated mode: node ids that may never be members again.
     pub retired_nodes: Vec<u64>,
+    /// Events' idempotency keys, oldest first.
+    pub event_keys: Vec<EventKeyEntry>,
+}
+
+/// A remembered event key: the event and its deliveries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventKeyEntry {
+    pub hash: u64,
+    pub first_at: Millis,
+    pub id: MessageId,
+    pub deliveries: Vec<(String, MessageId)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -173,6 +187,15 @@ impl Spool {
             queues: BTreeMap::new(),
             cluster_config: self.cluster_config().map(<[u8]>::to_vec),
             retired_nodes: self.retired_nodes().iter().copied().collect(),
+            event_keys: self
+                .event_keys()
+                .map(|(hash, seen)| EventKeyEntry {
+                    hash,
+                    first_at: seen.first_at,
+                    id: seen.id,
+                    deliveries: seen.deliveries.clone(),
+                })
+                .collect(),
         };
         self.for_each_queue(|queue, messages, dedup| {
             state.queues.insert(
@@ -281,6 +304,24 @@ impl Spool {
             put_u32(&mut begin, *f);
         }
         out.chunks.insert(0, (kind::BEGIN, begin));
+        let mut keys = self.event_keys().peekable();
+        if keys.peek().is_some() {
+            out.start(kind::EVENT_KEYS, Vec::new());
+            let mut e = Vec::new();
+            for (hash, seen) in keys {
+                e.clear();
+                put_u64(&mut e, hash);
+                put_i64(&mut e, seen.first_at);
+                put_u64(&mut e, seen.id.0);
+                put_u32(&mut e, seen.deliveries.len() as u32);
+                for (queue, id) in &seen.deliveries {
+                    put_str16(&mut e, queue);
+                    put_u64(&mut e, id.0);
+                }
+                out.entry(&e);
+            }
+            out.finish();
+        }
         if let Some(config) = self.cluster_config() {
             let mut body = Vec::new();
             put_bytes32(&mut body, config);
@@ -344,6 +385,7 @@ const EMPTY_ENTRY: MessageEntry = MessageEntry {
         offset: 0,
         len: 0,
     },
+    shared: false,
     attempts: None,
     failure: None,
 };
@@ -439,6 +481,9 @@ fn encode_message(out: &mut Vec<u8>, m: &MessageEntry, previous: &MessageEntry) 
     if m.failure.is_some() {
         flags |= 4;
     }
+    if m.shared {
+        flags |= 8;
+    }
     out.push(flags);
     put_ivarint(out, m.enqueued_at.wrapping_sub(previous.enqueued_at));
     put_ivarint(out, m.visible_at.wrapping_sub(m.enqueued_at));
@@ -517,6 +562,7 @@ fn decode_message(
         retention_from,
         retry_count,
         loc,
+        shared: flags & 8 != 0,
         attempts,
         failure,
     })
@@ -720,6 +766,25 @@ impl CheckpointLoader {
                     self.counts.dedup += 1;
                 }
             }
+            (kind::EVENT_KEYS, Some(spool)) => {
+                let n = r.u32()?;
+                for _ in 0..n {
+                    let hash = r.u64()?;
+                    let first_at = r.i64()?;
+                    let id = r.id()?;
+                    let count = r.u32()? as usize;
+                    let mut deliveries = Vec::with_capacity(count.min(r.buf.len() / 10));
+                    for _ in 0..count {
+                        deliveries.push((r.str16()?.to_owned(), r.id()?));
+                    }
+                    let seen = super::state::EventSeen {
+                        first_at,
+                        id,
+                        deliveries,
+                    };
+                    spool.restore_event_key(hash, seen);
+                }
+            }
             (kind::CLUSTER, Some(spool)) => {
                 if spool.cluster_config().is_some() {
                     return Err(DecodeError("a second CLUSTER chunk".into()));
@@ -802,6 +867,7 @@ impl Spool {
             loc: m.loc,
             retry_count: m.retry_count,
             pending: false,
+            shared: m.shared,
         };
         self.restore_into(&name, m.id, message, m.failure, m.attempts)
     }

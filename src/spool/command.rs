@@ -25,7 +25,7 @@ use super::queue::QueueSettings;
 use crate::time::Millis;
 
 /// A message id: unique within a spool, never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct MessageId(pub u64);
 
 /// Most message ids one purge or redrive record lists: a purge of a huge
@@ -89,6 +89,30 @@ pub struct EnqueueMeta<'a> {
     pub dedup_hash: Option<u64>,
 }
 
+/// An event: one record that is a message in every queue subscribing to
+/// its type (`spool::event`), each delivery with an id of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventMeta<'a> {
+    /// The event's own id (no message has it).
+    pub id: MessageId,
+    pub event_type: Cow<'a, str>,
+    pub tenant: Option<Cow<'a, str>>,
+    pub visible_at: Millis,
+    /// Hash of the `Idempotency-Key`, when the event had one.
+    pub dedup_hash: Option<u64>,
+    /// The queue and message id of each delivery, queues in name order.
+    pub deliveries: Vec<(Cow<'a, str>, MessageId)>,
+}
+
+/// What an event's deliveries carry besides the payload: its type and
+/// tenant (sent as `Spooler-Event-Type`, `Spooler-Tenant`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventTag {
+    pub id: MessageId,
+    pub event_type: String,
+    pub tenant: Option<String>,
+}
+
 /// A stored outbound HTTP request (what `/v1/forward` keeps besides the
 /// body).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -120,6 +144,8 @@ pub(crate) const ATTEMPTS_KEPT: usize = 10;
 pub struct Payload {
     pub content_type: String,
     pub request: Option<StoredRequest>,
+    /// Set when the message is a delivery of an event.
+    pub event: Option<EventTag>,
     /// Shared, not copied: the HTTP layer's buffer goes straight into the
     /// journal record, and a delivery attempt clones a reference.
     pub body: Bytes,
@@ -140,6 +166,8 @@ pub enum Command<'a> {
         paused: bool,
     },
     Enqueue(EnqueueMeta<'a>),
+    /// An event and its deliveries (each an enqueue into its queue).
+    Event(EventMeta<'a>),
     /// Removes a message for good.
     Ack {
         queue: Cow<'a, str>,

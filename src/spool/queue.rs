@@ -85,6 +85,10 @@ pub struct QueueSettings {
     pub ca_file: Option<String>,
     pub client_cert: Option<String>,
     pub client_key: Option<String>,
+    /// Event types the queue subscribes to (`spool::event` patterns).
+    pub events: Vec<String>,
+    /// Set: only the events of this tenant (a push queue only).
+    pub tenant: Option<String>,
 }
 
 impl Default for QueueSettings {
@@ -107,6 +111,8 @@ impl Default for QueueSettings {
             ca_file: None,
             client_cert: None,
             client_key: None,
+            events: Vec::new(),
+            tenant: None,
         }
     }
 }
@@ -140,6 +146,8 @@ pub enum Field {
     CaFile,
     ClientCert,
     ClientKey,
+    Events,
+    Tenant,
 }
 
 impl Field {
@@ -165,6 +173,8 @@ impl Field {
             Field::CaFile => "ca_file",
             Field::ClientCert => "client_cert",
             Field::ClientKey => "client_key",
+            Field::Events => "events",
+            Field::Tenant => "tenant",
         }
     }
 
@@ -190,6 +200,8 @@ impl Field {
             Field::CaFile => "caFile",
             Field::ClientCert => "clientCert",
             Field::ClientKey => "clientKey",
+            Field::Events => "events",
+            Field::Tenant => "tenant",
         }
     }
 }
@@ -431,6 +443,35 @@ impl QueueSettings {
                 Field::ClientCert,
                 "client_cert and client_key go together",
             ));
+        }
+        if self.events.len() > super::event::PATTERNS_MAX {
+            return Err(SettingsError::new(
+                Field::Events,
+                format!(
+                    "{} patterns: allowed at most {}",
+                    self.events.len(),
+                    super::event::PATTERNS_MAX
+                ),
+            ));
+        }
+        if let Some(problem) = self
+            .events
+            .iter()
+            .find_map(|p| super::event::pattern_problem(p))
+        {
+            return Err(SettingsError::new(Field::Events, problem));
+        }
+        if let Some(tenant) = &self.tenant {
+            if !self.is_push() {
+                return Err(SettingsError::new(
+                    Field::Tenant,
+                    "a tenant filter is for a push queue (one with a destination): \
+                     a pull queue's consumers filter for themselves",
+                ));
+            }
+            if let Some(problem) = super::event::tenant_problem(tenant) {
+                return Err(SettingsError::new(Field::Tenant, problem));
+            }
         }
         Ok(())
     }

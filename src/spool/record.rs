@@ -12,7 +12,8 @@ use bytes::Bytes;
 
 use super::codec::{Reader, put_bytes32, put_i64, put_str16, put_u32, put_u64};
 use super::command::{
-    ATTEMPTS_KEPT, AttemptInfo, Command, EnqueueMeta, FailReason, Payload, Record, StoredRequest,
+    ATTEMPTS_KEPT, AttemptInfo, Command, EnqueueMeta, EventMeta, EventTag, FailReason, Payload,
+    Record, StoredRequest,
 };
 
 /// Record kind bytes.
@@ -41,11 +42,16 @@ pub mod kind {
     pub const RAFT_MEMBERSHIP: u8 = 16;
     /// Replicated mode: a node id that may never be a member again.
     pub const RETIRE_NODE: u8 = 17;
+    /// An event and its deliveries, with the payload they share.
+    pub const EVENT: u8 = 18;
 }
 
 /// An enqueue's flags: it carries a dedup key hash; a stored request.
 const ENQUEUE_HAS_DEDUP: u8 = 1;
 const ENQUEUE_HAS_REQUEST: u8 = 2;
+/// An event's flags: it carries a dedup key hash; a tenant.
+const EVENT_HAS_DEDUP: u8 = 1;
+const EVENT_HAS_TENANT: u8 = 2;
 
 /// Why a checksummed record body did not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -58,6 +64,7 @@ impl Record<'_> {
             Command::QueueDelete { .. } => kind::QUEUE_DELETE,
             Command::QueuePause { .. } => kind::QUEUE_PAUSE,
             Command::Enqueue(_) => kind::ENQUEUE,
+            Command::Event(_) => kind::EVENT,
             Command::Ack { .. } => kind::ACK,
             Command::Retry { .. } => kind::RETRY,
             Command::Fail { .. } => kind::FAIL,
@@ -119,6 +126,31 @@ impl Record<'_> {
                         put_bytes32(out, value.as_bytes());
                     }
                 }
+                put_bytes32(out, &payload.body);
+            }
+            Command::Event(meta) => {
+                let payload = payload.expect("bug: event encoded without its payload");
+                put_u64(out, meta.id.0);
+                put_i64(out, meta.visible_at);
+                let mut flags = 0u8;
+                if meta.dedup_hash.is_some() {
+                    flags |= EVENT_HAS_DEDUP;
+                }
+                if meta.tenant.is_some() {
+                    flags |= EVENT_HAS_TENANT;
+                }
+                out.push(flags);
+                put_u64(out, meta.dedup_hash.unwrap_or(0));
+                put_str16(out, &meta.event_type);
+                if let Some(tenant) = &meta.tenant {
+                    put_str16(out, tenant);
+                }
+                put_u32(out, meta.deliveries.len() as u32);
+                for (queue, id) in &meta.deliveries {
+                    put_str16(out, queue);
+                    put_u64(out, id.0);
+                }
+                put_str16(out, &payload.content_type);
                 put_bytes32(out, &payload.body);
             }
             Command::Ack { queue, id }
@@ -218,6 +250,7 @@ impl Record<'_> {
                 paused: r.u8()? != 0,
             },
             kind::ENQUEUE => Command::Enqueue(read_enqueue_head(&mut r)?.0),
+            kind::EVENT => Command::Event(read_event_head(&mut r)?),
             kind::ACK => Command::Ack {
                 queue: Cow::Borrowed(r.str16()?),
                 id: r.id()?,
@@ -330,6 +363,34 @@ fn read_enqueue_head<'a>(r: &mut Reader<'a>) -> Result<(EnqueueMeta<'a>, u8), De
     Ok((meta, flags))
 }
 
+/// An event body after its `at`, up to its payload. The one reader of
+/// this layout.
+fn read_event_head<'a>(r: &mut Reader<'a>) -> Result<EventMeta<'a>, DecodeError> {
+    let id = r.id()?;
+    let visible_at = r.i64()?;
+    let flags = r.u8()?;
+    let hash = r.u64()?;
+    let event_type = Cow::Borrowed(r.str16()?);
+    let tenant = if flags & EVENT_HAS_TENANT != 0 {
+        Some(Cow::Borrowed(r.str16()?))
+    } else {
+        None
+    };
+    let n = r.u32()? as usize;
+    let mut deliveries = Vec::with_capacity(n.min(r.buf.len() / 10));
+    for _ in 0..n {
+        deliveries.push((Cow::Borrowed(r.str16()?), r.id()?));
+    }
+    Ok(EventMeta {
+        id,
+        event_type,
+        tenant,
+        visible_at,
+        dedup_hash: (flags & EVENT_HAS_DEDUP != 0).then_some(hash),
+        deliveries,
+    })
+}
+
 /// Decodes the attempts of an attempt record's body.
 pub fn decode_attempts(body: &[u8]) -> Result<Vec<AttemptInfo>, DecodeError> {
     match Record::decode(kind::ATTEMPT, body)?.command {
@@ -341,8 +402,29 @@ pub fn decode_attempts(body: &[u8]) -> Result<Vec<AttemptInfo>, DecodeError> {
 /// Decodes the on-disk part of an enqueue body: content type, stored
 /// request and payload bytes.
 pub fn decode_payload(body: &[u8]) -> Result<Payload, DecodeError> {
+    decode_payload_of(kind::ENQUEUE, body)
+}
+
+/// Decodes the payload of an enqueue or an event record: content type,
+/// stored request (an enqueue's), event tag (an event's) and bytes.
+pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload, DecodeError> {
     let mut r = Reader { buf: body, pos: 0 };
     r.i64()?; // at
+    if record_kind == kind::EVENT {
+        let meta = read_event_head(&mut r)?;
+        let content_type = r.str16()?.to_owned();
+        let body = Bytes::copy_from_slice(r.bytes32()?);
+        return Ok(Payload {
+            content_type,
+            request: None,
+            event: Some(EventTag {
+                id: meta.id,
+                event_type: meta.event_type.into_owned(),
+                tenant: meta.tenant.map(Cow::into_owned),
+            }),
+            body,
+        });
+    }
     let (_, flags) = read_enqueue_head(&mut r)?;
     let content_type = r.str16()?.to_owned();
     let request = if flags & ENQUEUE_HAS_REQUEST != 0 {
@@ -367,6 +449,7 @@ pub fn decode_payload(body: &[u8]) -> Result<Payload, DecodeError> {
     Ok(Payload {
         content_type,
         request,
+        event: None,
         body,
     })
 }
@@ -481,6 +564,7 @@ mod tests {
                 query: "x=1".into(),
                 headers: vec![("X-A".into(), "1".into())],
             }),
+            event: None,
             body: Bytes::from_static(b"{\"a\":1}"),
         };
         let record = Record {
@@ -496,6 +580,43 @@ mod tests {
         let mut body = Vec::new();
         record.encode(Some(&payload), &mut body);
         assert_eq!(decode_payload(&body).unwrap(), payload);
+    }
+
+    #[test]
+    fn an_event_lists_its_deliveries_and_keeps_one_payload_on_disk() {
+        let payload = Payload {
+            content_type: "application/json".into(),
+            request: None,
+            event: None,
+            body: Bytes::from_static(b"{\"invoice\":7}"),
+        };
+        for tenant in [None, Some(Cow::Borrowed("cus_42"))] {
+            let meta = EventMeta {
+                id: MessageId(10),
+                event_type: Cow::Borrowed("invoice.paid"),
+                tenant: tenant.clone(),
+                visible_at: 6,
+                dedup_hash: tenant.as_ref().map(|_| 0xbeef),
+                deliveries: vec![
+                    (Cow::Borrowed("cus-1"), MessageId(11)),
+                    (Cow::Borrowed("cus-2"), MessageId(12)),
+                ],
+            };
+            let record = Record {
+                at: 5,
+                command: Command::Event(meta),
+            };
+            round_trip(record.clone(), Some(&payload));
+            let mut body = Vec::new();
+            record.encode(Some(&payload), &mut body);
+            let read = decode_payload_of(kind::EVENT, &body).unwrap();
+            assert_eq!(read.body, payload.body);
+            assert_eq!(read.content_type, payload.content_type);
+            let tag = read.event.unwrap();
+            assert_eq!(tag.id, MessageId(10));
+            assert_eq!(tag.event_type, "invoice.paid");
+            assert_eq!(tag.tenant.as_deref(), tenant.as_deref());
+        }
     }
 
     #[test]

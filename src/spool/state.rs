@@ -15,7 +15,8 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use super::command::{Command, EnqueueMeta, FailReason, MessageId, Record};
+use super::command::{Command, EnqueueMeta, EventMeta, FailReason, MessageId, Record};
+use super::event::Subscriptions;
 use super::filter::{DeadLetterFilter, Selection};
 use super::queue::{OnExpire, QueueSettings, failed_queue_name};
 use crate::journal::RecordLoc;
@@ -34,6 +35,9 @@ pub struct Message {
     pub retry_count: u32,
     /// A removal or move of this message is being written.
     pub pending: bool,
+    /// Its record is an event's, which other messages (the event's other
+    /// deliveries) point at too.
+    pub shared: bool,
 }
 
 /// A consumer's (or push worker's) hold on a message. Memory only.
@@ -206,6 +210,7 @@ impl Queue {
                 retention_from: m.retention_from,
                 retry_count: m.retry_count,
                 loc: m.loc,
+                shared: m.shared,
                 attempts: self.attempts.get(&id).copied(),
                 failure: self.failures.get(&id).copied(),
             })
@@ -303,6 +308,14 @@ pub struct QueueStats {
     pub next_probe_at: Option<Millis>,
 }
 
+/// An event remembered by its idempotency key: what a repeat answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EventSeen {
+    pub first_at: Millis,
+    pub id: MessageId,
+    pub deliveries: Vec<(String, MessageId)>,
+}
+
 /// Why a reservation was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SpoolError {
@@ -337,6 +350,15 @@ pub(crate) struct Spool {
     /// here point at (their enqueue record, their newest attempt record).
     /// What compaction would have to copy out of the file.
     live_bytes: BTreeMap<u32, u64>,
+    /// How many messages point at each shared record (an event's, one per
+    /// delivery still here): its bytes count once in `live_bytes`.
+    shared_refs: HashMap<RecordLoc, u32>,
+    /// Which queues subscribe to which event types.
+    subscriptions: Subscriptions,
+    /// Idempotency keys of events: hash → the event as first sent.
+    event_dedup: HashMap<u64, EventSeen>,
+    /// The same keys by when they were first seen, oldest first.
+    event_dedup_order: VecDeque<(Millis, u64)>,
     /// Replicated mode: the replica set as last applied, in bytes only the
     /// cluster module reads (`src/cluster/store.rs`). A checkpoint keeps
     /// it, so that the log behind a checkpoint can go.
@@ -460,6 +482,7 @@ impl Spool {
             Command::QueueDelete { name } => self.delete_queue(name),
             Command::QueuePause { name, paused } => self.apply_pause(name, *paused),
             Command::Enqueue(meta) => self.apply_enqueue(meta, at, loc),
+            Command::Event(meta) => self.apply_event(meta, at, loc),
             Command::Ack { queue, id } => self.remove(queue, *id, |c| c.acked += 1),
             Command::Expire { queue, id } => self.remove(queue, *id, |c| c.expired += 1),
             Command::Cancel { queue, id } => self.remove(queue, *id, |_| {}),
@@ -589,12 +612,12 @@ impl Spool {
         for id in ids {
             if let Some((m, _)) = q.take(*id) {
                 n += 1;
-                gone.push(m.loc);
-                gone.extend(q.attempts.remove(id));
+                gone.push((m.loc, m.shared));
+                gone.extend(q.attempts.remove(id).map(|a| (a, false)));
             }
         }
-        for loc in gone {
-            self.forget_bytes(loc);
+        for (loc, shared) in gone {
+            self.release_record(loc, shared);
         }
         Applied::Count(n)
     }
@@ -707,7 +730,7 @@ impl Spool {
             q.attempts.insert(id, a);
             self.count_bytes(a);
         }
-        self.count_bytes(message.loc);
+        self.hold_record(message.loc, message.shared);
         Ok(())
     }
 
@@ -799,7 +822,7 @@ impl Spool {
             return;
         };
         let attempts = q.attempts.remove(&id);
-        self.forget_bytes(message.loc);
+        self.release_record(message.loc, message.shared);
         if let Some(a) = attempts {
             self.forget_bytes(a);
         }
@@ -839,6 +862,10 @@ impl Spool {
         if let Some(&qid) = self.names.get(name) {
             let q = self.queues.get_mut(&qid).expect("bug: name without queue");
             q.prune_dedup(at);
+            if q.settings.events != settings.events {
+                self.subscriptions.remove(name, &q.settings.events);
+                self.subscriptions.add(name, &settings.events);
+            }
             q.settings = settings.clone();
             q.managed_by_config = managed_by_config;
             if let Some(fid) = q.failed {
@@ -862,6 +889,7 @@ impl Spool {
         self.names.insert(fname, fid);
         self.queues.insert(qid, q);
         self.queues.insert(fid, fq);
+        self.subscriptions.add(name, &settings.events);
     }
 
     fn delete_queue(&mut self, name: &str) -> Applied {
@@ -869,17 +897,19 @@ impl Spool {
             return Applied::Missing;
         };
         let q = self.queues.remove(&qid).expect("bug: name without queue");
-        let mut gone: Vec<RecordLoc> = q.messages.values().map(|m| m.loc).collect();
-        gone.extend(q.attempts.values());
+        self.subscriptions.remove(name, &q.settings.events);
+        let mut gone: Vec<(RecordLoc, bool)> =
+            q.messages.values().map(|m| (m.loc, m.shared)).collect();
+        gone.extend(q.attempts.values().map(|&a| (a, false)));
         if let Some(fid) = q.failed
             && let Some(fq) = self.queues.remove(&fid)
         {
             self.names.remove(&fq.name);
-            gone.extend(fq.messages.values().map(|m| m.loc));
-            gone.extend(fq.attempts.values());
+            gone.extend(fq.messages.values().map(|m| (m.loc, m.shared)));
+            gone.extend(fq.attempts.values().map(|&a| (a, false)));
         }
-        for loc in gone {
-            self.forget_bytes(loc);
+        for (loc, shared) in gone {
+            self.release_record(loc, shared);
         }
         Applied::Done
     }
@@ -900,6 +930,7 @@ impl Spool {
                 loc,
                 retry_count: 0,
                 pending: false,
+                shared: false,
             },
         );
         q.counters.sent += 1;
@@ -908,6 +939,110 @@ impl Spool {
             q.dedup_order.push_back((at, hash));
         }
         Applied::Done
+    }
+
+    /// An event: a message in each queue of its deliveries that still
+    /// exists, all pointing at the one record; its key remembered.
+    fn apply_event(&mut self, meta: &EventMeta<'_>, at: Millis, loc: RecordLoc) -> Applied {
+        let top = meta
+            .deliveries
+            .iter()
+            .map(|(_, id)| id.0)
+            .max()
+            .unwrap_or(0);
+        self.next_message_id = self
+            .next_message_id
+            .max(meta.id.0.max(top).saturating_add(1));
+        let mut n = 0;
+        for (queue, id) in &meta.deliveries {
+            let Some(&qid) = self.names.get(queue.as_ref()) else {
+                continue;
+            };
+            self.hold_record(loc, true);
+            let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+            q.insert(
+                *id,
+                Message {
+                    enqueued_at: at,
+                    visible_at: meta.visible_at,
+                    retention_from: meta.visible_at,
+                    loc,
+                    retry_count: 0,
+                    pending: false,
+                    shared: true,
+                },
+            );
+            q.counters.sent += 1;
+            n += 1;
+        }
+        if let Some(hash) = meta.dedup_hash {
+            let seen = EventSeen {
+                first_at: at,
+                id: meta.id,
+                deliveries: meta
+                    .deliveries
+                    .iter()
+                    .map(|(q, id)| (q.to_string(), *id))
+                    .collect(),
+            };
+            self.restore_event_key(hash, seen);
+        }
+        Applied::Count(n)
+    }
+
+    /// Remembers an event's key (applying its record, or from a
+    /// checkpoint, oldest first).
+    pub(crate) fn restore_event_key(&mut self, hash: u64, seen: EventSeen) {
+        self.event_dedup_order.push_back((seen.first_at, hash));
+        self.event_dedup.insert(hash, seen);
+    }
+
+    /// The event first sent with key `hash`, if that was less than
+    /// `window_ms` before `now`; keys older than that are forgotten.
+    pub(crate) fn event_by_key(
+        &mut self,
+        hash: u64,
+        now: Millis,
+        window_ms: u64,
+    ) -> Option<&EventSeen> {
+        let window = window_ms as i64;
+        while let Some(&(at, h)) = self.event_dedup_order.front() {
+            if at + window > now {
+                break;
+            }
+            self.event_dedup_order.pop_front();
+            if self.event_dedup.get(&h).is_some_and(|e| e.first_at == at) {
+                self.event_dedup.remove(&h);
+            }
+        }
+        self.event_dedup
+            .get(&hash)
+            .filter(|e| e.first_at + window > now)
+    }
+
+    /// Every remembered event key, oldest first (for a checkpoint).
+    pub(crate) fn event_keys(&self) -> impl Iterator<Item = (u64, &EventSeen)> + '_ {
+        self.event_dedup_order.iter().filter_map(|&(at, h)| {
+            let seen = self.event_dedup.get(&h)?;
+            (seen.first_at == at).then_some((h, seen))
+        })
+    }
+
+    /// The queues an event of `event_type` (and `tenant`) goes to, by name:
+    /// those whose patterns take the type and whose tenant, if set, is the
+    /// event's.
+    pub(crate) fn subscribers(&self, event_type: &str, tenant: Option<&str>) -> Vec<String> {
+        self.subscriptions
+            .matching(event_type)
+            .into_iter()
+            .filter(|name| {
+                self.queue(name).is_some_and(|q| match &q.settings.tenant {
+                    None => true,
+                    Some(t) => Some(t.as_str()) == tenant,
+                })
+            })
+            .map(str::to_owned)
+            .collect()
     }
 
     fn remove(&mut self, queue: &str, id: MessageId, count: impl FnOnce(&mut Counters)) -> Applied {
@@ -919,7 +1054,7 @@ impl Spool {
             Some((message, _)) => {
                 count(&mut q.counters);
                 let attempts = q.attempts.remove(&id);
-                self.forget_bytes(message.loc);
+                self.release_record(message.loc, message.shared);
                 if let Some(a) = attempts {
                     self.forget_bytes(a);
                 }
@@ -927,6 +1062,35 @@ impl Spool {
             }
             None => Applied::Missing,
         }
+    }
+
+    /// A message's hold on its record: a shared record's bytes count once,
+    /// however many messages point at it.
+    fn hold_record(&mut self, loc: RecordLoc, shared: bool) {
+        if shared {
+            let refs = self.shared_refs.entry(loc).or_default();
+            *refs += 1;
+            if *refs > 1 {
+                return;
+            }
+        }
+        self.count_bytes(loc);
+    }
+
+    /// Undoes [`Self::hold_record`].
+    fn release_record(&mut self, loc: RecordLoc, shared: bool) {
+        if shared {
+            let refs = self
+                .shared_refs
+                .get_mut(&loc)
+                .expect("bug: a shared record without holders");
+            *refs -= 1;
+            if *refs > 0 {
+                return;
+            }
+            self.shared_refs.remove(&loc);
+        }
+        self.forget_bytes(loc);
     }
 
     fn count_bytes(&mut self, loc: RecordLoc) {
@@ -986,8 +1150,9 @@ impl Spool {
             return;
         }
         m.loc = to;
-        self.forget_bytes(from);
-        self.count_bytes(to);
+        let shared = m.shared;
+        self.release_record(from, shared);
+        self.hold_record(to, shared);
     }
 
     /// The queue (a base queue or its failure queue) that holds message `id`.

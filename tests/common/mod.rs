@@ -52,6 +52,7 @@ pub fn body(text: &str) -> SendRequest {
         payload: Payload {
             content_type: "text/plain".into(),
             request: None,
+            event: None,
             body: text.as_bytes().to_vec().into(),
         },
         ..SendRequest::default()

@@ -261,7 +261,12 @@ impl RaftLog {
         let mut records = Vec::new();
         let mut pack = 0u32;
         let mut offset = FILE_HEADER_BYTES as u64;
+        let mut placed: HashMap<RecordLoc, RecordLoc> = HashMap::new();
         let mut relocate = |u: crate::spool::checkpoint::LocUse<'_>| {
+            // An event's record is shipped once for all its deliveries.
+            if let Some(&to) = placed.get(&u.loc) {
+                return to;
+            }
             let len = u64::from(u.loc.len);
             if offset > FILE_HEADER_BYTES as u64 && offset + len > STREAM_PACK_BYTES_MAX {
                 pack += 1;
@@ -274,6 +279,7 @@ impl RaftLog {
                 len: u.loc.len,
             };
             offset += len;
+            placed.insert(u.loc, to);
             to
         };
         let stream_meta = CheckpointMeta {
@@ -618,6 +624,7 @@ mod tests {
             payload: Payload {
                 content_type: "text/plain".into(),
                 request: None,
+                event: None,
                 body: format!("message {i} {}", "x".repeat(i % 700))
                     .into_bytes()
                     .into(),

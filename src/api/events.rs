@@ -1,0 +1,161 @@
+//! `POST /v1/events` (docs/contract.md §4 "Events"): an event with a
+//! type, written once and enqueued to every queue that subscribes to it.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::ApiError;
+use super::messages::{content_type, header_str, idempotency_key};
+use super::openapi::Refused;
+use super::{AppState, read_body};
+use crate::engine::{EventError, EventOutcome, EventRequest};
+use crate::spool::Payload;
+
+/// A JSON event: `{"type", "tenant"?, "payload"}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventBody {
+    /// Dot-separated segments of `[A-Za-z0-9_-]`, at most 255 bytes.
+    #[serde(rename = "type")]
+    event_type: String,
+    /// Only queues without a tenant, or with this one, receive it.
+    tenant: Option<String>,
+    /// Any JSON: what each delivery's body is (`application/json`).
+    #[schema(value_type = Object)]
+    payload: serde_json::Value,
+}
+
+/// `{"id", "deliveries": [{"queue", "id"}…]}`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct PublishedBody {
+    /// The event's id (`Spooler-Event-Id` of its deliveries).
+    id: String,
+    /// One message per subscribing queue, queues in name order; empty when
+    /// no queue subscribes.
+    deliveries: Vec<DeliveryBody>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DeliveryBody {
+    queue: String,
+    /// The message id (its `Spooler-Delivery-Id` and `webhook-id`).
+    id: String,
+}
+
+/// `POST /v1/events`
+#[utoipa::path(
+    post, path = "/v1/events", operation_id = "publishEvent", tag = "events", params(
+        ("Spooler-Event-Type" = Option<String>, Header, description = "Set: the body is the payload as is (any content type), and this is its type."),
+        ("Spooler-Tenant" = Option<String>, Header, description = "With Spooler-Event-Type: the event's tenant."),
+        ("Idempotency-Key" = Option<String>, Header, description = "A repeat within events.dedup_window answers the first event (200, Spooler-Deduplicated).")),
+    description = "Publish an event: one record, one fsync, a message in every queue whose `events` patterns take its type (and whose `tenant`, if set, is the event's). Answered only after the fsync.",
+    request_body(content = EventBody, description = "The event as JSON, or (with Spooler-Event-Type) the raw payload."),
+    responses(
+        (status = 202, description = "stored (durable) and fanned out", body = PublishedBody),
+        (status = 200, description = "a repeat of an Idempotency-Key: the first event's answer", body = PublishedBody, headers(("Spooler-Deduplicated" = String))),
+        (status = 409, description = "the first event with this Idempotency-Key is still being written (`event_in_progress`)"),
+        Refused)
+)]
+pub(crate) async fn publish(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    let dedup_key = idempotency_key(headers, "idempotency-key")?;
+    let body = read_body(&state, headers, body).await?;
+    let request = match header_str(headers, "spooler-event-type")? {
+        Some(event_type) => EventRequest {
+            event_type: event_type.to_owned(),
+            tenant: header_str(headers, "spooler-tenant")?.map(str::to_owned),
+            payload: Payload {
+                content_type: content_type(headers),
+                request: None,
+                event: None,
+                body,
+            },
+            dedup_key,
+        },
+        None => {
+            if header_str(headers, "spooler-tenant")?.is_some() {
+                return Err(ApiError::bad_request(
+                    "Spooler-Tenant goes with Spooler-Event-Type; a JSON event names its tenant in the body",
+                ));
+            }
+            let event: EventBody = serde_json::from_slice(&body).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "an event is {{\"type\", \"tenant\"?, \"payload\"}} (or a raw body with \
+                     Spooler-Event-Type): {e}"
+                ))
+            })?;
+            let payload = serde_json::to_vec(&event.payload).expect("JSON values serialize");
+            EventRequest {
+                event_type: event.event_type,
+                tenant: event.tenant,
+                payload: Payload {
+                    content_type: "application/json".into(),
+                    request: None,
+                    event: None,
+                    body: payload.into(),
+                },
+                dedup_key,
+            }
+        }
+    };
+    drop(parts);
+    let outcome = engine.publish(request).await?;
+    Ok(published(engine.tokens(), outcome))
+}
+
+fn published(tokens: &crate::engine::token::Tokens, outcome: EventOutcome) -> Response {
+    let status = if outcome.deduplicated {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let body = PublishedBody {
+        id: tokens.format_id(outcome.id),
+        deliveries: outcome
+            .deliveries
+            .into_iter()
+            .map(|(queue, id)| DeliveryBody {
+                queue,
+                id: tokens.format_id(id),
+            })
+            .collect(),
+    };
+    let mut response = (status, axum::Json(body)).into_response();
+    if outcome.deduplicated {
+        response
+            .headers_mut()
+            .insert("spooler-deduplicated", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+impl From<EventError> for ApiError {
+    fn from(e: EventError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            EventError::Invalid { .. } | EventError::TooManySubscribers { .. } => {
+                ApiError::bad_request(message)
+            }
+            EventError::KeyInProgress => {
+                let mut e = ApiError::new(StatusCode::CONFLICT, "event_in_progress", message);
+                e.retry_after_secs = Some(1);
+                e
+            }
+            EventError::SpoolFull { .. } => ApiError {
+                retry_after_secs: Some(5),
+                ..ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "spool_full", message)
+            },
+            EventError::Write(w) => w.into(),
+        }
+    }
+}

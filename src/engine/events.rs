@@ -1,0 +1,146 @@
+//! Publishing an event: the subscribers found, one record with every
+//! delivery written and fsynced, the answer after it.
+
+use std::borrow::Cow;
+
+use tokio::sync::oneshot;
+
+use super::Engine;
+use super::error::EventError;
+use super::sink::Reply;
+use super::write::closed;
+use crate::spool::command::EventMeta;
+use crate::spool::event::{event_type_problem, tenant_problem};
+use crate::spool::{Command, MessageId, Payload, Record};
+
+/// An event to publish (`POST /v1/events`).
+#[derive(Debug, Clone)]
+pub struct EventRequest {
+    pub event_type: String,
+    pub tenant: Option<String>,
+    /// Content type and body; `request` and `event` are ignored.
+    pub payload: Payload,
+    pub dedup_key: Option<String>,
+}
+
+/// The engine's answer to an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventOutcome {
+    pub id: MessageId,
+    /// Queue and message id of each delivery, queues in name order.
+    pub deliveries: Vec<(String, MessageId)>,
+    /// The key was seen inside `events.dedup_window`: nothing was stored,
+    /// and the answer is the first event's.
+    pub deduplicated: bool,
+}
+
+/// A key whose event is still being written is refused with 409 for at
+/// most this long (after that, an event that never became durable no
+/// longer holds its key).
+const PENDING_KEY_MS: i64 = 60_000;
+
+impl Engine {
+    /// Publishes an event: `Ok` only after the fsync of the one record
+    /// that holds it and every delivery.
+    pub async fn publish(&self, request: EventRequest) -> Result<EventOutcome, EventError> {
+        if let Some(problem) = event_type_problem(&request.event_type) {
+            return Err(EventError::Invalid {
+                field: "type",
+                problem,
+            });
+        }
+        if let Some(problem) = request.tenant.as_deref().and_then(tenant_problem) {
+            return Err(EventError::Invalid {
+                field: "tenant",
+                problem,
+            });
+        }
+        if self.is_full() {
+            return Err(EventError::SpoolFull {
+                journal_bytes: self.journal_bytes(),
+                max_bytes: self.inner.max_bytes,
+            });
+        }
+        let (tx, rx) = oneshot::channel();
+        let outcome = {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            let policy = &self.inner.policy;
+            let hash = request
+                .dedup_key
+                .as_deref()
+                .map(|key| self.inner.tokens.dedup_hash("\0events", key));
+            if let Some(hash) = hash {
+                if let Some(seen) = core
+                    .spool
+                    .event_by_key(hash, now, policy.event_dedup_window_ms)
+                {
+                    crate::metrics::count_event("deduplicated");
+                    return Ok(EventOutcome {
+                        id: seen.id,
+                        deliveries: seen.deliveries.clone(),
+                        deduplicated: true,
+                    });
+                }
+                if core
+                    .pending_events
+                    .get(&hash)
+                    .is_some_and(|&since| now - since < PENDING_KEY_MS)
+                {
+                    return Err(EventError::KeyInProgress);
+                }
+            }
+            let queues = core
+                .spool
+                .subscribers(&request.event_type, request.tenant.as_deref());
+            if queues.len() > policy.max_event_subscribers {
+                return Err(EventError::TooManySubscribers {
+                    event_type: request.event_type.clone(),
+                    subscribers: queues.len(),
+                    max: policy.max_event_subscribers,
+                });
+            }
+            let id = core.spool.allocate_id();
+            let deliveries: Vec<(String, MessageId)> = queues
+                .into_iter()
+                .map(|q| (q, core.spool.allocate_id()))
+                .collect();
+            let record = Record {
+                at: now,
+                command: Command::Event(EventMeta {
+                    id,
+                    event_type: Cow::Owned(request.event_type.clone()),
+                    tenant: request.tenant.clone().map(Cow::Owned),
+                    visible_at: now,
+                    dedup_hash: hash,
+                    deliveries: deliveries
+                        .iter()
+                        .map(|(q, id)| (Cow::Owned(q.clone()), *id))
+                        .collect(),
+                }),
+            };
+            self.append(&core, record, Some(&request.payload), Reply::Done(tx))?;
+            if let Some(hash) = hash {
+                core.pending_events.insert(hash, now);
+            }
+            EventOutcome {
+                id,
+                deliveries,
+                deduplicated: false,
+            }
+        };
+        drop(request);
+        rx.await.map_err(|_| closed())??;
+        crate::metrics::count_event(if outcome.deliveries.is_empty() {
+            "no_subscribers"
+        } else {
+            "fanned_out"
+        });
+        Ok(outcome)
+    }
+
+    /// The queues an event of `event_type` (and `tenant`) would go to now.
+    pub fn subscribers(&self, event_type: &str, tenant: Option<&str>) -> Vec<String> {
+        self.core().spool.subscribers(event_type, tenant)
+    }
+}

@@ -1,0 +1,506 @@
+//! Events against the binary (docs/contract.md §4 "Events"): an event is
+//! written once and becomes a message in every queue whose patterns take
+//! its type (and whose tenant, if set, is the event's), atomically, through
+//! `kill -9`, restarts and compaction; endpoints are queues created over
+//! the API; bad events and bad subscriptions are refused naming the field.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::process::{client, messages_in, put, start_config, start_with};
+use common::sink::Sink;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// `POST /v1/events` with a JSON event: the status and the answer.
+async fn publish(base: &str, event: &Value, key: Option<&str>) -> (StatusCode, Value) {
+    let mut request = client().post(format!("{base}/v1/events")).json(event);
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    let r = request.send().await.unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// queue → delivery id, from an answer.
+fn deliveries(answer: &Value) -> BTreeMap<String, String> {
+    answer["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["queue"].as_str().unwrap().to_owned(),
+                d["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+const PULL_QUEUES: &str = r#"
+[queues.all-invoices]
+events = ["invoice.*"]
+[queues.everything]
+events = [">"]
+[queues.orders]
+events = ["order.created", "order.*.cancelled"]
+[queues.quiet]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_reaches_every_subscriber_once_and_survives_kill_and_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = "segment_bytes = \"64KiB\"\ncompaction_interval = \"100ms\"";
+    let mut spoold = start_config(dir.path(), "", spool, PULL_QUEUES).await;
+    let base = spoold.base.clone();
+
+    let (status, paid) = publish(
+        &base,
+        &json!({"type": "invoice.paid", "payload": {"invoice": 7, "amount": 1200}}),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{paid}");
+    let paid_to = deliveries(&paid);
+    assert_eq!(
+        paid_to.keys().collect::<Vec<_>>(),
+        ["all-invoices", "everything"]
+    );
+    let ids: BTreeSet<&String> = paid_to.values().collect();
+    assert_eq!(ids.len(), 2, "each delivery has an id of its own");
+    assert!(!ids.contains(&paid["id"].as_str().unwrap().to_owned()));
+
+    let (_, created) = publish(
+        &base,
+        &json!({"type": "order.created", "payload": [1, 2]}),
+        None,
+    )
+    .await;
+    assert_eq!(
+        deliveries(&created).keys().collect::<Vec<_>>(),
+        ["everything", "orders"]
+    );
+    let (_, nested) = publish(
+        &base,
+        &json!({"type": "order.eu.cancelled", "payload": null}),
+        None,
+    )
+    .await;
+    assert_eq!(
+        deliveries(&nested).keys().collect::<Vec<_>>(),
+        ["everything", "orders"]
+    );
+    // `invoice.*` is one segment: not invoice.payment.failed.
+    let (_, deep) = publish(
+        &base,
+        &json!({"type": "invoice.payment.failed", "payload": {}}),
+        None,
+    )
+    .await;
+    assert_eq!(deliveries(&deep).keys().collect::<Vec<_>>(), ["everything"]);
+
+    // A delivery is a message like any other, with its event's type.
+    let got = messages_in(&client(), &base, "all-invoices").await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["id"], paid_to["all-invoices"].as_str());
+    assert_eq!(got[0]["eventType"], "invoice.paid");
+    assert_eq!(got[0]["eventId"], paid["id"]);
+    assert_eq!(got[0]["contentType"], "application/json");
+    let body: Value = serde_json::from_str(got[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body, json!({"invoice": 7, "amount": 1200}));
+    // A receive says the type in headers.
+    let r = client()
+        .post(format!("{base}/v1/queues/orders/receive"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["spooler-event-type"], "order.created");
+    let token = r.headers()["spooler-lease-token"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"[1,2]");
+    // Acking one delivery leaves the event's others alone.
+    let acked = client()
+        .post(format!("{base}/v1/queues/orders/leases/{token}/ack"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(acked.status(), StatusCode::NO_CONTENT);
+
+    // Many more events, so that compaction moves the shared records.
+    let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (queue, id) in paid_to
+        .iter()
+        .chain(&deliveries(&created))
+        .chain(&deliveries(&nested))
+        .chain(&deliveries(&deep))
+    {
+        expected
+            .entry(queue.clone())
+            .or_default()
+            .insert(id.clone());
+    }
+    let orders_acked = deliveries(&created)["orders"].clone();
+    expected.get_mut("orders").unwrap().remove(&orders_acked);
+    for n in 0..300 {
+        let event_type = ["invoice.sent", "order.created", "user.signed_up"][n % 3];
+        let (status, answer) = publish(
+            &base,
+            &json!({"type": event_type, "payload": {"n": n, "pad": "x".repeat(400)}}),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        for (queue, id) in deliveries(&answer) {
+            expected.entry(queue).or_default().insert(id);
+        }
+    }
+    let check = async |base: &str| {
+        for queue in ["all-invoices", "everything", "orders", "quiet"] {
+            let got: BTreeSet<String> = messages_in(&client(), base, queue)
+                .await
+                .iter()
+                .map(|m| m["id"].as_str().unwrap().to_owned())
+                .collect();
+            let want = expected.get(queue).cloned().unwrap_or_default();
+            assert_eq!(got, want, "queue {queue}");
+        }
+    };
+    check(&base).await;
+    // Let compaction run over the segments the events filled.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    check(&base).await;
+    spoold.signal("-KILL");
+    spoold.wait_exit();
+    let spoold = start_config(dir.path(), "", "segment_bytes = \"64KiB\"", PULL_QUEUES).await;
+    check(&spoold.base).await;
+    // Every delivery still reads its own payload after the restart.
+    let got = messages_in(&client(), &spoold.base, "everything").await;
+    assert!(got.iter().all(|m| m["eventType"].is_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_created_over_the_api_receive_their_tenants_events_with_headers_and_signatures() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sink, url) = Sink::start().await;
+    let spoold = start_with(dir.path(), "", "").await;
+    let base = spoold.base.clone();
+    let http = client();
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    for (name, tenant) in [("cus-1", "cus_1"), ("cus-2", "cus_2")] {
+        let (status, answer) = put(
+            &http,
+            &base,
+            name,
+            &json!({
+                "destination": format!("{url}/hooks/{name}"),
+                "events": ["invoice.*"],
+                "tenant": tenant,
+                "signingSecret": secret,
+            }),
+        )
+        .await;
+        assert!(status.is_success(), "{answer}");
+        assert_eq!(answer["settings"]["events"], json!(["invoice.*"]));
+        assert_eq!(answer["settings"]["tenant"], tenant);
+    }
+    // A raw body with its type and tenant in headers.
+    let r = http
+        .post(format!("{base}/v1/events"))
+        .header("Spooler-Event-Type", "invoice.paid")
+        .header("Spooler-Tenant", "cus_2")
+        .header("Content-Type", "text/plain")
+        .body("paid in full")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(
+        deliveries(&answer).keys().collect::<Vec<_>>(),
+        ["cus-2"],
+        "only the event's tenant's endpoint"
+    );
+    let seen = sink.wait_for(1).await;
+    assert_eq!(seen[0].uri, "/hooks/cus-2");
+    assert_eq!(seen[0].body.as_ref(), b"paid in full");
+    let h = &seen[0].headers;
+    assert_eq!(h["spooler-event-type"], "invoice.paid");
+    assert_eq!(h["spooler-tenant"], "cus_2");
+    assert_eq!(h["spooler-event-id"], answer["id"].as_str().unwrap());
+    assert_eq!(h["content-type"], "text/plain");
+    let delivery_id = deliveries(&answer)["cus-2"].clone();
+    assert_eq!(h["webhook-id"], delivery_id.as_str());
+    assert_eq!(h["spooler-delivery-id"], delivery_id.as_str());
+    assert!(h["webhook-signature"].to_str().unwrap().starts_with("v1,"));
+    // An event of no tenant reaches no tenant's endpoint: no subscriber.
+    let (status, none) = publish(&base, &json!({"type": "invoice.sent", "payload": 1}), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(none["deliveries"], json!([]));
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("spoold_events_total{outcome=\"no_subscribers\"} 1"),
+        "{metrics}"
+    );
+    // Deleting an endpoint is one call, and it receives nothing more.
+    let r = http
+        .delete(format!("{base}/v1/queues/cus-2"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let (_, after) = publish(
+        &base,
+        &json!({"type": "invoice.paid", "tenant": "cus_2", "payload": 2}),
+        None,
+    )
+    .await;
+    assert_eq!(after["deliveries"], json!([]));
+    // PATCH moves an endpoint to other events.
+    let r = http
+        .patch(format!("{base}/v1/queues/cus-1"))
+        .header("Content-Type", "application/merge-patch+json")
+        .json(&json!({"events": ["order.>"]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let (_, moved) = publish(
+        &base,
+        &json!({"type": "order.created", "tenant": "cus_1", "payload": 3}),
+        None,
+    )
+    .await;
+    assert_eq!(deliveries(&moved).keys().collect::<Vec<_>>(), ["cus-1"]);
+    let (_, old) = publish(
+        &base,
+        &json!({"type": "invoice.paid", "tenant": "cus_1", "payload": 4}),
+        None,
+    )
+    .await;
+    assert_eq!(old["deliveries"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_fans_an_event_out_once_across_restarts_and_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = "segment_bytes = \"64KiB\"\ncompaction_interval = \"100ms\"";
+    let mut spoold = start_config(dir.path(), "", spool, PULL_QUEUES).await;
+    let base = spoold.base.clone();
+    let event = json!({"type": "invoice.paid", "payload": {"n": 1}});
+    let (status, first) = publish(&base, &event, Some("evt-1")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let r = client()
+        .post(format!("{base}/v1/events"))
+        .header("Idempotency-Key", "evt-1")
+        .json(&event)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["spooler-deduplicated"], "true");
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again, first);
+    // Checkpoints come and go (compaction), the process is killed: the key
+    // still answers the first event, and nothing was sent twice.
+    for n in 0..200 {
+        let filler = json!({"type": "user.seen", "payload": "x".repeat(500 + n)});
+        publish(&base, &filler, None).await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    spoold.signal("-KILL");
+    spoold.wait_exit();
+    let spoold = start_config(dir.path(), "", spool, PULL_QUEUES).await;
+    let (status, after) = publish(&spoold.base, &event, Some("evt-1")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(after, first);
+    let invoices = messages_in(&client(), &spoold.base, "all-invoices").await;
+    assert_eq!(invoices.len(), 1, "fanned out once");
+    // Another key is another event.
+    let (status, other) = publish(&spoold.base, &event, Some("evt-2")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_ne!(other["id"], first["id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_events_and_subscriptions_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let tables = format!("{PULL_QUEUES}\n[events]\nmax_subscribers = 1\n");
+    let spoold = start_with(dir.path(), "", &tables).await;
+    let base = spoold.base.clone();
+    let http = client();
+    let refused = async |event: Value, field: &str| {
+        let (status, answer) = publish(&base, &event, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{event}: {answer}");
+        assert_eq!(answer["kind"], "bad_request");
+        let message = answer["message"].as_str().unwrap();
+        assert!(message.contains(field), "{event}: {message}");
+    };
+    refused(json!({"type": "", "payload": 1}), "type").await;
+    refused(json!({"type": "a".repeat(256), "payload": 1}), "type").await;
+    refused(json!({"type": "invoice.*", "payload": 1}), "type").await;
+    refused(
+        json!({"type": "a", "tenant": "no spaces", "payload": 1}),
+        "tenant",
+    )
+    .await;
+    refused(json!({"type": "a", "payload": 1, "extra": 2}), "extra").await;
+    refused(json!({"payload": 1}), "type").await;
+    // `>` takes everything, `invoice.*` too: two subscribers, over 1.
+    refused(
+        json!({"type": "invoice.paid", "payload": 1}),
+        "events.max_subscribers",
+    )
+    .await;
+    let (status, _) = publish(&base, &json!({"type": "user.created", "payload": 1}), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "one subscriber is the limit");
+    // Nothing was stored by a refused event.
+    assert!(messages_in(&http, &base, "all-invoices").await.is_empty());
+
+    for (settings, field) in [
+        (json!({"events": ["invoice.**"]}), "events"),
+        (json!({"events": ["invoice..paid"]}), "events"),
+        (json!({"events": ["a.>.b"]}), "events"),
+        (json!({"events": ["a"], "tenant": "cus_1"}), "tenant"),
+    ] {
+        let (status, answer) = put(&http, &base, "bad", &settings).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{settings}: {answer}");
+        let message = answer["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{settings}: {message}");
+    }
+    let r = http
+        .get(format!("{base}/v1/queues/bad"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND, "nothing was created");
+    // The config file is held to the same rules, naming key and line.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[queues.q]\nevents = [\"x..y\"]\n").unwrap();
+    let ran = common::process::run_in(dir.path(), &["check-config", "--config", "bad.toml"]);
+    assert_ne!(ran.code, 0);
+    assert!(ran.stderr.contains("queues.q.events"), "{}", ran.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_moves_an_events_record_once_for_all_its_deliveries() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = "segment_bytes = \"64KiB\"\ncompaction_interval = \"100ms\"";
+    let tables = r#"
+[queues.billing]
+events = ["invoice.*"]
+[queues.ledger]
+events = ["invoice.*", "order.*"]
+[queues.firehose]
+events = ["bulk.*"]
+"#;
+    let mut spoold = start_config(dir.path(), "", spool, tables).await;
+    let base = spoold.base.clone();
+    let http = client();
+    // Small events both queues keep, between large ones that go away.
+    let mut kept = BTreeMap::new();
+    for n in 0..60 {
+        let (_, answer) = publish(
+            &base,
+            &json!({"type": "invoice.sent", "payload": {"n": n}}),
+            None,
+        )
+        .await;
+        for (queue, id) in deliveries(&answer) {
+            kept.insert(id, (queue, n));
+        }
+        let bulk = json!({"type": "bulk.load", "payload": "x".repeat(8 << 10)});
+        publish(&base, &bulk, None).await;
+    }
+    let r = http
+        .delete(format!("{base}/v1/queues/firehose/messages"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    common::wait_until("compaction moved the kept records", async || {
+        spoold.log().lines().any(|l| {
+            l.contains("compacted")
+                && l.split_whitespace()
+                    .any(|w| w.starts_with("moved=") && w != "moved=0")
+        })
+    })
+    .await;
+    // A record is copied once however many deliveries point at it: the
+    // runs moved at most one record per small event.
+    let moved: usize = spoold
+        .log()
+        .lines()
+        .filter(|l| l.contains("compacted"))
+        .flat_map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.strip_prefix("moved="))
+        })
+        .map(|n| n.parse::<usize>().unwrap())
+        .sum();
+    eprintln!("{}", spoold.log());
+    spoold.signal("-KILL");
+    spoold.wait_exit();
+    let spoold = start_config(dir.path(), "", spool, tables).await;
+    let mut seen = BTreeMap::new();
+    for queue in ["billing", "ledger"] {
+        for m in messages_in(&http, &spoold.base, queue).await {
+            let body: Value = serde_json::from_str(m["body"].as_str().unwrap()).unwrap();
+            let n = body["n"].as_u64().unwrap() as usize;
+            seen.insert(m["id"].as_str().unwrap().to_owned(), (queue.to_owned(), n));
+            assert_eq!(m["eventType"], "invoice.sent");
+        }
+    }
+    assert_eq!(
+        seen, kept,
+        "every delivery, each with its own event's payload"
+    );
+    assert!(moved <= 60, "{moved} records moved for 60 shared ones");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoold_events_send_publishes_and_prints_each_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let spoold = start_with(dir.path(), "", PULL_QUEUES).await;
+    let base = spoold.base.clone();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--url", base.as_str(), "events", "send"];
+        all.extend(args);
+        common::process::run_in(dir.path(), &all)
+    };
+    let ran = cli(&["invoice.paid", "--data", r#"{"invoice":9}"#, "--key", "k1"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", ran.stdout);
+    let queues: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(queues, ["all-invoices", "everything"]);
+    let got = messages_in(&client(), &base, "all-invoices").await;
+    assert_eq!(got[0]["id"], lines[1].split_whitespace().nth(1).unwrap());
+    assert_eq!(got[0]["eventId"], lines[0]);
+    assert_eq!(got[0]["body"], r#"{"invoice":9}"#);
+    // The same key again: the first event, nothing new.
+    let again = cli(&["invoice.paid", "--data", "{}", "--key", "k1", "--json"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let answer: Value = serde_json::from_str(again.stdout.trim()).unwrap();
+    assert_eq!(answer["id"], lines[0]);
+    assert_eq!(messages_in(&client(), &base, "all-invoices").await.len(), 1);
+    // A bad type is refused with the server's message, exit 1.
+    let bad = cli(&["invoice..paid", "--data", "{}"]);
+    assert_eq!(bad.code, 1);
+    assert!(bad.stderr.contains("type"), "{}", bad.stderr);
+}
