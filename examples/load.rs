@@ -7,6 +7,7 @@
 //! ```sh
 //! load --url http://127.0.0.1:8080 --queue q --messages 100000 fill
 //! load --url http://127.0.0.1:8080 --queue hooks --messages 50000 push --sink 127.0.0.1:9000
+//! load --url http://127.0.0.1:8080 endpoints --pid PID --queues 100000 --sink 127.0.0.1:9000
 //! ```
 
 use std::collections::HashMap;
@@ -58,6 +59,31 @@ enum Mode {
         #[arg(long, default_value_t = 64)]
         clients: usize,
     },
+    /// Endpoints at a SaaS's scale: create `queues` push queues (each a
+    /// customer endpoint on `sink`), measure spoold's memory per queue and
+    /// its CPU while they idle, then (unless `plain`) the time to fan one
+    /// event out to `fanout` of them and to deliver one event to `wide` of
+    /// them.
+    Endpoints {
+        /// spoold's process id (its memory and CPU are read from /proc).
+        #[arg(long)]
+        pid: u32,
+        #[arg(long, default_value_t = 100_000)]
+        queues: usize,
+        #[arg(long)]
+        sink: String,
+        #[arg(long, default_value_t = 1_000)]
+        fanout: usize,
+        #[arg(long, default_value_t = 10_000)]
+        wide: usize,
+        /// Seconds of idling whose CPU is measured.
+        #[arg(long, default_value_t = 30)]
+        idle_seconds: u64,
+        /// Queues without `events` (a build before them): memory and idle
+        /// CPU only.
+        #[arg(long)]
+        plain: bool,
+    },
 }
 
 // One thread: it shares the two cores with spoold, and without work
@@ -81,6 +107,25 @@ async fn main() {
             );
         }
         Mode::Push { sink, clients } => push(&client, &args, sink, *clients).await,
+        Mode::Endpoints {
+            pid,
+            queues,
+            sink,
+            fanout,
+            wide,
+            idle_seconds,
+            plain,
+        } => {
+            let scale = Scale {
+                pid: *pid,
+                queues: *queues,
+                fanout: *fanout,
+                wide: *wide,
+                idle: Duration::from_secs(*idle_seconds),
+                plain: *plain,
+            };
+            endpoints(&client, &args.url, sink, scale).await
+        }
     }
 }
 
@@ -279,6 +324,187 @@ async fn serve_sink(
         });
         tokio::spawn(async move {
             // A connection spoold closes ends here; nothing to report.
+            let _ = server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// What `endpoints` measures.
+struct Scale {
+    pid: u32,
+    queues: usize,
+    fanout: usize,
+    wide: usize,
+    idle: Duration,
+    plain: bool,
+}
+
+/// Resident memory of `pid`, in bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kib << 10
+}
+
+/// CPU time `pid` used so far (user and system), in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces) in its parens.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+/// The endpoint measurement (see [`Mode::Endpoints`]).
+async fn endpoints(client: &Client, base: &str, sink: &str, scale: Scale) {
+    // The destination counts deliveries by event id.
+    let by_event: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind(sink).await.unwrap();
+    tokio::spawn(count_events(listener, by_event.clone()));
+    wait_ready(client, base).await;
+    let rss_before = rss_bytes(scale.pid);
+    let created = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (client, next, base, sink) = (
+                client.clone(),
+                next.clone(),
+                base.to_string(),
+                sink.to_string(),
+            );
+            let (queues, fanout, wide, plain) =
+                (scale.queues, scale.fanout, scale.wide, scale.plain);
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= queues {
+                        return;
+                    }
+                    let mut events = vec![format!("ep{i}.>")];
+                    if i < wide {
+                        events.push("wide.ping".into());
+                    }
+                    if i < fanout {
+                        events.push("narrow.ping".into());
+                    }
+                    let mut body = serde_json::json!({
+                        "destination": format!("http://{sink}/ep/{i}"),
+                        "signingSecret": "whsec_ZXhhbXBsZS1zZWNyZXQtb25seQ==",
+                    });
+                    if !plain {
+                        body["events"] = serde_json::json!(events);
+                    }
+                    let r = client
+                        .put(format!("{base}/v1/queues/ep-{i}"))
+                        .json(&body)
+                        .send()
+                        .await
+                        .unwrap();
+                    assert!(r.status().is_success(), "PUT ep-{i}: {}", r.status());
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let create_seconds = created.elapsed().as_secs_f64();
+    // Let whatever started with the queues settle, then measure idling.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_after = rss_bytes(scale.pid);
+    let cpu_before = cpu_seconds(scale.pid);
+    tokio::time::sleep(scale.idle).await;
+    let idle_cpu = (cpu_seconds(scale.pid) - cpu_before) / scale.idle.as_secs_f64() * 100.0;
+    let per_queue = rss_after.saturating_sub(rss_before) / scale.queues as u64;
+    print!(
+        "RESULT endpoints_queues={} endpoints_create_seconds={create_seconds:.1} endpoints_rss_before_mib={} endpoints_rss_after_mib={} endpoints_bytes_per_queue={per_queue} endpoints_idle_cpu_pct={idle_cpu:.2}",
+        scale.queues,
+        rss_before >> 20,
+        rss_after >> 20
+    );
+    if scale.plain {
+        println!();
+        return;
+    }
+    let publish = async |event_type: &str| -> (Duration, String, usize) {
+        let started = Instant::now();
+        let r = client
+            .post(format!("{base}/v1/events"))
+            .json(&serde_json::json!({"type": event_type, "payload": {"at": 1}}))
+            .send()
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        let answer: serde_json::Value = r.json().await.unwrap();
+        let n = answer["deliveries"].as_array().unwrap().len();
+        (took, answer["id"].as_str().unwrap().to_owned(), n)
+    };
+    // One event to `fanout` endpoints: the 202 comes once every delivery
+    // is enqueued (one record); five of them, the median.
+    let mut fanout_ms = Vec::new();
+    for _ in 0..5 {
+        let (took, _, n) = publish("narrow.ping").await;
+        assert_eq!(n, scale.fanout);
+        fanout_ms.push(took.as_secs_f64() * 1e3);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    fanout_ms.sort_by(f64::total_cmp);
+    // One event to `wide` endpoints: from its 202 until each has it.
+    let started = Instant::now();
+    let (_, id, n) = publish("wide.ping").await;
+    assert_eq!(n, scale.wide);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while by_event.lock().unwrap().get(&id).copied().unwrap_or(0) < scale.wide {
+        assert!(Instant::now() < deadline, "deliveries stalled");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let wide_seconds = started.elapsed().as_secs_f64();
+    // Once delivered, the endpoints idle again.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let rss_done = rss_bytes(scale.pid);
+    println!(
+        " endpoints_fanout={} endpoints_fanout_p50_ms={:.1} endpoints_wide={} endpoints_wide_seconds={wide_seconds:.2} endpoints_rss_after_delivery_mib={}",
+        scale.fanout,
+        fanout_ms[fanout_ms.len() / 2],
+        scale.wide,
+        rss_done >> 20
+    );
+}
+
+/// A destination that answers `200` and counts requests by
+/// `Spooler-Event-Id`.
+async fn count_events(
+    listener: tokio::net::TcpListener,
+    by_event: Arc<Mutex<HashMap<String, usize>>>,
+) {
+    loop {
+        let (stream, _) = listener.accept().await.unwrap();
+        let by_event = by_event.clone();
+        let service = service_fn(move |request: Request<Incoming>| {
+            let by_event = by_event.clone();
+            async move {
+                if let Some(id) = request
+                    .headers()
+                    .get("spooler-event-id")
+                    .and_then(|v| v.to_str().ok())
+                {
+                    *by_event.lock().unwrap().entry(id.to_owned()).or_default() += 1;
+                }
+                request.into_body().collect().await?;
+                Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+            }
+        });
+        tokio::spawn(async move {
             let _ = server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;

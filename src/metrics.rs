@@ -51,6 +51,7 @@ pub(crate) const CLUSTER_SNAPSHOT_RECEIVING: &str = "spoold_cluster_snapshot_rec
 pub(crate) const CLUSTER_SNAPSHOT_BYTES: &str = "spoold_cluster_snapshot_received_bytes_total";
 pub(crate) const CLUSTER_SNAPSHOTS_INSTALLED: &str = "spoold_cluster_snapshots_installed_total";
 const EVENTS_TOTAL: &str = "spoold_events_total";
+const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
 
 pub(crate) const LABEL_QUEUE: &str = "queue";
 pub(crate) const LABEL_STATE: &str = "state";
@@ -256,6 +257,10 @@ fn describe() {
         CLUSTER_SNAPSHOT_BYTES,
         Unit::Bytes,
         "Replicated mode: bytes of snapshots this replica received (catch-up progress)."
+    );
+    describe_gauge!(
+        PUSH_DISPATCHERS,
+        "Push queues with a running dispatcher (those with messages); an idle push queue has none."
     );
     describe_counter!(
         EVENTS_TOTAL,
@@ -473,6 +478,7 @@ impl QueueNumbers {
 pub(crate) fn refresh(engine: &Engine) {
     gauge!(JOURNAL_BYTES).set(engine.journal_bytes() as f64);
     gauge!(JOURNAL_MAX_BYTES).set(engine.max_bytes() as f64);
+    gauge!(PUSH_DISPATCHERS).set(engine.awake_push_queues() as f64);
     let mut numbers: std::collections::BTreeMap<String, QueueNumbers> = Default::default();
     for name in engine.queue_names() {
         let Ok(stats) = engine.stats(&name) else {

@@ -504,3 +504,56 @@ async fn spoold_events_send_publishes_and_prints_each_delivery() {
     assert_eq!(bad.code, 1);
     assert!(bad.stderr.contains("type"), "{}", bad.stderr);
 }
+
+/// Endpoints at scale, small enough for a test (the figures are
+/// `bench/run.sh endpoints`'): 300 push queues created over the API, one
+/// event to all of them delivered once each, and afterwards no dispatcher
+/// left running (an idle endpoint costs no task).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_endpoints_keep_no_dispatcher_and_wake_for_an_event() {
+    const ENDPOINTS: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let (sink, url) = Sink::start().await;
+    let spoold = start_with(dir.path(), "", "").await;
+    let base = spoold.base.clone();
+    let http = client();
+    for i in 0..ENDPOINTS {
+        let (status, answer) = put(
+            &http,
+            &base,
+            &format!("ep-{i}"),
+            &json!({"destination": format!("{url}/ep/{i}"), "events": ["ping"]}),
+        )
+        .await;
+        assert!(status.is_success(), "{answer}");
+    }
+    let dispatchers = async || {
+        let text = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("spoold_push_dispatchers "))
+            .map(|v| v.trim().parse::<f64>().unwrap() as usize)
+            .unwrap()
+    };
+    assert_eq!(dispatchers().await, 0, "no messages, no dispatcher");
+    let (status, answer) = publish(&base, &json!({"type": "ping", "payload": 1}), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(answer["deliveries"].as_array().unwrap().len(), ENDPOINTS);
+    let seen = sink.wait_for(ENDPOINTS).await;
+    let paths: BTreeSet<String> = seen.iter().map(|s| s.uri.clone()).collect();
+    assert_eq!(paths.len(), ENDPOINTS, "each endpoint once");
+    common::wait_until("every dispatcher went back to sleep", async || {
+        dispatchers().await == 0
+    })
+    .await;
+    // Asleep, an endpoint still wakes for its next event.
+    let (_, again) = publish(&base, &json!({"type": "ping", "payload": 2}), None).await;
+    assert_eq!(again["deliveries"].as_array().unwrap().len(), ENDPOINTS);
+    sink.wait_for(2 * ENDPOINTS).await;
+}

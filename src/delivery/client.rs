@@ -1,9 +1,13 @@
-//! One pooled HTTP client per push queue: rustls (with the system's roots
-//! plus the queue's `ca_file`), optional client certificate (mTLS), the
-//! per-attempt timeout, no redirects, no retries of its own, HTTP/1.1 and
-//! HTTP/2, and proxies from the standard `HTTPS_PROXY` / `NO_PROXY`
-//! variables.
+//! The pooled HTTP clients of push delivery, one per TLS configuration
+//! (every push queue with the same `ca_file`, `client_cert` and
+//! `client_key` shares one, with its connection pool: a client and its
+//! root store cost about 100 KiB, too much for each of 100 000 endpoints):
+//! rustls (with the system's roots plus the queue's `ca_file`), optional
+//! client certificate (mTLS), no redirects, no retries of its own,
+//! HTTP/1.1 and HTTP/2, and proxies from the standard `HTTPS_PROXY` /
+//! `NO_PROXY` variables. The per-attempt timeout is each request's.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Once;
 use std::time::Duration;
@@ -27,18 +31,43 @@ pub fn install_crypto_provider() {
     });
 }
 
-/// The client for a queue's settings.
+/// What sets two push queues' clients apart.
+type TlsKey = (Option<String>, Option<String>, Option<String>);
+
+/// The clients built so far, by TLS configuration.
+#[derive(Default)]
+pub(crate) struct Clients {
+    built: HashMap<TlsKey, Client>,
+}
+
+impl Clients {
+    /// The client for a queue's settings: shared with every queue of the
+    /// same TLS configuration (a reqwest client is a handle on its pool).
+    pub(crate) fn for_settings(&mut self, settings: &QueueSettings) -> Result<Client, String> {
+        let key = (
+            settings.ca_file.clone(),
+            settings.client_cert.clone(),
+            settings.client_key.clone(),
+        );
+        if let Some(client) = self.built.get(&key) {
+            return Ok(client.clone());
+        }
+        let client = build(settings)?;
+        self.built.insert(key, client.clone());
+        Ok(client)
+    }
+}
+
+/// A client for a queue's TLS settings.
 pub(crate) fn build(settings: &QueueSettings) -> Result<Client, String> {
     install_crypto_provider();
-    let timeout = Duration::from_millis(settings.timeout_ms.max(1));
     let mut builder = Client::builder()
         .redirect(redirect::Policy::none())
         // Every attempt is the worker's: recorded, counted and backed off.
         // (reqwest's default retries HTTP/2 refusals itself, and to be able
         // to, copies every request's headers before sending it.)
         .retry(retry::never().max_retries_per_request(0))
-        .timeout(timeout)
-        .connect_timeout(timeout.min(CONNECT_TIMEOUT_MAX))
+        .connect_timeout(CONNECT_TIMEOUT_MAX)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .user_agent(concat!("spoold/", env!("CARGO_PKG_VERSION")));
     if let Some(path) = &settings.ca_file {

@@ -2,11 +2,15 @@
 //! `destination` (docs/contract.md §3, §5). A worker is just another consumer of the
 //! engine: it leases, makes the HTTP request, and settles by the outcome.
 //!
-//! [`run`] keeps one dispatcher per push queue (`worker::dispatch`: a task
-//! per delivery in flight, at most `concurrency`) and follows queue changes
-//! (config or API) once a second: a new push queue gets a dispatcher, a
-//! changed one a new dispatcher with the new settings (the old one finishes
-//! what it holds), a deleted one loses it.
+//! [`run`] starts a dispatcher (`worker::dispatch`: a task per delivery in
+//! flight, at most `concurrency`) for a push queue only while it has
+//! messages: the engine names the queues that hold some at start, and
+//! tells of a sleeping queue that gets work (`engine/awake.rs`); a
+//! dispatcher whose queue is empty ends. A queue change stops the
+//! dispatcher it has (which finishes what it holds) and starts one with the
+//! new settings if there is work. So an idle push queue costs no task, no
+//! timer and no client: push queues with the same TLS settings share one
+//! pooled client (`client.rs`).
 
 pub(crate) mod backoff;
 pub(crate) mod client;
@@ -14,27 +18,22 @@ pub(crate) mod signing;
 pub(crate) mod target;
 pub(crate) mod worker;
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::engine::Engine;
-use crate::spool::QueueSettings;
+use crate::engine::{Engine, PushWake};
 use worker::QueueShared;
 
-/// How often the pools are matched against the queues.
-const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
-
-struct Pool {
-    settings: QueueSettings,
+/// A running dispatcher.
+struct Running {
     stop: watch::Sender<bool>,
     dispatcher: JoinHandle<()>,
 }
 
-/// Runs every push queue's workers until `stop`; then stops leasing (or,
+/// Runs the push queues' dispatchers until `stop`; then stops leasing (or,
 /// with `drain`, keeps delivering while messages are visible) and returns
 /// when every worker is done. The caller bounds that wait by the grace
 /// period.
@@ -44,77 +43,102 @@ pub(crate) async fn run(
     drain: bool,
     redact_headers: Vec<String>,
 ) {
-    let redact_headers = Arc::new(redact_headers);
-    let mut pools: BTreeMap<String, Pool> = BTreeMap::new();
+    let mut pools = Pools {
+        engine: engine.clone(),
+        drain,
+        redact_headers: Arc::new(redact_headers),
+        clients: client::Clients::default(),
+        running: HashMap::new(),
+        retired: Vec::new(),
+    };
+    let (mut wakeups, busy) = engine.listen_for_push_work();
+    for queue in busy {
+        pools.start(queue);
+    }
     loop {
-        reconcile(&engine, &mut pools, drain, &redact_headers);
-        tokio::select! {
+        let wake = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
-            () = tokio::time::sleep(RECONCILE_PERIOD) => {}
+            wake = wakeups.recv() => wake,
+        };
+        match wake {
+            Some(PushWake::Work(queue)) => pools.start(queue),
+            Some(PushWake::Changed(queue)) => pools.changed(queue),
+            None => break,
         }
     }
-    for pool in pools.values() {
-        pool.stop.send_replace(true);
+    for run in pools.running.values().chain(&pools.retired) {
+        run.stop.send_replace(true);
     }
-    for (_, pool) in pools {
+    let all = pools
+        .running
+        .into_values()
+        .chain(pools.retired)
+        .map(|run| run.dispatcher);
+    for dispatcher in all {
         // A dispatcher only ends by returning (a panic aborts the process).
-        let _ = pool.dispatcher.await;
+        let _ = dispatcher.await;
     }
 }
 
-fn reconcile(
-    engine: &Engine,
-    pools: &mut BTreeMap<String, Pool>,
+/// The dispatchers that run, and what starting one needs.
+struct Pools {
+    engine: Engine,
     drain: bool,
-    redact_headers: &Arc<Vec<String>>,
-) {
-    let wanted: BTreeMap<String, QueueSettings> = engine
-        .queue_names()
-        .into_iter()
-        .filter_map(|name| {
-            let (settings, _) = engine.queue_settings(&name).ok()?;
-            settings.is_push().then_some((name, settings))
-        })
-        .collect();
-    pools.retain(|name, pool| {
-        let keep = wanted.get(name) == Some(&pool.settings);
-        if !keep {
-            // The old dispatcher finishes the deliveries it holds, then
-            // exits on its own.
-            pool.stop.send_replace(true);
+    redact_headers: Arc<Vec<String>>,
+    clients: client::Clients,
+    running: HashMap<String, Running>,
+    /// Dispatchers of settings that changed, finishing what they hold.
+    retired: Vec<Running>,
+}
+
+impl Pools {
+    /// Starts `queue`'s dispatcher (the engine counts it awake already),
+    /// with the queue's settings as they are now.
+    fn start(&mut self, queue: String) {
+        self.running.retain(|_, run| !run.dispatcher.is_finished());
+        self.retired.retain(|run| !run.dispatcher.is_finished());
+        if self.running.contains_key(&queue) {
+            return;
         }
-        keep
-    });
-    for (name, settings) in wanted {
-        if pools.contains_key(&name) {
-            continue;
-        }
-        let client = match client::build(&settings) {
+        let settings = match self.engine.queue_settings(&queue) {
+            Ok((settings, _)) if settings.is_push() => settings,
+            _ => {
+                self.engine.put_to_sleep(&queue);
+                return;
+            }
+        };
+        let client = match self.clients.for_settings(&settings) {
             Ok(c) => c,
             Err(e) => {
-                tracing::error!(queue = %name, error = %e, "cannot build the delivery client; queue not delivered");
-                continue;
+                tracing::error!(queue = %queue, error = %e, "cannot build the delivery client; queue not delivered");
+                self.engine.put_to_sleep(&queue);
+                return;
             }
         };
         let (stop, stop_rx) = watch::channel(false);
         let shared = QueueShared::new(
-            engine.clone(),
-            name.clone(),
-            settings.clone(),
+            self.engine.clone(),
+            queue.clone(),
+            settings,
             client,
-            redact_headers.clone(),
+            self.redact_headers.clone(),
             stop_rx.clone(),
         );
-        let dispatcher = tokio::spawn(worker::dispatch(shared, stop_rx, drain));
-        tracing::info!(queue = %name, concurrency = settings.concurrency, "delivery started");
-        pools.insert(
-            name,
-            Pool {
-                settings,
-                stop,
-                dispatcher,
-            },
-        );
+        let dispatcher = tokio::spawn(worker::dispatch(shared, stop_rx, self.drain));
+        tracing::debug!(queue = %queue, "delivery started");
+        self.running.insert(queue, Running { stop, dispatcher });
+    }
+
+    /// `queue` was created, changed or deleted: its dispatcher (if any)
+    /// finishes what it holds, and a new one starts if there is work.
+    fn changed(&mut self, queue: String) {
+        if let Some(run) = self.running.remove(&queue) {
+            run.stop.send_replace(true);
+            self.retired.push(run);
+        }
+        if self.engine.wake_if_busy(&queue) {
+            self.start(queue);
+        }
     }
 }
 

@@ -36,10 +36,10 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// primary (replicated mode): a new primary delivers this soon after it
 /// serves.
 const NOT_PRIMARY_WAIT: Duration = Duration::from_millis(100);
-/// How long the dispatcher's lease waits for a message. The engine wakes
-/// it when one arrives or becomes visible, and a stop ends the wait, so an
-/// idle queue's dispatcher wakes only this often.
-const LEASE_WAIT: Duration = Duration::from_secs(30);
+/// How long the dispatcher's lease waits for a message before it asks to
+/// sleep (it ends if its queue is empty). The engine wakes it when one
+/// arrives or becomes visible, and a stop ends the wait.
+const LEASE_WAIT: Duration = Duration::from_secs(5);
 /// Most messages the dispatcher leases in one call.
 const LEASE_BATCH_MAX: usize = 64;
 
@@ -238,6 +238,15 @@ pub(crate) async fn dispatch(
         match leased {
             // Draining and nothing left: done.
             Ok(deliveries) if deliveries.is_empty() && stopping => break,
+            // Nothing to do and nothing in flight: the queue sleeps (no
+            // task) until the engine names it again (`engine/awake.rs`).
+            Ok(deliveries)
+                if deliveries.is_empty()
+                    && in_flight.is_empty()
+                    && shared.engine.sleep_if_idle(&shared.queue) =>
+            {
+                break;
+            }
             Ok(deliveries) => {
                 // Each delivery holds a slot until it is settled; the slots
                 // not used go back when `free` is dropped.
@@ -253,7 +262,8 @@ pub(crate) async fn dispatch(
             // Replicated mode: only the primary delivers; a follower's
             // dispatcher waits until its replica serves.
             Err(LeaseError::NotPrimary) => {
-                if stopping {
+                if stopping || (in_flight.is_empty() && shared.engine.sleep_if_idle(&shared.queue))
+                {
                     break;
                 }
                 tokio::select! {
@@ -563,6 +573,7 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
     let response = shared
         .client
         .request(method, url)
+        .timeout(Duration::from_millis(settings.timeout_ms.max(1)))
         .headers(headers)
         .body(d.payload.body.clone())
         .send()

@@ -2,10 +2,10 @@
 //! reservations and waiters that live beside it, and what compaction knows
 //! of the files on disk.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use super::sink::{Reply, SendReply};
 use crate::spool::queue::failed_queue_name;
@@ -25,6 +25,12 @@ pub(super) struct Core {
     /// a `409` meanwhile (Svix answers the same).
     pub pending_events: HashMap<u64, Millis>,
     notifies: HashMap<String, Arc<Notify>>,
+    /// Push queues whose dispatcher runs (`src/delivery`): a wake-up of any
+    /// other push queue goes to the delivery manager instead, which starts
+    /// one. An idle push queue has no task at all.
+    pub awake: HashSet<String>,
+    /// Where those wake-ups go, once the delivery manager listens.
+    pub push_wakeups: Option<mpsc::UnboundedSender<PushWake>>,
     /// What compaction needs to know of each log segment and pack, by the
     /// file id of a [`crate::journal::RecordLoc`]. A log segment appears
     /// once its first record is applied, so every segment below the
@@ -63,6 +69,8 @@ impl Core {
             pending_dedup: HashMap::new(),
             pending_events: HashMap::new(),
             notifies: HashMap::new(),
+            awake: HashSet::new(),
+            push_wakeups: None,
             files: BTreeMap::new(),
             checkpoint: None,
             next_pack_id: 1,
@@ -82,16 +90,56 @@ impl Core {
     /// a new time), so one receiver has something to do; waking them all
     /// would send every idle push worker to the lock for nothing. A woken
     /// receiver that goes away passes the wake-up on (tokio's `Notify`).
-    pub(super) fn wake_one(&self, queue: &str) {
+    pub(super) fn wake_one(&mut self, queue: &str) {
         if let Some(n) = self.notifies.get(queue) {
             n.notify_one();
         }
+        self.wake_dispatcher(queue);
     }
 
     /// Wakes every receiver of `queue`: many messages became visible.
-    pub(super) fn wake_all(&self, queue: &str) {
+    pub(super) fn wake_all(&mut self, queue: &str) {
         if let Some(n) = self.notifies.get(queue) {
             n.notify_waiters();
+        }
+        self.wake_dispatcher(queue);
+    }
+
+    /// A push queue without a running dispatcher gets one: the delivery
+    /// manager is told (once: the queue counts as awake from here).
+    fn wake_dispatcher(&mut self, queue: &str) {
+        let Some(tx) = &self.push_wakeups else {
+            return;
+        };
+        if self.awake.contains(queue)
+            || !self
+                .spool
+                .queue(queue)
+                .is_some_and(|q| q.settings.is_push())
+        {
+            return;
+        }
+        self.awake.insert(queue.to_owned());
+        let _ = tx.send(PushWake::Work(queue.to_owned()));
+    }
+
+    /// Drops `queue`'s notifier if nobody waits on it (a push queue going
+    /// to sleep: 100 000 idle endpoints keep no notifier each).
+    pub(super) fn forget_notify(&mut self, queue: &str) {
+        if self
+            .notifies
+            .get(queue)
+            .is_some_and(|n| Arc::strong_count(n) == 1)
+        {
+            self.notifies.remove(queue);
+        }
+    }
+
+    /// A queue was created, changed or deleted: the delivery manager
+    /// restarts (or stops) its dispatcher.
+    pub(super) fn queue_changed(&self, queue: &str) {
+        if let Some(tx) = &self.push_wakeups {
+            let _ = tx.send(PushWake::Changed(queue.to_owned()));
         }
     }
 
@@ -148,6 +196,15 @@ impl Core {
             _ => {}
         }
     }
+}
+
+/// What the engine tells the delivery manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushWake {
+    /// A push queue without a dispatcher has work.
+    Work(String),
+    /// A queue's settings changed, or it was created or deleted.
+    Changed(String),
 }
 
 /// State shared by the engine handle and the sink.

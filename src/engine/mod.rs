@@ -26,6 +26,7 @@
 //! repair), `core.rs` (the state behind the lock), `sink.rs` (apply and
 //! answer), `write.rs`, `rules.rs`, `token.rs`, `error.rs`.
 
+mod awake;
 pub(crate) mod compact;
 mod core;
 pub(crate) mod error;
@@ -50,6 +51,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub use self::awake::PushWake;
 pub use self::core::Arrival;
 use self::core::{Core, Shared};
 pub use error::{

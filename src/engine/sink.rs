@@ -225,7 +225,7 @@ fn announce(shared: &Shared, command: &Command<'_>) {
 }
 
 /// Wakes the receivers of whichever queue just gained a visible message.
-fn wake_after(core: &Core, command: &Command<'_>) {
+fn wake_after(core: &mut Core, command: &Command<'_>) {
     match command {
         Command::Enqueue(meta) => core.wake_one(&meta.queue),
         Command::Event(meta) => {
@@ -237,6 +237,9 @@ fn wake_after(core: &Core, command: &Command<'_>) {
         Command::Fail { queue, .. } => core.wake_one(&failed_queue_name(queue)),
         Command::Redrive { queue, .. } => core.wake_all(queue),
         Command::QueuePause { name, .. } => core.wake_all(name),
+        Command::QueueUpsert { name, .. } | Command::QueueDelete { name } => {
+            core.queue_changed(name)
+        }
         _ => {}
     }
 }
