@@ -288,6 +288,32 @@ def report(rows):
                        f"| {ms(m.get('p99_us'))} | {fs:.3f}{note} |")
         out.append("")
 
+    ends = by.get("endpoints", [])
+    out.append("### Endpoints: webhooks to many customers")
+    out.append("")
+    if not ends:
+        out.append("Not measured (`ONLY=endpoints bench/run.sh`).")
+    else:
+        out.append("Push queues created over the API (each a customer endpoint with a destination, a signing "
+                   "secret and event patterns), on a fresh spool: spoold's resident memory per queue (after "
+                   "creating them, less before) and its CPU while they idle; one event to 1 000 of them "
+                   "(median of 5: the `202` comes once every delivery is enqueued, one record); one event to "
+                   "10 000 of them, from its `202` until the destination had each. `before`: the build "
+                   "before events and sleeping dispatchers, without events.")
+        out.append("")
+        out.append("| build | queues | bytes per queue | ≤ 2 048 | idle CPU % | 1 000 subscribers: 202 ms | < 50 | 10 000 delivered, s | < 10 | RSS after, MiB |")
+        out.append("|---|---:|---:|---|---:|---:|---|---:|---|---:|")
+        for r in ends:
+            per = num(r.get("endpoints_bytes_per_queue"))
+            fan = num(r.get("endpoints_fanout_p50_ms"))
+            wide = num(r.get("endpoints_wide_seconds"))
+            yes = lambda ok, v: "—" if v != v else ("yes" if ok else "**no**")
+            out.append(f"| {r.get('build')} | {num(r.get('endpoints_queues')):.0f} | {per:.0f} | {yes(per <= 2048, per)} "
+                       f"| {num(r.get('endpoints_idle_cpu_pct')):.2f} | {show(r.get('endpoints_fanout_p50_ms'))} "
+                       f"| {yes(fan < 50, fan)} | {show(r.get('endpoints_wide_seconds'))} | {yes(wide < 10, wide)} "
+                       f"| {show(r.get('endpoints_rss_after_mib'))} |")
+        out.append("")
+
     allocs = by.get("alloc", [])
     out.append("### Allocators, side by side (trials interleaved)")
     out.append("")

@@ -22,6 +22,14 @@
 #             kept), the primary purges its log, the follower comes back
 #             and receives the checkpoint streamed: time, bytes, and the
 #             follower's peak memory beside the snapshot's size
+#   endpoints webhooks to many customers: ENDPOINT_QUEUES (100 000) push
+#             queues created over the API, spoold's memory per queue and its
+#             CPU while they idle; one event to 1 000 of them (time to its
+#             202: every delivery enqueued), one event to 10 000 of them
+#             (time until each was delivered). With ENDPOINTS_BEFORE=path
+#             to an older spoold, that build's memory per queue and idle CPU
+#             too (ENDPOINTS_BEFORE_QUEUES of them, 10 000: it spends
+#             about 100 KiB each)
 #   alloc     the allocators side by side: jemalloc (the default), glibc,
 #             glibc with a larger tcache and heap top pad, mimalloc (two more
 #             release builds)
@@ -57,7 +65,10 @@ PORT=${PORT:-18787}
 REDIS_PORT=${REDIS_PORT:-18788}
 SINK_PORT=${SINK_PORT:-18789}
 SKIP=${SKIP:-}
-ONLY=${ONLY:-floor sends redis pull push replay slowdisk cluster catchup jetstream alloc}
+ONLY=${ONLY:-floor sends redis pull push replay slowdisk cluster catchup jetstream endpoints alloc}
+ENDPOINT_QUEUES=${ENDPOINT_QUEUES:-100000}
+ENDPOINTS_BEFORE=${ENDPOINTS_BEFORE:-}
+ENDPOINTS_BEFORE_QUEUES=${ENDPOINTS_BEFORE_QUEUES:-10000}
 run_section() { [[ " $ONLY " == *" $1 "* && " $SKIP " != *" $1 "* ]]; }
 
 install_missing wrk=wrk redis-server=redis-server redis-benchmark=redis-tools strace=strace curl=curl
@@ -150,6 +161,26 @@ run_section push && { echo "== push end to end ($TRIALS trials)" >&2
   for trial in $(seq 1 "$TRIALS"); do
     result "push trial=$trial $(push_once "$spoold_bin")"
   done
+}
+
+# endpoints_once BIN QUEUES [plain]: the endpoints measurement on a fresh
+# spool (fsync on); prints the load generator's result.
+endpoints_once() {
+  local bin=$1 queues=$2 plain=${3:-} dir out
+  dir=$(fresh endpoints true)
+  run_spoold "$bin" "$dir"
+  out=$work/endpoints.out
+  "$load_bin" --url "http://127.0.0.1:$PORT" endpoints --pid "$spoold_pid" --queues "$queues" \
+    --sink "127.0.0.1:$SINK_PORT" ${plain:+--plain} >"$out"
+  stop_spoold
+  grep RESULT "$out" | sed 's/^RESULT //'
+}
+
+run_section endpoints && { echo "== endpoints: $ENDPOINT_QUEUES push queues" >&2
+  result "endpoints build=this $(endpoints_once "$spoold_bin" "$ENDPOINT_QUEUES")"
+  if [[ -n $ENDPOINTS_BEFORE ]]; then
+    result "endpoints build=before $(endpoints_once "$ENDPOINTS_BEFORE" "$ENDPOINTS_BEFORE_QUEUES" plain)"
+  fi
 }
 
 # fill_and_replay BIN MESSAGES: fills a fresh spool (fsync off), then

@@ -64,6 +64,7 @@ fn request(len: usize) -> SendRequest {
             content_type: "application/octet-stream".into(),
             request: None,
             event: None,
+            resent_from: None,
             body: vec![b'x'; len].into(),
         },
         ..SendRequest::default()

@@ -416,6 +416,10 @@ pub struct QueueConfig {
     pub client_key: Option<String>,
     pub events: Option<Vec<String>>,
     pub tenant: Option<String>,
+    #[serde(default, deserialize_with = "de_opt_duration")]
+    pub history_retention: Option<u64>,
+    #[serde(default, deserialize_with = "de_opt_size")]
+    pub history_max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -463,6 +467,8 @@ impl QueueConfig {
             client_key: self.client_key.clone(),
             events: self.events.clone().unwrap_or_default(),
             tenant: self.tenant.clone(),
+            history_retention_ms: self.history_retention.unwrap_or(d.history_retention_ms),
+            history_max_bytes: self.history_max_bytes.unwrap_or(d.history_max_bytes),
         }
     }
 }
@@ -954,6 +960,13 @@ fn queue_table(s: &QueueSettings) -> toml::Table {
     if let Some(tenant) = &s.tenant {
         t.insert("tenant".into(), tenant.as_str().into());
     }
+    if s.history_retention_ms > 0 {
+        t.insert("history_retention".into(), ms(s.history_retention_ms));
+        t.insert(
+            "history_max_bytes".into(),
+            format_size(s.history_max_bytes).into(),
+        );
+    }
     t
 }
 
@@ -1036,6 +1049,10 @@ fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> 
 
 fn de_opt_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     de_duration(d).map(Some)
+}
+
+fn de_opt_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    de_size(d).map(Some)
 }
 
 #[cfg(test)]

@@ -171,6 +171,7 @@ fn child(dir: &Path) -> ! {
                             content_type: "text/plain".into(),
                             request: None,
                             event: None,
+                            resent_from: None,
                             body: format!("writer {w} message {n} {:0>1000}", 0)
                                 .into_bytes()
                                 .into(),

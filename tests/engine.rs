@@ -30,6 +30,7 @@ async fn send_receive_ack_reads_the_payload_back_from_disk() {
                 headers: vec![("X-Trace".into(), "t1".into())],
             }),
             event: None,
+            resent_from: None,
             body: b"{\"n\":1}".to_vec().into(),
         },
         ..SendRequest::default()

@@ -557,3 +557,174 @@ async fn idle_endpoints_keep_no_dispatcher_and_wake_for_an_event() {
     assert_eq!(again["deliveries"].as_array().unwrap().len(), ENDPOINTS);
     sink.wait_for(2 * ENDPOINTS).await;
 }
+
+/// "We never got it": an endpoint that keeps history shows what it was
+/// sent (by time, type and tenant) with its attempts, and resends one as a
+/// new delivery; history survives compaction and `kill -9`, and is
+/// forgotten past its retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivered_events_are_kept_listed_shown_and_resent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sink, url) = Sink::start().await;
+    let spool = "segment_bytes = \"64KiB\"\ncompaction_interval = \"100ms\"";
+    let mut spoold = start_config(dir.path(), "", spool, "").await;
+    let base = spoold.base.clone();
+    let http = client();
+    let (status, answer) = put(
+        &http,
+        &base,
+        "cus-7",
+        &json!({
+            "destination": format!("{url}/hooks"),
+            "events": ["invoice.*", "order.*"],
+            "historyRetentionSeconds": 3600,
+        }),
+    )
+    .await;
+    assert!(status.is_success(), "{answer}");
+    assert_eq!(answer["settings"]["historyRetentionSeconds"], 3600.0);
+    sink.script([(500, vec![])]); // the first attempt fails, the retry works
+    let mut sent = Vec::new();
+    for (n, event_type) in ["invoice.paid", "order.created", "invoice.sent"]
+        .iter()
+        .enumerate()
+    {
+        let (_, a) = publish(
+            &base,
+            &json!({"type": event_type, "tenant": format!("t{}", n % 2), "payload": {"n": n}}),
+            None,
+        )
+        .await;
+        sent.push(deliveries(&a)["cus-7"].clone());
+    }
+    sink.wait_for(4).await;
+    let history = async |base: &str, query: &str| -> Value {
+        common::eventually("the history page", Duration::from_secs(30), async || {
+            let r = http
+                .get(format!("{base}/v1/queues/cus-7/history{query}"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            let page: Value = r.json().await.unwrap();
+            (!page["messages"].as_array().unwrap().is_empty()).then_some(page)
+        })
+        .await
+    };
+    common::wait_until("all three delivered", async || {
+        history(&base, "").await["messages"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 3
+    })
+    .await;
+    let all = history(&base, "").await;
+    let ids: Vec<&str> = all["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    // Newest delivery first: the delivery whose first attempt failed was
+    // delivered last, after its backoff; it shows both attempts.
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(sorted, sent.iter().map(String::as_str).collect::<Vec<_>>());
+    let first = &all["messages"][0];
+    assert_eq!(first["state"], "delivered");
+    assert!(first["deliveredAt"].is_string());
+    let statuses: Vec<u64> = first["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, [500, 200], "{first}");
+    assert_eq!(first["retryCount"], 1);
+    let others_tried_once = all["messages"].as_array().unwrap()[1..]
+        .iter()
+        .all(|m| m["attempts"].as_array().unwrap().len() == 1);
+    assert!(others_tried_once, "{all}");
+    // By type, by tenant, a page at a time.
+    let invoices = history(&base, "?type=invoice.paid").await;
+    assert_eq!(invoices["messages"].as_array().unwrap().len(), 1);
+    let tenant = history(&base, "?tenant=t0").await;
+    assert_eq!(tenant["messages"].as_array().unwrap().len(), 2);
+    let page = history(&base, "?limit=2").await;
+    assert_eq!(page["messages"].as_array().unwrap().len(), 2);
+    let next = page["next"].as_str().unwrap().to_owned();
+    let rest = history(&base, &format!("?limit=2&before={next}")).await;
+    assert_eq!(rest["messages"][0]["id"], ids[2]);
+    assert!(rest.get("next").is_none(), "{rest}");
+    // Resend: a new delivery, saying what it repeats.
+    let r = http
+        .post(format!("{base}/v1/queues/cus-7/history/{}/resend", sent[0]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let resent: Value = r.json().await.unwrap();
+    assert_eq!(resent["resentFrom"], sent[0].as_str());
+    assert_ne!(resent["id"], sent[0].as_str());
+    let seen = sink.wait_for(5).await;
+    let last = &seen[4];
+    assert_eq!(last.headers["spooler-resent-from"], sent[0].as_str());
+    assert!(
+        last.headers.get("webhook-id").is_none(),
+        "no secret, no signature"
+    );
+    assert_eq!(
+        last.headers["spooler-delivery-id"],
+        resent["id"].as_str().unwrap()
+    );
+    assert_eq!(last.headers["spooler-event-type"], "invoice.paid");
+    assert_eq!(last.body.as_ref(), br#"{"n":0}"#);
+    common::wait_until("the resend in history too", async || {
+        history(&base, "").await["messages"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 4
+    })
+    .await;
+    // Compaction, then kill -9: the history is as it was.
+    for n in 0..100 {
+        let filler = json!({"type": "user.seen", "payload": "x".repeat(1000 + n)});
+        publish(&base, &filler, None).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = history(&base, "").await;
+    spoold.signal("-KILL");
+    spoold.wait_exit();
+    let spoold = start_config(dir.path(), "", spool, "").await;
+    let after = history(&spoold.base, "").await;
+    assert_eq!(after["messages"], before["messages"]);
+    // A resend of what is not in history is 404.
+    let r = http
+        .post(format!(
+            "{}/v1/queues/cus-7/history/{}/resend",
+            spoold.base,
+            "0".repeat(32)
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // History off: forgotten.
+    let r = http
+        .patch(format!("{}/v1/queues/cus-7", spoold.base))
+        .header("Content-Type", "application/merge-patch+json")
+        .json(&json!({"historyRetentionSeconds": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let r = http
+        .get(format!("{}/v1/queues/cus-7/history", spoold.base))
+        .send()
+        .await
+        .unwrap();
+    let empty: Value = r.json().await.unwrap();
+    assert_eq!(empty["messages"], json!([]));
+}

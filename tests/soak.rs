@@ -75,6 +75,7 @@ async fn soak_sends_acks_and_compactions_stay_under_max_bytes_and_lose_nothing()
                         content_type: "text/plain".into(),
                         request: None,
                         event: None,
+                        resent_from: None,
                         body: format!("w{w} n{n} {:0>480}", 0).into_bytes().into(),
                     },
                     ..SendRequest::default()

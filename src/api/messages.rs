@@ -85,7 +85,7 @@ pub(super) fn content_type(headers: &HeaderMap) -> String {
         .to_string()
 }
 
-fn parse_id(engine: &Engine, queue: &str, text: &str) -> Result<MessageId, ApiError> {
+pub(super) fn parse_id(engine: &Engine, queue: &str, text: &str) -> Result<MessageId, ApiError> {
     engine.tokens().parse_id(text).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -138,6 +138,7 @@ pub(crate) async fn send(
             content_type: content_type(headers),
             request: None,
             event: None,
+            resent_from: None,
             body: read_body(&state, headers, body).await?,
         },
     };
@@ -194,6 +195,7 @@ pub(crate) async fn forward(
                 headers: stored_headers(headers),
             }),
             event: None,
+            resent_from: None,
             body: read_body(&state, headers, body).await?,
         },
     };
@@ -299,6 +301,11 @@ pub(crate) async fn receive(
         if let Ok(v) = HeaderValue::from_str(&value) {
             h.insert(name, v);
         }
+    }
+    if let Some(from) = d.payload.resent_from
+        && let Ok(v) = HeaderValue::from_str(&engine.tokens().format_id(from))
+    {
+        h.insert("spooler-resent-from", v);
     }
     if let Some(event) = &d.payload.event {
         let event_id = engine.tokens().format_id(event.id);

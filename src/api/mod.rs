@@ -13,6 +13,7 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod filter;
 pub(crate) mod forward;
+pub(crate) mod history;
 pub(crate) mod messages;
 pub(crate) mod openapi;
 pub(crate) mod params;
@@ -199,6 +200,9 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
             queues::delete
         ))
         .routes(routes!(events::publish))
+        .routes(routes!(history::list))
+        .routes(routes!(history::get_one))
+        .routes(routes!(history::resend))
         .routes(routes!(messages::send, messages::peek, messages::purge))
         .routes(routes!(messages::get_one, messages::cancel))
         .routes(routes!(messages::receive))

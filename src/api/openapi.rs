@@ -26,6 +26,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
         (name = "queues", description = "Create, change, list and delete queues; pause, resume, redrive."),
         (name = "messages", description = "Send, peek, cancel, purge and tail messages."),
         (name = "events", description = "Publish an event to every queue that subscribes to its type."),
+        (name = "history", description = "Delivered messages kept by a queue: list, show, resend."),
         (name = "leases", description = "Receive with a lease, then ack, nack or renew it."),
         (name = "forward", description = "Store a whole HTTP request for a push queue's destination."),
         (name = "operations", description = "Probes, metrics and this document (no key needed)."),

@@ -45,6 +45,10 @@ pub(crate) struct SettingsView {
     on_expire: &'static str,
     /// Event type patterns the queue subscribes to (`POST /v1/events`).
     events: Vec<String>,
+    /// How long delivered messages are kept (0: not kept).
+    history_retention_seconds: f64,
+    /// The history's bound in bytes.
+    history_max_bytes: u64,
     /// A push queue's delivery settings (absent for a pull queue).
     #[serde(flatten)]
     push: Option<PushView>,
@@ -117,6 +121,8 @@ pub(crate) fn render(s: &QueueSettings) -> SettingsView {
             OnExpire::Fail => "fail",
         },
         events: s.events.clone(),
+        history_retention_seconds: secs(s.history_retention_ms),
+        history_max_bytes: s.history_max_bytes,
         push,
     }
 }
@@ -211,6 +217,9 @@ pub(crate) struct SettingsBody {
     events: Option<Vec<String>>,
     /// A push queue only: just this tenant's events.
     tenant: Option<String>,
+    /// Keep delivered messages this long (0: not kept).
+    history_retention_seconds: Option<f64>,
+    history_max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -332,6 +341,12 @@ impl SettingsBody {
             client_key: self.client_key,
             events: self.events.unwrap_or_default(),
             tenant: self.tenant,
+            history_retention_ms: ms(
+                "historyRetentionSeconds",
+                self.history_retention_seconds,
+                d.history_retention_ms,
+            )?,
+            history_max_bytes: self.history_max_bytes.unwrap_or(d.history_max_bytes),
         };
         Ok((settings, warnings))
     }

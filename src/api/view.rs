@@ -52,6 +52,12 @@ pub(crate) struct MessageJson<'a> {
     event_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tenant: Option<&'a str>,
+    /// A resend: the id of the delivered message it repeats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resent_from: Option<String>,
+    /// In a queue's history: when it was delivered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivered_at: Option<String>,
     attempts: Vec<AttemptJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     last_status: Option<u16>,
@@ -150,6 +156,9 @@ pub(crate) fn render<'a>(
         event_type: payload.event.as_ref().map(|e| e.event_type.as_str()),
         event_id: payload.event.as_ref().map(|e| tokens.format_id(e.id)),
         tenant: payload.event.as_ref().and_then(|e| e.tenant.as_deref()),
+        resent_from: payload.resent_from.map(|id| tokens.format_id(id)),
+        delivered_at: (view.state == crate::spool::MessageState::Delivered)
+            .then(|| format_rfc3339(m.visible_at)),
         attempts: attempts
             .iter()
             .map(|a| AttemptJson {

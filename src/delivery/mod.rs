@@ -193,6 +193,7 @@ mod tests {
                 content_type: "text/plain".into(),
                 request: None,
                 event: None,
+                resent_from: None,
                 body: b"event".to_vec().into(),
             },
             delay_ms: 0,

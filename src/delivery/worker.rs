@@ -555,6 +555,10 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
         "spooler-retry-count",
         &d.retry_count.to_string(),
     );
+    if let Some(from) = d.payload.resent_from {
+        let from = shared.engine.tokens().format_id(from);
+        put(&mut headers, "spooler-resent-from", &from);
+    }
     if let Some(event) = &d.payload.event {
         put(&mut headers, "spooler-event-type", &event.event_type);
         let event_id = shared.engine.tokens().format_id(event.id);

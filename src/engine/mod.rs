@@ -31,6 +31,7 @@ pub(crate) mod compact;
 mod core;
 pub(crate) mod error;
 mod events;
+mod history;
 mod lease;
 mod messages;
 mod open;
@@ -58,6 +59,7 @@ pub use error::{
     EventError, LeaseError, MessageError, QueueError, ReadError, SendError, SettleError, WriteError,
 };
 pub use events::{EventOutcome, EventRequest};
+pub use history::{HISTORY_SCAN_MAX, HistoryItem, HistoryPage, HistoryQuery};
 pub use queues::BulkOutcome;
 pub use rules::{Origin, Policy};
 use sink::Entry;

@@ -80,10 +80,18 @@ impl Engine {
         let lease = self.lease_of(token)?;
         let id = lease.id;
         let last_status = attempt.status;
-        let mut attempts = if outcome == Outcome::Delivered {
-            Vec::new()
-        } else {
+        // A delivered message's attempts are kept only by a queue that
+        // keeps its history (they are shown with it); else they go with it.
+        let keeps_history = self
+            .core()
+            .spool
+            .queue(queue)
+            .is_some_and(|q| q.settings.history_retention_ms > 0);
+        let record_attempts = outcome != Outcome::Delivered || keeps_history;
+        let mut attempts = if record_attempts {
             self.attempts(queue, id)?
+        } else {
+            Vec::new()
         };
         attempts.push(attempt);
         if attempts.len() > ATTEMPTS_KEPT {
@@ -137,7 +145,7 @@ impl Engine {
                 command: settle,
             };
             let undo = settle.clone();
-            let attempt_record = (outcome != Outcome::Delivered).then_some(Record {
+            let attempt_record = record_attempts.then_some(Record {
                 at: now,
                 command: Command::Attempt {
                     queue: q,

@@ -27,7 +27,7 @@ use super::codec::{
 use super::command::{FailReason, MessageId};
 use super::queue::{QueueSettings, failed_queue_name, valid_queue_name};
 use super::record::DecodeError;
-use super::state::{FailInfo, Message, Spool};
+use super::state::{Delivered, FailInfo, Message, Spool};
 use crate::journal::RecordLoc;
 use crate::time::Millis;
 
@@ -40,6 +40,7 @@ pub(crate) mod kind {
     pub(crate) const END: u8 = 68;
     pub(crate) const CLUSTER: u8 = 69;
     pub(crate) const EVENT_KEYS: u8 = 70;
+    pub(crate) const HISTORY: u8 = 71;
 }
 
 /// Version of the chunk layouts inside a checkpoint.
@@ -157,6 +158,8 @@ pub struct QueueState {
     pub queue: QueueEntry,
     pub messages: Vec<MessageEntry>,
     pub dedup: Vec<DedupEntry>,
+    /// Delivered messages kept (`history_retention`), ids ascending.
+    pub history: Vec<(MessageId, Delivered)>,
 }
 
 impl SpoolState {
@@ -172,6 +175,10 @@ impl SpoolState {
             for m in &mut q.messages {
                 m.loc = zero;
                 m.attempts = m.attempts.map(|_| zero);
+            }
+            for (_, d) in &mut q.history {
+                d.loc = zero;
+                d.attempts = d.attempts.map(|_| zero);
             }
         }
         self
@@ -198,12 +205,17 @@ impl Spool {
                 .collect(),
         };
         self.for_each_queue(|queue, messages, dedup| {
+            let history = self
+                .queue(&queue.name)
+                .map(|q| q.history_entries().map(|(id, d)| (id, *d)).collect())
+                .unwrap_or_default();
             state.queues.insert(
                 queue.name.clone(),
                 QueueState {
                     queue,
                     messages: messages.collect(),
                     dedup,
+                    history,
                 },
             );
         });
@@ -277,7 +289,7 @@ impl Spool {
                 counts.messages += 1;
             }
             out.finish();
-            out.start(kind::DEDUP, prefix);
+            out.start(kind::DEDUP, prefix.clone());
             for d in dedup {
                 e.clear();
                 put_u64(&mut e, d.hash);
@@ -287,6 +299,38 @@ impl Spool {
                 counts.dedup += 1;
             }
             out.finish();
+            let q = self.queue(&queue.name).expect("listed");
+            if q.history_entries().next().is_some() {
+                out.start(kind::HISTORY, prefix);
+                for (id, d) in q.history_entries() {
+                    let loc = relocate(LocUse {
+                        queue: &queue.name,
+                        id,
+                        attempts: false,
+                        loc: d.loc,
+                    });
+                    let attempts = d.attempts.map(|loc| {
+                        relocate(LocUse {
+                            queue: &queue.name,
+                            id,
+                            attempts: true,
+                            loc,
+                        })
+                    });
+                    e.clear();
+                    put_u64(&mut e, id.0);
+                    put_i64(&mut e, d.enqueued_at);
+                    put_i64(&mut e, d.delivered_at);
+                    put_uvarint(&mut e, u64::from(d.retry_count));
+                    e.push(u8::from(d.shared) | (u8::from(attempts.is_some()) << 1));
+                    put_loc(&mut e, loc);
+                    if let Some(a) = attempts {
+                        put_loc(&mut e, a);
+                    }
+                    out.entry(&e);
+                }
+                out.finish();
+            }
         });
 
         let mut begin = Vec::new();
@@ -764,6 +808,35 @@ impl CheckpointLoader {
                         .restore_dedup(&queue, DedupEntry { first_at, hash, id })
                         .map_err(|e| DecodeError(format!("dedup key of {queue}: {e}")))?;
                     self.counts.dedup += 1;
+                }
+            }
+            (kind::HISTORY, Some(spool)) => {
+                let queue = r.str16()?.to_owned();
+                let n = r.u32()?;
+                for _ in 0..n {
+                    let id = r.id()?;
+                    let enqueued_at = r.i64()?;
+                    let delivered_at = r.i64()?;
+                    let retry_count = u32::try_from(r.uvarint()?)
+                        .map_err(|_| DecodeError("retry count out of range".into()))?;
+                    let flags = r.u8()?;
+                    let loc = get_loc(&mut r)?;
+                    let attempts = if flags & 2 != 0 {
+                        Some(get_loc(&mut r)?)
+                    } else {
+                        None
+                    };
+                    let d = Delivered {
+                        enqueued_at,
+                        delivered_at,
+                        retry_count,
+                        loc,
+                        shared: flags & 1 != 0,
+                        attempts,
+                    };
+                    spool
+                        .restore_history(&queue, id, d)
+                        .map_err(|e| DecodeError(format!("history of {queue}: {e}")))?;
                 }
             }
             (kind::EVENT_KEYS, Some(spool)) => {

@@ -146,6 +146,8 @@ pub struct Payload {
     pub request: Option<StoredRequest>,
     /// Set when the message is a delivery of an event.
     pub event: Option<EventTag>,
+    /// Set when the message is a resend of a delivered one (its id).
+    pub resent_from: Option<MessageId>,
     /// Shared, not copied: the HTTP layer's buffer goes straight into the
     /// journal record, and a delivery attempt clones a reference.
     pub body: Bytes,
@@ -168,6 +170,20 @@ pub enum Command<'a> {
     Enqueue(EnqueueMeta<'a>),
     /// An event and its deliveries (each an enqueue into its queue).
     Event(EventMeta<'a>),
+    /// A delivered message sent again: a new message `id` in `queue` with
+    /// the payload of `from` (copied into this record).
+    Resend {
+        queue: Cow<'a, str>,
+        id: MessageId,
+        from: MessageId,
+        visible_at: Millis,
+    },
+    /// Forgets delivered messages of `queue`'s history (past its
+    /// retention).
+    HistoryDrop {
+        queue: Cow<'a, str>,
+        ids: Vec<MessageId>,
+    },
     /// Removes a message for good.
     Ack {
         queue: Cow<'a, str>,

@@ -30,7 +30,7 @@ pub use command::{FailReason, MessageId, Payload, StoredRequest};
 pub use filter::{DeadLetterFilter, Selection, StatusMatch};
 pub use queue::{OnExpire, QueueSettings};
 pub(crate) use state::{Applied, Leased, Spool, SpoolError};
-pub use state::{MessageState, MessageView, QueueStats};
+pub use state::{Delivered, MessageState, MessageView, QueueStats};
 
 #[cfg(test)]
 mod tests;

@@ -89,6 +89,12 @@ pub struct QueueSettings {
     pub events: Vec<String>,
     /// Set: only the events of this tenant (a push queue only).
     pub tenant: Option<String>,
+    /// How long a delivered (acked) message is kept in the queue's
+    /// history; 0: not kept.
+    pub history_retention_ms: u64,
+    /// The history's bound in bytes of records: the oldest entries go
+    /// first past it.
+    pub history_max_bytes: u64,
 }
 
 impl Default for QueueSettings {
@@ -113,6 +119,8 @@ impl Default for QueueSettings {
             client_key: None,
             events: Vec::new(),
             tenant: None,
+            history_retention_ms: 0,
+            history_max_bytes: limits::HISTORY_BYTES_DEFAULT,
         }
     }
 }
@@ -148,6 +156,8 @@ pub enum Field {
     ClientKey,
     Events,
     Tenant,
+    HistoryRetention,
+    HistoryMaxBytes,
 }
 
 impl Field {
@@ -175,6 +185,8 @@ impl Field {
             Field::ClientKey => "client_key",
             Field::Events => "events",
             Field::Tenant => "tenant",
+            Field::HistoryRetention => "history_retention",
+            Field::HistoryMaxBytes => "history_max_bytes",
         }
     }
 
@@ -202,6 +214,8 @@ impl Field {
             Field::ClientKey => "clientKey",
             Field::Events => "events",
             Field::Tenant => "tenant",
+            Field::HistoryRetention => "historyRetentionSeconds",
+            Field::HistoryMaxBytes => "historyMaxBytes",
         }
     }
 }
@@ -269,6 +283,10 @@ pub(crate) mod limits {
     pub(crate) const PERMANENT_STATUSES: usize = 100;
     pub(crate) const BREAKER_FAILURES: (u32, u32) = (1, 1_000_000);
     pub(crate) const PATH_BYTES: usize = 4096;
+    /// A delivered message's history: up to a year, up to 1 TiB of records.
+    pub(crate) const HISTORY_RETENTION_MS: u64 = 365 * DAY_MS;
+    pub(crate) const HISTORY_BYTES: (u64, u64) = (1 << 10, 1 << 40);
+    pub(crate) const HISTORY_BYTES_DEFAULT: u64 = 64 << 20;
 }
 
 /// Names a push queue may not set as static headers, with why: spoold
@@ -442,6 +460,21 @@ impl QueueSettings {
             return Err(SettingsError::new(
                 Field::ClientCert,
                 "client_cert and client_key go together",
+            ));
+        }
+        range_ms(
+            Field::HistoryRetention,
+            self.history_retention_ms,
+            (0, HISTORY_RETENTION_MS),
+        )?;
+        let (lo, hi) = HISTORY_BYTES;
+        if !(lo..=hi).contains(&self.history_max_bytes) {
+            return Err(SettingsError::new(
+                Field::HistoryMaxBytes,
+                format!(
+                    "{} is out of range: allowed {lo} to {hi} bytes",
+                    self.history_max_bytes
+                ),
             ));
         }
         if self.events.len() > super::event::PATTERNS_MAX {

@@ -44,6 +44,10 @@ pub mod kind {
     pub const RETIRE_NODE: u8 = 17;
     /// An event and its deliveries, with the payload they share.
     pub const EVENT: u8 = 18;
+    /// A delivered message sent again, its payload copied.
+    pub const RESEND: u8 = 19;
+    /// Delivered messages forgotten from a queue's history.
+    pub const HISTORY_DROP: u8 = 20;
 }
 
 /// An enqueue's flags: it carries a dedup key hash; a stored request.
@@ -52,6 +56,10 @@ const ENQUEUE_HAS_REQUEST: u8 = 2;
 /// An event's flags: it carries a dedup key hash; a tenant.
 const EVENT_HAS_DEDUP: u8 = 1;
 const EVENT_HAS_TENANT: u8 = 2;
+/// A resend's flags: a stored request; an event tag; its tenant.
+const RESEND_HAS_REQUEST: u8 = 1;
+const RESEND_HAS_EVENT: u8 = 2;
+const RESEND_HAS_TENANT: u8 = 4;
 
 /// Why a checksummed record body did not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,6 +73,8 @@ impl Record<'_> {
             Command::QueuePause { .. } => kind::QUEUE_PAUSE,
             Command::Enqueue(_) => kind::ENQUEUE,
             Command::Event(_) => kind::EVENT,
+            Command::Resend { .. } => kind::RESEND,
+            Command::HistoryDrop { .. } => kind::HISTORY_DROP,
             Command::Ack { .. } => kind::ACK,
             Command::Retry { .. } => kind::RETRY,
             Command::Fail { .. } => kind::FAIL,
@@ -117,14 +127,7 @@ impl Record<'_> {
                 put_str16(out, &meta.queue);
                 put_str16(out, &payload.content_type);
                 if let Some(req) = &payload.request {
-                    put_str16(out, &req.method);
-                    put_bytes32(out, req.path.as_bytes());
-                    put_bytes32(out, req.query.as_bytes());
-                    put_u32(out, req.headers.len() as u32);
-                    for (name, value) in &req.headers {
-                        put_str16(out, name);
-                        put_bytes32(out, value.as_bytes());
-                    }
+                    put_request(out, req);
                 }
                 put_bytes32(out, &payload.body);
             }
@@ -152,6 +155,48 @@ impl Record<'_> {
                 }
                 put_str16(out, &payload.content_type);
                 put_bytes32(out, &payload.body);
+            }
+            Command::Resend {
+                queue,
+                id,
+                from,
+                visible_at,
+            } => {
+                let payload = payload.expect("bug: resend encoded without its payload");
+                put_str16(out, queue);
+                put_u64(out, id.0);
+                put_u64(out, from.0);
+                put_i64(out, *visible_at);
+                let mut flags = 0u8;
+                if payload.request.is_some() {
+                    flags |= RESEND_HAS_REQUEST;
+                }
+                if let Some(event) = &payload.event {
+                    flags |= RESEND_HAS_EVENT;
+                    if event.tenant.is_some() {
+                        flags |= RESEND_HAS_TENANT;
+                    }
+                }
+                out.push(flags);
+                put_str16(out, &payload.content_type);
+                if let Some(req) = &payload.request {
+                    put_request(out, req);
+                }
+                if let Some(event) = &payload.event {
+                    put_u64(out, event.id.0);
+                    put_str16(out, &event.event_type);
+                    if let Some(tenant) = &event.tenant {
+                        put_str16(out, tenant);
+                    }
+                }
+                put_bytes32(out, &payload.body);
+            }
+            Command::HistoryDrop { queue, ids } => {
+                put_str16(out, queue);
+                put_u32(out, ids.len() as u32);
+                for id in ids {
+                    put_u64(out, id.0);
+                }
             }
             Command::Ack { queue, id }
             | Command::Expire { queue, id }
@@ -251,6 +296,21 @@ impl Record<'_> {
             },
             kind::ENQUEUE => Command::Enqueue(read_enqueue_head(&mut r)?.0),
             kind::EVENT => Command::Event(read_event_head(&mut r)?),
+            kind::RESEND => Command::Resend {
+                queue: Cow::Borrowed(r.str16()?),
+                id: r.id()?,
+                from: r.id()?,
+                visible_at: r.i64()?,
+            },
+            kind::HISTORY_DROP => {
+                let queue = Cow::Borrowed(r.str16()?);
+                let n = r.u32()? as usize;
+                let mut ids = Vec::with_capacity(n.min(body.len() / 8));
+                for _ in 0..n {
+                    ids.push(r.id()?);
+                }
+                Command::HistoryDrop { queue, ids }
+            }
             kind::ACK => Command::Ack {
                 queue: Cow::Borrowed(r.str16()?),
                 id: r.id()?,
@@ -363,6 +423,35 @@ fn read_enqueue_head<'a>(r: &mut Reader<'a>) -> Result<(EnqueueMeta<'a>, u8), De
     Ok((meta, flags))
 }
 
+/// A stored request as an enqueue or resend record holds it.
+fn put_request(out: &mut Vec<u8>, req: &StoredRequest) {
+    put_str16(out, &req.method);
+    put_bytes32(out, req.path.as_bytes());
+    put_bytes32(out, req.query.as_bytes());
+    put_u32(out, req.headers.len() as u32);
+    for (name, value) in &req.headers {
+        put_str16(out, name);
+        put_bytes32(out, value.as_bytes());
+    }
+}
+
+fn read_request(r: &mut Reader<'_>) -> Result<StoredRequest, DecodeError> {
+    let method = r.str16()?.to_owned();
+    let path = r.str32()?.to_owned();
+    let query = r.str32()?.to_owned();
+    let n = r.u32()? as usize;
+    let mut headers = Vec::with_capacity(n.min(256));
+    for _ in 0..n {
+        headers.push((r.str16()?.to_owned(), r.str32()?.to_owned()));
+    }
+    Ok(StoredRequest {
+        method,
+        path,
+        query,
+        headers,
+    })
+}
+
 /// An event body after its `at`, up to its payload. The one reader of
 /// this layout.
 fn read_event_head<'a>(r: &mut Reader<'a>) -> Result<EventMeta<'a>, DecodeError> {
@@ -410,6 +499,43 @@ pub fn decode_payload(body: &[u8]) -> Result<Payload, DecodeError> {
 pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload, DecodeError> {
     let mut r = Reader { buf: body, pos: 0 };
     r.i64()?; // at
+    if record_kind == kind::RESEND {
+        r.str16()?; // queue
+        r.id()?; // id
+        let from = r.id()?;
+        r.i64()?; // visible_at
+        let flags = r.u8()?;
+        let content_type = r.str16()?.to_owned();
+        let request = if flags & RESEND_HAS_REQUEST != 0 {
+            Some(read_request(&mut r)?)
+        } else {
+            None
+        };
+        let event = if flags & RESEND_HAS_EVENT != 0 {
+            let id = r.id()?;
+            let event_type = r.str16()?.to_owned();
+            let tenant = if flags & RESEND_HAS_TENANT != 0 {
+                Some(r.str16()?.to_owned())
+            } else {
+                None
+            };
+            Some(EventTag {
+                id,
+                event_type,
+                tenant,
+            })
+        } else {
+            None
+        };
+        let body = Bytes::copy_from_slice(r.bytes32()?);
+        return Ok(Payload {
+            content_type,
+            request,
+            event,
+            resent_from: Some(from),
+            body,
+        });
+    }
     if record_kind == kind::EVENT {
         let meta = read_event_head(&mut r)?;
         let content_type = r.str16()?.to_owned();
@@ -422,26 +548,14 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
                 event_type: meta.event_type.into_owned(),
                 tenant: meta.tenant.map(Cow::into_owned),
             }),
+            resent_from: None,
             body,
         });
     }
     let (_, flags) = read_enqueue_head(&mut r)?;
     let content_type = r.str16()?.to_owned();
     let request = if flags & ENQUEUE_HAS_REQUEST != 0 {
-        let method = r.str16()?.to_owned();
-        let path = r.str32()?.to_owned();
-        let query = r.str32()?.to_owned();
-        let n = r.u32()? as usize;
-        let mut headers = Vec::with_capacity(n.min(256));
-        for _ in 0..n {
-            headers.push((r.str16()?.to_owned(), r.str32()?.to_owned()));
-        }
-        Some(StoredRequest {
-            method,
-            path,
-            query,
-            headers,
-        })
+        Some(read_request(&mut r)?)
     } else {
         None
     };
@@ -450,6 +564,7 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
         content_type,
         request,
         event: None,
+        resent_from: None,
         body,
     })
 }
@@ -565,6 +680,7 @@ mod tests {
                 headers: vec![("X-A".into(), "1".into())],
             }),
             event: None,
+            resent_from: None,
             body: Bytes::from_static(b"{\"a\":1}"),
         };
         let record = Record {
@@ -588,6 +704,7 @@ mod tests {
             content_type: "application/json".into(),
             request: None,
             event: None,
+            resent_from: None,
             body: Bytes::from_static(b"{\"invoice\":7}"),
         };
         for tenant in [None, Some(Cow::Borrowed("cus_42"))] {

@@ -40,6 +40,44 @@ pub struct Message {
     pub shared: bool,
 }
 
+/// A delivered message kept in its queue's history (`history_retention`):
+/// times, counts and where its records are. Payload and attempts stay on
+/// disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    pub enqueued_at: Millis,
+    pub delivered_at: Millis,
+    pub retry_count: u32,
+    pub loc: RecordLoc,
+    pub shared: bool,
+    pub attempts: Option<RecordLoc>,
+}
+
+impl Delivered {
+    /// As a message view (`state` delivered, `visible_at` its delivery).
+    pub fn view(&self, id: MessageId) -> MessageView {
+        MessageView {
+            id,
+            state: MessageState::Delivered,
+            message: Message {
+                enqueued_at: self.enqueued_at,
+                visible_at: self.delivered_at,
+                retention_from: self.delivered_at,
+                loc: self.loc,
+                retry_count: self.retry_count,
+                pending: false,
+                shared: self.shared,
+            },
+            failure: None,
+        }
+    }
+
+    /// Bytes of the records it keeps on disk.
+    fn bytes(&self) -> u64 {
+        u64::from(self.loc.len) + self.attempts.map_or(0, |a| u64::from(a.len))
+    }
+}
+
 /// A consumer's (or push worker's) hold on a message. Memory only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Lease {
@@ -103,6 +141,11 @@ pub(crate) struct Queue {
     /// Where the latest delivery-attempt record of a message is (it carries
     /// the last ten attempts). Only messages a worker has tried have one.
     attempts: HashMap<MessageId, RecordLoc>,
+    /// Delivered messages kept for `history_retention`, and the same by
+    /// delivery time; the bytes of their records.
+    history: BTreeMap<MessageId, Delivered>,
+    history_order: BTreeSet<(Millis, MessageId)>,
+    history_bytes: u64,
     pub counters: Counters,
 }
 
@@ -126,6 +169,9 @@ impl Queue {
             failures: HashMap::new(),
             retrying: BTreeSet::new(),
             attempts: HashMap::new(),
+            history: BTreeMap::new(),
+            history_order: BTreeSet::new(),
+            history_bytes: 0,
             counters: Counters::default(),
         }
     }
@@ -216,6 +262,77 @@ impl Queue {
             })
     }
 
+    /// Every history entry, ids ascending.
+    pub(crate) fn history_entries(&self) -> impl Iterator<Item = (MessageId, &Delivered)> + '_ {
+        self.history.iter().map(|(&id, d)| (id, d))
+    }
+
+    /// One history entry.
+    pub(crate) fn delivered(&self, id: MessageId) -> Option<&Delivered> {
+        self.history.get(&id)
+    }
+
+    /// History entries delivered at or after `since` and before `until`,
+    /// newest first, after the entry `before` (a cursor).
+    pub(crate) fn history_newest_first(
+        &self,
+        since: Option<Millis>,
+        until: Option<Millis>,
+        before: Option<(Millis, MessageId)>,
+    ) -> impl Iterator<Item = (MessageId, &Delivered)> + '_ {
+        let hi = match (until, before) {
+            (Some(u), Some(b)) => std::cmp::min((u, MessageId(0)), b),
+            (Some(u), None) => (u, MessageId(0)),
+            (None, Some(b)) => b,
+            (None, None) => (Millis::MAX, MessageId(0)),
+        };
+        let lo = (since.unwrap_or(Millis::MIN), MessageId(0));
+        let range = if lo < hi {
+            Some(self.history_order.range(lo..hi))
+        } else {
+            None
+        };
+        range
+            .into_iter()
+            .flatten()
+            .rev()
+            .map(|&(_, id)| (id, &self.history[&id]))
+    }
+
+    /// Adds a history entry (a delivery, or from a checkpoint).
+    fn remember(&mut self, id: MessageId, d: Delivered) {
+        self.history_bytes += d.bytes();
+        self.history_order.insert((d.delivered_at, id));
+        self.history.insert(id, d);
+    }
+
+    /// Removes a history entry; the caller releases its records.
+    fn forget(&mut self, id: MessageId) -> Option<Delivered> {
+        let d = self.history.remove(&id)?;
+        self.history_order.remove(&(d.delivered_at, id));
+        self.history_bytes -= d.bytes();
+        Some(d)
+    }
+
+    /// The oldest history entries beyond the queue's bounds: all of them
+    /// when history is off, else the oldest while the bytes pass
+    /// `history_max_bytes`.
+    fn history_over_bounds(&self) -> Vec<MessageId> {
+        if self.settings.history_retention_ms == 0 {
+            return self.history.keys().copied().collect();
+        }
+        let mut bytes = self.history_bytes;
+        let mut out = Vec::new();
+        for &(_, id) in &self.history_order {
+            if bytes <= self.settings.history_max_bytes {
+                break;
+            }
+            bytes -= self.history[&id].bytes();
+            out.push(id);
+        }
+        out
+    }
+
     fn prune_dedup(&mut self, now: Millis) {
         let window = self.settings.dedup_window_ms as i64;
         while let Some(&(at, hash)) = self.dedup_order.front() {
@@ -276,6 +393,8 @@ pub enum MessageState {
     Visible,
     Delayed,
     Leased,
+    /// In the queue's history: delivered (acked).
+    Delivered,
 }
 
 impl MessageState {
@@ -284,6 +403,7 @@ impl MessageState {
             MessageState::Visible => "visible",
             MessageState::Delayed => "delayed",
             MessageState::Leased => "leased",
+            MessageState::Delivered => "delivered",
         }
     }
 }
@@ -483,7 +603,25 @@ impl Spool {
             Command::QueuePause { name, paused } => self.apply_pause(name, *paused),
             Command::Enqueue(meta) => self.apply_enqueue(meta, at, loc),
             Command::Event(meta) => self.apply_event(meta, at, loc),
-            Command::Ack { queue, id } => self.remove(queue, *id, |c| c.acked += 1),
+            Command::Resend {
+                queue,
+                id,
+                visible_at,
+                ..
+            } => {
+                let meta = EnqueueMeta {
+                    id: *id,
+                    queue: Cow::Borrowed(queue.as_ref()),
+                    visible_at: *visible_at,
+                    dedup_hash: None,
+                };
+                self.apply_enqueue(&meta, at, loc)
+            }
+            Command::Ack { queue, id } => self.apply_ack(queue, *id, at),
+            Command::HistoryDrop { queue, ids } => {
+                let n = self.drop_history(queue, ids);
+                Applied::Count(n)
+            }
             Command::Expire { queue, id } => self.remove(queue, *id, |c| c.expired += 1),
             Command::Cancel { queue, id } => self.remove(queue, *id, |_| {}),
             Command::Retry {
@@ -771,15 +909,26 @@ impl Spool {
         from: RecordLoc,
         to: RecordLoc,
     ) {
-        let moved = match self.holder_mut(base_queue, id) {
-            Some(q) => match q.attempts.get_mut(&id) {
-                Some(loc) if *loc == from => {
-                    *loc = to;
-                    true
-                }
-                _ => false,
+        let in_history = self
+            .queue_mut(base_queue)
+            .and_then(|q| q.history.get_mut(&id))
+            .and_then(|d| d.attempts.as_mut());
+        let moved = match in_history {
+            Some(loc) if *loc == from => {
+                *loc = to;
+                true
+            }
+            Some(_) => false,
+            None => match self.holder_mut(base_queue, id) {
+                Some(q) => match q.attempts.get_mut(&id) {
+                    Some(loc) if *loc == from => {
+                        *loc = to;
+                        true
+                    }
+                    _ => false,
+                },
+                None => false,
             },
-            None => false,
         };
         if moved {
             self.forget_bytes(from);
@@ -868,6 +1017,9 @@ impl Spool {
             }
             q.settings = settings.clone();
             q.managed_by_config = managed_by_config;
+            let over = q.history_over_bounds();
+            self.drop_history(name, &over);
+            let q = self.queues.get_mut(&qid).expect("bug: name without queue");
             if let Some(fid) = q.failed {
                 let fq = self
                     .queues
@@ -901,6 +1053,10 @@ impl Spool {
         let mut gone: Vec<(RecordLoc, bool)> =
             q.messages.values().map(|m| (m.loc, m.shared)).collect();
         gone.extend(q.attempts.values().map(|&a| (a, false)));
+        for d in q.history.values() {
+            gone.push((d.loc, d.shared));
+            gone.extend(d.attempts.map(|a| (a, false)));
+        }
         if let Some(fid) = q.failed
             && let Some(fq) = self.queues.remove(&fid)
         {
@@ -939,6 +1095,76 @@ impl Spool {
             q.dedup_order.push_back((at, hash));
         }
         Applied::Done
+    }
+
+    /// An ack: the message is gone, or (a queue that keeps history) kept
+    /// as delivered at `at`, the oldest entries going past the byte bound.
+    fn apply_ack(&mut self, queue: &str, id: MessageId, at: Millis) -> Applied {
+        let Some(&qid) = self.names.get(queue) else {
+            return Applied::Missing;
+        };
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+        if q.settings.history_retention_ms == 0 || q.is_failure_queue() {
+            return self.remove(queue, id, |c| c.acked += 1);
+        }
+        let Some((message, _)) = q.take(id) else {
+            return Applied::Missing;
+        };
+        q.counters.acked += 1;
+        let attempts = q.attempts.remove(&id);
+        q.remember(
+            id,
+            Delivered {
+                enqueued_at: message.enqueued_at,
+                delivered_at: at,
+                retry_count: message.retry_count,
+                loc: message.loc,
+                shared: message.shared,
+                attempts,
+            },
+        );
+        let over = q.history_over_bounds();
+        self.drop_history(queue, &over);
+        Applied::Done
+    }
+
+    /// Forgets the listed history entries of `queue` (and their records);
+    /// how many there were.
+    fn drop_history(&mut self, queue: &str, ids: &[MessageId]) -> u64 {
+        let Some(q) = self.queue_mut(queue) else {
+            return 0;
+        };
+        let gone: Vec<Delivered> = ids.iter().filter_map(|id| q.forget(*id)).collect();
+        let n = gone.len() as u64;
+        for d in gone {
+            self.release_record(d.loc, d.shared);
+            if let Some(a) = d.attempts {
+                self.forget_bytes(a);
+            }
+        }
+        n
+    }
+
+    /// Puts a history entry from a checkpoint into queue `name`.
+    pub(crate) fn restore_history(
+        &mut self,
+        name: &str,
+        id: MessageId,
+        d: Delivered,
+    ) -> Result<(), &'static str> {
+        if id.0 >= self.next_message_id {
+            return Err("id at or above the next message id");
+        }
+        let q = self.queue_mut(name).ok_or("queue not in the checkpoint")?;
+        if q.history.contains_key(&id) || q.messages.contains_key(&id) {
+            return Err("a history entry repeated");
+        }
+        q.remember(id, d);
+        self.hold_record(d.loc, d.shared);
+        if let Some(a) = d.attempts {
+            self.count_bytes(a);
+        }
+        Ok(())
     }
 
     /// An event: a message in each queue of its deliveries that still
@@ -1140,6 +1366,18 @@ impl Spool {
         from: RecordLoc,
         to: RecordLoc,
     ) {
+        let Some(q) = self.queue_mut(base_queue) else {
+            return;
+        };
+        if let Some(d) = q.history.get_mut(&id) {
+            if d.loc == from {
+                d.loc = to;
+                let shared = d.shared;
+                self.release_record(from, shared);
+                self.hold_record(to, shared);
+            }
+            return;
+        }
         let Some(m) = self
             .holder_mut(base_queue, id)
             .and_then(|q| q.messages.get_mut(&id))
@@ -1469,6 +1707,21 @@ impl Spool {
                     },
                 );
             }
+            let keep_ms = q.settings.history_retention_ms as i64;
+            if keep_ms > 0 && out.len() < max {
+                let old: Vec<MessageId> = q
+                    .history_order
+                    .range(..(now.saturating_sub(keep_ms).saturating_add(1), MessageId(0)))
+                    .map(|&(_, id)| id)
+                    .take(super::command::IDS_PER_RECORD_MAX)
+                    .collect();
+                if !old.is_empty() {
+                    out.push(Command::HistoryDrop {
+                        queue: Cow::Owned(q.name.clone()),
+                        ids: old,
+                    });
+                }
+            }
             if out.len() >= max {
                 break;
             }
@@ -1499,7 +1752,11 @@ impl Spool {
                     .range((now + 1, MessageId(0))..)
                     .next()
                     .map(|&(t, _)| t);
-                [lease, retention, delayed]
+                let history = q
+                    .history_order
+                    .first()
+                    .map(|&(t, _)| t + q.settings.history_retention_ms as i64);
+                [lease, retention, delayed, history]
             })
             .flatten()
             .min()

@@ -53,6 +53,7 @@ pub fn body(text: &str) -> SendRequest {
             content_type: "text/plain".into(),
             request: None,
             event: None,
+            resent_from: None,
             body: text.as_bytes().to_vec().into(),
         },
         ..SendRequest::default()

@@ -625,6 +625,7 @@ mod tests {
                 content_type: "text/plain".into(),
                 request: None,
                 event: None,
+                resent_from: None,
                 body: format!("message {i} {}", "x".repeat(i % 700))
                     .into_bytes()
                     .into(),

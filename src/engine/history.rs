@@ -1,0 +1,192 @@
+//! A queue's delivery history (`history_retention`): delivered messages
+//! listed newest first (by time, event type, tenant), one shown with its
+//! payload and attempts, and resent as a new message.
+
+use std::borrow::Cow;
+
+use tokio::sync::oneshot;
+
+use super::Engine;
+use super::error::MessageError;
+use super::lease::PinnedFile;
+use super::sink::Reply;
+use super::write::closed;
+use crate::journal::RecordLoc;
+use crate::spool::command::AttemptInfo;
+use crate::spool::record::decode_attempts;
+use crate::spool::state::Delivered;
+use crate::spool::{Command, MessageId, Payload, Record, SpoolError};
+use crate::time::Millis;
+
+/// Most history entries one listing reads from disk to find its page (a
+/// type or tenant filter reads each candidate's record): the page then
+/// ends early, with a cursor to go on.
+pub const HISTORY_SCAN_MAX: usize = 10_000;
+
+/// What a history listing selects.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryQuery {
+    pub since: Option<Millis>,
+    pub until: Option<Millis>,
+    pub event_type: Option<String>,
+    pub tenant: Option<String>,
+    /// Go on below this cursor (a page's `next`).
+    pub before: Option<(Millis, MessageId)>,
+    pub limit: usize,
+}
+
+/// One delivered message with what it carried.
+#[derive(Debug, Clone)]
+pub struct HistoryItem {
+    pub id: MessageId,
+    pub delivered: Delivered,
+    pub payload: Payload,
+    pub attempts: Vec<AttemptInfo>,
+}
+
+/// A page of history, newest first; `next` continues it.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryPage {
+    pub items: Vec<HistoryItem>,
+    pub next: Option<(Millis, MessageId)>,
+    /// Entries looked at (their records read when a filter needs them).
+    pub scanned: usize,
+}
+
+impl Engine {
+    /// A page of `queue`'s history (newest first) that `query` selects;
+    /// at most [`HISTORY_SCAN_MAX`] entries are read for it.
+    pub fn history(&self, queue: &str, query: &HistoryQuery) -> Result<HistoryPage, MessageError> {
+        let candidates: Vec<(MessageId, Delivered, PinnedFile, Option<PinnedFile>)> = {
+            let core = self.core();
+            let q = core
+                .spool
+                .queue(queue)
+                .filter(|q| !q.is_failure_queue())
+                .ok_or_else(|| MessageError::QueueNotFound {
+                    queue: queue.to_owned(),
+                })?;
+            q.history_newest_first(query.since, query.until, query.before)
+                .take(HISTORY_SCAN_MAX)
+                .map(|(id, d)| {
+                    let attempts = d.attempts.map(|a| self.inner.reader.file(a.file));
+                    (id, *d, self.inner.reader.file(d.loc.file), attempts)
+                })
+                .collect()
+        };
+        let limit = query.limit.max(1);
+        let mut page = HistoryPage::default();
+        for (id, delivered, file, attempts_file) in candidates {
+            page.scanned += 1;
+            page.next = Some((delivered.delivered_at, id));
+            let payload = self.read_pinned(file, delivered.loc)?;
+            let tag = payload.event.as_ref();
+            if query
+                .event_type
+                .as_deref()
+                .is_some_and(|t| tag.is_none_or(|e| e.event_type != t))
+            {
+                continue;
+            }
+            if query
+                .tenant
+                .as_deref()
+                .is_some_and(|t| tag.is_none_or(|e| e.tenant.as_deref() != Some(t)))
+            {
+                continue;
+            }
+            let attempts = self.read_attempts(attempts_file, delivered.attempts)?;
+            page.items.push(HistoryItem {
+                id,
+                delivered,
+                payload,
+                attempts,
+            });
+            if page.items.len() >= limit {
+                break;
+            }
+        }
+        // A page that ended with the entries (not at its limit or scan
+        // bound) has no next.
+        if page.items.len() < limit && page.scanned < HISTORY_SCAN_MAX {
+            page.next = None;
+        }
+        Ok(page)
+    }
+
+    /// One delivered message of `queue`'s history.
+    pub fn delivered(&self, queue: &str, id: MessageId) -> Result<HistoryItem, MessageError> {
+        let (delivered, file, attempts_file) = {
+            let core = self.core();
+            let q = core
+                .spool
+                .queue(queue)
+                .ok_or_else(|| self.history_error(queue, id, SpoolError::QueueNotFound))?;
+            let d = *q
+                .delivered(id)
+                .ok_or_else(|| self.history_error(queue, id, SpoolError::MessageNotFound))?;
+            let attempts = d.attempts.map(|a| self.inner.reader.file(a.file));
+            (d, self.inner.reader.file(d.loc.file), attempts)
+        };
+        Ok(HistoryItem {
+            id,
+            delivered,
+            payload: self.read_pinned(file, delivered.loc)?,
+            attempts: self.read_attempts(attempts_file, delivered.attempts)?,
+        })
+    }
+
+    /// Sends a delivered message of `queue` again: a new message with a
+    /// new id and the same payload (its deliveries say
+    /// `Spooler-Resent-From`). `Ok` after the fsync.
+    pub async fn resend(&self, queue: &str, id: MessageId) -> Result<MessageId, MessageError> {
+        let item = self.delivered(queue, id)?;
+        let (tx, rx) = oneshot::channel();
+        let new_id = {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            if core.spool.queue(queue).is_none() {
+                return Err(self.history_error(queue, id, SpoolError::QueueNotFound));
+            }
+            let new_id = core.spool.allocate_id();
+            let record = Record {
+                at: now,
+                command: Command::Resend {
+                    queue: Cow::Owned(queue.to_owned()),
+                    id: new_id,
+                    from: id,
+                    visible_at: now,
+                },
+            };
+            self.append(&core, record, Some(&item.payload), Reply::Done(tx))?;
+            new_id
+        };
+        rx.await.map_err(|_| closed())??;
+        Ok(new_id)
+    }
+
+    fn read_attempts(
+        &self,
+        file: Option<PinnedFile>,
+        loc: Option<RecordLoc>,
+    ) -> Result<Vec<AttemptInfo>, MessageError> {
+        match (file, loc) {
+            (Some(file), Some(loc)) => {
+                Ok(self.read_decoded(file, loc, "attempt record", |_, b| decode_attempts(b))?)
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn history_error(&self, queue: &str, id: MessageId, e: SpoolError) -> MessageError {
+        match e {
+            SpoolError::QueueNotFound => MessageError::QueueNotFound {
+                queue: queue.to_owned(),
+            },
+            _ => MessageError::MessageNotFound {
+                queue: queue.to_owned(),
+                id: self.inner.tokens.format_id(id),
+            },
+        }
+    }
+}
