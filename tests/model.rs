@@ -75,12 +75,14 @@ fn base_settings(queue: &str) -> QueueSettings {
             max_retries: 2,
             dedup_window_ms: 60_000,
             events: vec!["invoice.*".into()],
+            history_retention_ms: 60_000,
             ..QueueSettings::default()
         },
         "b" => QueueSettings {
             lease_timeout_ms: 5_000,
             max_retries: 1,
             events: vec![">".into()],
+            history_retention_ms: 20_000,
             ..QueueSettings::default()
         },
         _ => QueueSettings {
@@ -107,6 +109,8 @@ enum Change {
     OnExpire,
     /// Subscribe to other events (or back).
     Events,
+    /// Keep delivered messages (20 s), or stop keeping them.
+    History,
 }
 
 fn changed(mut s: QueueSettings, change: Change) -> QueueSettings {
@@ -132,6 +136,13 @@ fn changed(mut s: QueueSettings, change: Change) -> QueueSettings {
             s.on_expire = match s.on_expire {
                 OnExpire::Fail => OnExpire::Discard,
                 OnExpire::Discard => OnExpire::Fail,
+            }
+        }
+        Change::History => {
+            s.history_retention_ms = if s.history_retention_ms == 0 {
+                20_000
+            } else {
+                0
             }
         }
         Change::Events => {
@@ -193,6 +204,8 @@ enum Op {
         max: usize,
     },
     Ack(usize),
+    /// Resend the delivered message at this place in the history.
+    Resend(usize),
     Nack {
         lease: usize,
         delay_ms: u64,
@@ -278,6 +291,7 @@ fn change() -> impl Strategy<Value = Change> {
         1 => Just(Change::Retention),
         1 => Just(Change::OnExpire),
         1 => Just(Change::Events),
+        1 => Just(Change::History),
     ]
 }
 
@@ -355,6 +369,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (queue.clone(), proptest::bool::weighted(0.25), 1..4usize)
             .prop_map(|(queue, failed, max)| Op::Receive { queue, failed, max }),
         3 => (0..8usize).prop_map(Op::Ack),
+        2 => (0..6usize).prop_map(Op::Resend),
         3 => (0..8usize, prop_oneof![Just(0u64), Just(2_000u64)])
             .prop_map(|(lease, delay_ms)| Op::Nack { lease, delay_ms }),
         1 => (0..8usize).prop_map(Op::Renew),
@@ -407,6 +422,17 @@ impl ModelMessage {
     }
 }
 
+/// A delivered message kept in its queue's history.
+#[derive(Debug, Clone, PartialEq)]
+struct ModelDelivered {
+    queue: String,
+    enqueued_at: i64,
+    delivered_at: i64,
+    retry_count: u32,
+    body: String,
+    shared: bool,
+}
+
 #[derive(Debug, Clone)]
 struct ModelLease {
     queue: String,
@@ -433,8 +459,10 @@ struct Model {
     messages: BTreeMap<MessageId, ModelMessage>,
     /// Held by the engine until settled, expired by `Due`, or a restart.
     leases: Vec<ModelLease>,
-    /// Settled for good: must never come back.
+    /// Settled for good: must never come back (as a message).
     gone: BTreeSet<MessageId>,
+    /// Delivered messages kept by queues with history.
+    history: BTreeMap<MessageId, ModelDelivered>,
     /// (queue, key) → (first send time, id).
     keys: BTreeMap<(String, u8), (i64, MessageId)>,
     /// Bodies of sends whose fsync failed.
@@ -532,6 +560,29 @@ impl Model {
         self.gone.insert(id);
     }
 
+    /// An ack at `now`: gone, or kept in the queue's history.
+    fn acked(&mut self, id: MessageId, now: i64) {
+        let m = self.messages[&id].clone();
+        let keeps = m.failed.is_none()
+            && self
+                .settings(&m.queue)
+                .is_some_and(|s| s.history_retention_ms > 0);
+        self.remove(id);
+        if keeps {
+            self.history.insert(
+                id,
+                ModelDelivered {
+                    queue: m.queue,
+                    enqueued_at: m.enqueued_at,
+                    delivered_at: now,
+                    retry_count: m.retry_count,
+                    body: m.body,
+                    shared: m.shared,
+                },
+            );
+        }
+    }
+
     /// Messages of `queue` (a full name) that a receive could lease at
     /// `now`, longest-waiting first.
     fn line(&self, queue: &str, now: i64) -> Vec<MessageId> {
@@ -610,6 +661,22 @@ impl Model {
                     },
                     messages,
                     dedup,
+                    history: self
+                        .history
+                        .iter()
+                        .filter(|(_, d)| &d.queue == name)
+                        .map(|(&id, d)| {
+                            let delivered = spoold::spool::Delivered {
+                                enqueued_at: d.enqueued_at,
+                                delivered_at: d.delivered_at,
+                                retry_count: d.retry_count,
+                                loc: ZERO_LOC,
+                                shared: d.shared,
+                                attempts: None,
+                            };
+                            (id, delivered)
+                        })
+                        .collect(),
                 },
             );
         }
@@ -1001,10 +1068,27 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 let result = w.engine.ack(&lease.queue, &lease.token).await;
                 assert_eq!(result.is_ok(), valid, "{label}: {result:?}");
                 if valid {
-                    w.model.remove(lease.id);
+                    w.model.acked(lease.id, now);
                 } else {
                     assert!(matches!(result, Err(SettleError::StaleLease)), "{label}");
                 }
+            }
+            Op::Resend(i) => {
+                if w.model.history.is_empty() {
+                    continue;
+                }
+                let n = w.model.history.len();
+                let (&id, d) = w.model.history.iter().nth(i % n).expect("i % n < n");
+                let (queue, body) = (d.queue.clone(), d.body.clone());
+                let new_id = w
+                    .engine
+                    .resend(&queue, id)
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                w.model.answered(new_id, &label);
+                w.model.sent(new_id, queue.clone(), now, now, body);
+                let payload = w.engine.payload(&queue, new_id).unwrap();
+                assert_eq!(payload.resent_from, Some(id), "{label}");
             }
             Op::Nack { lease: i, delay_ms } => {
                 let lease = w.model.leases[i].clone();
@@ -1202,6 +1286,9 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         breaker: false,
                     });
                 q.settings = settings;
+                if q.settings.history_retention_ms == 0 {
+                    w.model.history.retain(|_, d| d.queue != name);
+                }
             }
             Op::Delete(queue) => {
                 let name = QUEUES[queue];
@@ -1225,6 +1312,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                     w.model.remove(id);
                 }
                 w.model.keys.retain(|(q, _), _| q != name);
+                w.model.history.retain(|_, d| d.queue != name);
             }
             Op::Pause { queue, paused } => {
                 let name = QUEUES[queue];
@@ -1437,6 +1525,17 @@ fn due(model: &mut Model, now: i64) -> usize {
     for l in expired {
         model.retry(l.id, now, now);
     }
+    // Per queue, one record forgets its history past retention.
+    let mut dropped = BTreeSet::new();
+    model.history.retain(|_, d| {
+        let keep_ms = model.queues[&d.queue].settings.history_retention_ms as i64;
+        let expired = d.delivered_at + keep_ms <= now;
+        if expired {
+            dropped.insert(d.queue.clone());
+        }
+        !expired
+    });
+    written += dropped.len();
     written += past.len();
     for (id, fail) in past {
         if fail {

@@ -184,6 +184,15 @@ impl Queue {
         self.messages.len()
     }
 
+    /// Nothing here for the timer: no message, lease, dedup key or
+    /// history entry.
+    fn is_idle(&self) -> bool {
+        self.messages.is_empty()
+            && self.leases.is_empty()
+            && self.dedup_order.is_empty()
+            && self.history.is_empty()
+    }
+
     fn insert(&mut self, id: MessageId, message: Message) {
         self.ready.insert((message.visible_at, id));
         self.retention.insert((message.retention_from, id));
@@ -475,6 +484,12 @@ pub(crate) struct Spool {
     shared_refs: HashMap<RecordLoc, u32>,
     /// Which queues subscribe to which event types.
     subscriptions: Subscriptions,
+    /// Queues that may hold something the timer acts on (messages, leases,
+    /// dedup keys, history): every queue a record names joins, and
+    /// [`Spool::due`] lets go of those it finds empty. The timer's work is
+    /// theirs, not that of every queue (100 000 idle endpoints cost it
+    /// nothing).
+    busy: BTreeSet<QueueId>,
     /// Idempotency keys of events: hash → the event as first sent.
     event_dedup: HashMap<u64, EventSeen>,
     /// The same keys by when they were first seen, oldest first.
@@ -570,7 +585,48 @@ impl Spool {
             self.applied_seq
         );
         self.applied_seq = seq;
-        self.apply_command(record, loc)
+        let applied = self.apply_command(record, loc);
+        self.mark_busy(&record.command);
+        applied
+    }
+
+    /// The queues `command` names (and their failure queues) join `busy`.
+    fn mark_busy(&mut self, command: &Command<'_>) {
+        let mark = |spool: &mut Spool, name: &str| {
+            let base = super::queue::origin_queue_name(name);
+            if let Some(&qid) = spool.names.get(base) {
+                spool.busy.insert(qid);
+                if let Some(fid) = spool.queues[&qid].failed {
+                    spool.busy.insert(fid);
+                }
+            }
+        };
+        match command {
+            Command::Enqueue(meta) => mark(self, &meta.queue),
+            Command::Event(meta) => {
+                for (queue, _) in &meta.deliveries {
+                    mark(self, queue);
+                }
+            }
+            Command::QueueUpsert { name: queue, .. }
+            | Command::Resend { queue, .. }
+            | Command::Ack { queue, .. }
+            | Command::Retry { queue, .. }
+            | Command::Fail { queue, .. }
+            | Command::Expire { queue, .. }
+            | Command::Cancel { queue, .. }
+            | Command::Purge { queue, .. }
+            | Command::Redrive { queue, .. }
+            | Command::Attempt { queue, .. }
+            | Command::DedupKey { queue, .. }
+            | Command::HistoryDrop { queue, .. } => mark(self, queue),
+            Command::QueueDelete { .. }
+            | Command::QueuePause { .. }
+            | Command::Epoch { .. }
+            | Command::RaftBlank
+            | Command::RaftMembership { .. }
+            | Command::RetireNode { .. } => {}
+        }
     }
 
     /// Applies a record of a format-1 journal (whose compacted segments
@@ -583,7 +639,9 @@ impl Spool {
     ) -> Applied {
         assert!(seq > self.applied_seq, "bug: format-1 records out of order");
         self.applied_seq = seq;
-        self.apply_command(record, loc)
+        let applied = self.apply_command(record, loc);
+        self.mark_busy(&record.command);
+        applied
     }
 
     /// The one dispatch from a command to the function that applies it.
@@ -889,8 +947,11 @@ impl Spool {
 
     /// Done restoring: dedup keys in window order.
     pub(crate) fn finish_restore(&mut self) {
-        for q in self.queues.values_mut() {
+        for (&qid, q) in &mut self.queues {
             q.dedup_order.make_contiguous().sort_unstable();
+            if !q.is_idle() {
+                self.busy.insert(qid);
+            }
         }
     }
 
@@ -1659,11 +1720,18 @@ impl Spool {
     /// Also forgets dedup keys that left their window.
     pub(crate) fn due(&mut self, now: Millis, max: usize) -> Vec<Command<'static>> {
         let mut out = Vec::new();
-        let mut qids: Vec<QueueId> = self.queues.keys().copied().collect();
-        qids.sort();
+        let qids: Vec<QueueId> = self.busy.iter().copied().collect();
         for qid in qids {
-            let q = self.queues.get_mut(&qid).expect("listed above");
+            let Some(q) = self.queues.get_mut(&qid) else {
+                // Deleted.
+                self.busy.remove(&qid);
+                continue;
+            };
             q.prune_dedup(now);
+            if q.is_idle() {
+                self.busy.remove(&qid);
+                continue;
+            }
             let expired: Vec<MessageId> = q
                 .lease_expiry
                 .range(..=(now, MessageId(u64::MAX)))
@@ -1734,8 +1802,9 @@ impl Spool {
     /// a leased message past its retention waits for its lease to end, and
     /// one being removed or moved (pending) for its record.
     pub(crate) fn next_deadline(&self, now: Millis) -> Option<Millis> {
-        self.queues
-            .values()
+        self.busy
+            .iter()
+            .filter_map(|qid| self.queues.get(qid))
             .flat_map(|q| {
                 let lease = q
                     .lease_expiry
