@@ -118,6 +118,12 @@ enum Command {
         #[arg(long)]
         key: Option<String>,
     },
+    /// A queue's delivery history (historyRetentionSeconds): list, show,
+    /// resend.
+    History {
+        #[command(subcommand)]
+        command: HistoryCommand,
+    },
     /// Events: publish one to every queue that subscribes to its type.
     Events {
         #[command(subcommand)]
@@ -134,6 +140,34 @@ enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum HistoryCommand {
+    /// Delivered messages of QUEUE, newest first.
+    List {
+        queue: String,
+        #[command(flatten)]
+        filter: ops::HistoryArgs,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// One JSON object per message, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One delivered message: its attempts, what the destination answered,
+    /// its body.
+    Show {
+        queue: String,
+        id: String,
+        /// The message as one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a delivered message again (a new message, a new delivery id);
+    /// prints the new id.
+    Resend { queue: String, id: String },
 }
 
 #[derive(Subcommand)]
@@ -387,6 +421,27 @@ fn main() -> ExitCode {
             writeln!(stdout(), "{id}")?;
             Ok(())
         }),
+        Command::History { command } => match command {
+            HistoryCommand::List {
+                queue,
+                filter,
+                limit,
+                json,
+            } => ops(ops::history_list(
+                &target,
+                &queue,
+                &filter,
+                limit,
+                json,
+                &mut stdout(),
+            )),
+            HistoryCommand::Show { queue, id, json } => {
+                ops(ops::history_show(&target, &queue, &id, json, &mut stdout()))
+            }
+            HistoryCommand::Resend { queue, id } => {
+                ops(ops::history_resend(&target, &queue, &id, &mut stdout()))
+            }
+        },
         Command::Events {
             command:
                 EventsCommand::Send {

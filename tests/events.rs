@@ -700,6 +700,37 @@ async fn delivered_events_are_kept_listed_shown_and_resent() {
     let spoold = start_config(dir.path(), "", spool, "").await;
     let after = history(&spoold.base, "").await;
     assert_eq!(after["messages"], before["messages"]);
+    // The same from the CLI: list (by type), show, resend.
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--url", spoold.base.as_str(), "history"];
+        all.extend(args);
+        common::process::run_in(dir.path(), &all)
+    };
+    let listed = cli(&["list", "cus-7", "--type", "invoice.paid", "--json"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let lines: Vec<Value> = listed
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "the event and its resend: {}",
+        listed.stdout
+    );
+    let table = cli(&["list", "cus-7"]);
+    assert!(table.stdout.starts_with("ID"), "{}", table.stdout);
+    assert_eq!(table.stdout.lines().count(), 5, "{}", table.stdout);
+    let shown = cli(&["show", "cus-7", &sent[0]]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert!(shown.stdout.contains("invoice.paid"), "{}", shown.stdout);
+    assert!(shown.stdout.contains("attempts"), "{}", shown.stdout);
+    let again = cli(&["resend", "cus-7", &sent[1]]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let new_id = again.stdout.trim();
+    assert_eq!(new_id.len(), 32, "{}", again.stdout);
+    sink.wait_for(6).await;
     // A resend of what is not in history is 404.
     let r = http
         .post(format!(

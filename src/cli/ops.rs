@@ -710,6 +710,12 @@ pub async fn dlq_show(
             }
         }
     }
+    attempts_and_body(&m, out)
+}
+
+/// The attempts (each with what the destination answered) and the body of
+/// a message as `dlq show` and `history show` print them.
+fn attempts_and_body(m: &Value, out: &mut impl Write) -> Result<(), OpsError> {
     let attempts = m["attempts"].as_array().cloned().unwrap_or_default();
     writeln!(out, "attempts     {}", attempts.len())?;
     for (i, a) in attempts.iter().enumerate() {
@@ -733,6 +739,142 @@ pub async fn dlq_show(
         (None, Some(b64)) => writeln!(out, "body (base64)\n{b64}")?,
         _ => {}
     }
+    Ok(())
+}
+
+/// What `spoold history list` selects.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct HistoryArgs {
+    /// Only deliveries of events of this type.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub event_type: Option<String>,
+    /// Only deliveries of events of this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Delivered at or after: RFC 3339 or a duration ago (2h).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Delivered before: RFC 3339 or a duration ago.
+    #[arg(long)]
+    pub until: Option<String>,
+}
+
+/// `spoold history list QUEUE`: delivered messages, newest first (every
+/// page, up to `limit`).
+pub async fn history_list(
+    target: &Target,
+    queue: &str,
+    args: &HistoryArgs,
+    limit: Option<usize>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let now = now_ms();
+    let mut terms: Vec<(&str, String)> = Vec::new();
+    for (name, value) in [("since", &args.since), ("until", &args.until)] {
+        if let Some(text) = value {
+            terms.push((name, format_rfc3339(point_in_time(name, text, now)?)));
+        }
+    }
+    terms.extend(args.event_type.clone().map(|t| ("type", t)));
+    terms.extend(args.tenant.clone().map(|t| ("tenant", t)));
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut all = Vec::new();
+    let mut before: Option<String> = None;
+    while all.len() < limit {
+        let mut pairs = terms.clone();
+        pairs.push(("limit", (limit - all.len()).min(1000).to_string()));
+        if let Some(b) = &before {
+            pairs.push(("before", b.clone()));
+        }
+        let page = target
+            .json(
+                Method::GET,
+                &format!("/v1/queues/{queue}/history?{}", encode(&pairs)),
+            )
+            .await?;
+        all.extend(page["messages"].as_array().cloned().unwrap_or_default());
+        match page["next"].as_str() {
+            Some(next) => before = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    if json {
+        return json_lines(out, &all);
+    }
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|m| {
+            vec![
+                num(&m["id"]),
+                num(&m["deliveredAt"]),
+                m.get("eventType").map_or_else(|| "-".into(), num),
+                m.get("tenant").map_or_else(|| "-".into(), num),
+                m["attempts"].as_array().map_or(0, Vec::len).to_string(),
+                m.get("resentFrom").map_or_else(|| "-".into(), num),
+            ]
+        })
+        .collect();
+    let header = [
+        "ID",
+        "DELIVERED_AT",
+        "TYPE",
+        "TENANT",
+        "ATTEMPTS",
+        "RESENT_FROM",
+    ];
+    write!(out, "{}", table(&header, &rows))?;
+    Ok(())
+}
+
+/// `spoold history show QUEUE ID`: one delivered message with every
+/// attempt and what the destination answered.
+pub async fn history_show(
+    target: &Target,
+    queue: &str,
+    id: &str,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let path = format!(
+        "/v1/queues/{queue}/history/{}",
+        url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()
+    );
+    let m = target.json(Method::GET, &path).await?;
+    if json {
+        return json_lines(out, &[m]);
+    }
+    let field = |name: &str| m.get(name).map_or_else(|| "-".into(), num);
+    writeln!(out, "id           {}", field("id"))?;
+    writeln!(out, "queue        {}", field("queue"))?;
+    writeln!(
+        out,
+        "event        {} {}",
+        field("eventType"),
+        field("eventId")
+    )?;
+    writeln!(out, "tenant       {}", field("tenant"))?;
+    writeln!(out, "delivered at {}", field("deliveredAt"))?;
+    writeln!(out, "enqueued at  {}", field("enqueuedAt"))?;
+    writeln!(out, "retries      {}", field("retryCount"))?;
+    writeln!(out, "resent from  {}", field("resentFrom"))?;
+    attempts_and_body(&m, out)
+}
+
+/// `spoold history resend QUEUE ID`: sends a delivered message again;
+/// prints the new message's id.
+pub async fn history_resend(
+    target: &Target,
+    queue: &str,
+    id: &str,
+    out: &mut impl Write,
+) -> Result<(), OpsError> {
+    let path = format!(
+        "/v1/queues/{queue}/history/{}/resend",
+        url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()
+    );
+    let answer = target.json(Method::POST, &path).await?;
+    writeln!(out, "{}", num(&answer["id"]))?;
     Ok(())
 }
 

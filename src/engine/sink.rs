@@ -209,6 +209,7 @@ fn announce(shared: &Shared, command: &Command<'_>) {
     };
     match command {
         Command::Enqueue(meta) => send(meta.queue.to_string(), meta.id),
+        Command::Resend { queue, id, .. } => send(queue.to_string(), *id),
         Command::Event(meta) => {
             for (queue, id) in &meta.deliveries {
                 send(queue.to_string(), *id);
@@ -228,6 +229,7 @@ fn announce(shared: &Shared, command: &Command<'_>) {
 fn wake_after(core: &mut Core, command: &Command<'_>) {
     match command {
         Command::Enqueue(meta) => core.wake_one(&meta.queue),
+        Command::Resend { queue, .. } => core.wake_one(queue),
         Command::Event(meta) => {
             for (queue, _) in &meta.deliveries {
                 core.wake_one(queue);

@@ -13,7 +13,7 @@
 //! [`Subscriptions`] is the index the fan-out asks: a trie on segments, so
 //! finding the subscribers of a type costs its segments, not the queues.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Longest event type (and tenant), in bytes.
 pub(crate) const EVENT_TYPE_MAX_BYTES: usize = 255;
@@ -98,14 +98,26 @@ pub(crate) fn pattern_matches(pattern: &str, event_type: &str) -> bool {
     false
 }
 
-/// One level of the trie: the queues whose pattern ends here, those whose
-/// pattern ends with `>` here, and the next segments.
+/// One level of the trie: the queues (by the state machine's id) whose
+/// pattern ends here, those whose pattern ends with `>` here, and the next
+/// segments. Plain vectors: most hold one queue (a customer's own pattern),
+/// and a B-tree set allocates a whole node for one; removing scans.
 #[derive(Debug, Default)]
 struct Node {
-    here: BTreeSet<String>,
-    rest: BTreeSet<String>,
+    here: Vec<u32>,
+    rest: Vec<u32>,
     star: Option<Box<Node>>,
-    next: HashMap<Box<str>, Node>,
+    next: BTreeMap<Box<str>, Node>,
+}
+
+/// Removes one `queue` from `ids`.
+fn remove_one(ids: &mut Vec<u32>, queue: u32) {
+    if let Some(i) = ids.iter().position(|&q| q == queue) {
+        ids.swap_remove(i);
+        if ids.is_empty() {
+            *ids = Vec::new();
+        }
+    }
 }
 
 impl Node {
@@ -113,14 +125,10 @@ impl Node {
         self.here.is_empty() && self.rest.is_empty() && self.star.is_none() && self.next.is_empty()
     }
 
-    fn insert(&mut self, segments: &[&str], queue: &str) {
+    fn insert(&mut self, segments: &[&str], queue: u32) {
         match segments {
-            [] => {
-                self.here.insert(queue.to_owned());
-            }
-            [">"] => {
-                self.rest.insert(queue.to_owned());
-            }
+            [] => self.here.push(queue),
+            [">"] => self.rest.push(queue),
             ["*", tail @ ..] => self.star.get_or_insert_default().insert(tail, queue),
             [s, tail @ ..] => self
                 .next
@@ -130,14 +138,10 @@ impl Node {
         }
     }
 
-    fn remove(&mut self, segments: &[&str], queue: &str) {
+    fn remove(&mut self, segments: &[&str], queue: u32) {
         match segments {
-            [] => {
-                self.here.remove(queue);
-            }
-            [">"] => {
-                self.rest.remove(queue);
-            }
+            [] => remove_one(&mut self.here, queue),
+            [">"] => remove_one(&mut self.rest, queue),
             ["*", tail @ ..] => {
                 if let Some(star) = &mut self.star {
                     star.remove(tail, queue);
@@ -157,12 +161,12 @@ impl Node {
         }
     }
 
-    fn collect<'a>(&'a self, segments: &[&str], out: &mut BTreeSet<&'a str>) {
+    fn collect(&self, segments: &[&str], out: &mut BTreeSet<u32>) {
         let Some((first, tail)) = segments.split_first() else {
-            out.extend(self.here.iter().map(String::as_str));
+            out.extend(&self.here);
             return;
         };
-        out.extend(self.rest.iter().map(String::as_str));
+        out.extend(&self.rest);
         if let Some(star) = &self.star {
             star.collect(tail, out);
         }
@@ -181,22 +185,22 @@ pub(crate) struct Subscriptions {
 }
 
 impl Subscriptions {
-    pub(crate) fn add(&mut self, queue: &str, patterns: &[String]) {
+    pub(crate) fn add(&mut self, queue: u32, patterns: &[String]) {
         for p in patterns {
             let segments: Vec<&str> = p.split('.').collect();
             self.root.insert(&segments, queue);
         }
     }
 
-    pub(crate) fn remove(&mut self, queue: &str, patterns: &[String]) {
+    pub(crate) fn remove(&mut self, queue: u32, patterns: &[String]) {
         for p in patterns {
             let segments: Vec<&str> = p.split('.').collect();
             self.root.remove(&segments, queue);
         }
     }
 
-    /// The queues with a pattern that takes `event_type`, by name.
-    pub(crate) fn matching(&self, event_type: &str) -> BTreeSet<&str> {
+    /// The queues with a pattern that takes `event_type`, by id.
+    pub(crate) fn matching(&self, event_type: &str) -> BTreeSet<u32> {
         let segments: Vec<&str> = event_type.split('.').collect();
         let mut out = BTreeSet::new();
         self.root.collect(&segments, &mut out);
@@ -234,13 +238,13 @@ mod tests {
                 "{pattern} ~ {event_type}"
             );
             let mut index = Subscriptions::default();
-            index.add("q", &[pattern.to_owned()]);
+            index.add(7, &[pattern.to_owned()]);
             assert_eq!(
-                index.matching(event_type).contains("q"),
+                index.matching(event_type).contains(&7),
                 expected,
                 "index: {pattern} ~ {event_type}"
             );
-            index.remove("q", &[pattern.to_owned()]);
+            index.remove(7, &[pattern.to_owned()]);
             assert!(index.root.is_empty(), "{pattern} left the index empty");
         }
     }
@@ -280,18 +284,18 @@ mod tests {
                 if pattern_problem(&pattern).is_some() {
                     continue;
                 }
-                let queue = format!("q{i}");
-                index.add(&queue, std::slice::from_ref(&pattern));
+                let queue = i as u32;
+                index.add(queue, std::slice::from_ref(&pattern));
                 if removed[i] {
-                    index.remove(&queue, std::slice::from_ref(&pattern));
+                    index.remove(queue, std::slice::from_ref(&pattern));
                 } else {
                     kept.push((queue, pattern));
                 }
             }
-            let expected: BTreeSet<&str> = kept
+            let expected: BTreeSet<u32> = kept
                 .iter()
                 .filter(|(_, p)| pattern_matches(p, &event_type))
-                .map(|(q, _)| q.as_str())
+                .map(|(q, _)| *q)
                 .collect();
             proptest::prop_assert_eq!(index.matching(&event_type), expected);
         }
