@@ -271,6 +271,8 @@ enum DlqCommand {
         queue: String,
         #[command(flatten)]
         filter: DeadLetterArgs,
+        #[command(flatten)]
+        search: ops::SearchArgs,
         /// Show at most N (oldest first).
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
@@ -474,12 +476,14 @@ fn main() -> ExitCode {
             DlqCommand::List {
                 queue,
                 filter,
+                search,
                 limit,
                 json,
             } => ops(ops::dlq_list(
                 &target,
                 &queue,
                 &filter,
+                &search,
                 limit,
                 json,
                 &mut stdout(),

@@ -19,7 +19,10 @@
 //! - delayed messages (an hour's delay on queue `admin`) acknowledged but
 //!   missing at the end: must be 0;
 //! - `admin`'s settings and pause state at the end: what the last
-//!   acknowledged change set, or a later change that was in doubt.
+//!   acknowledged change set, or a later change that was in doubt;
+//! - events (`POST /v1/events`, to two queues that subscribe): every one
+//!   acknowledged is in both queues; none is in a queue twice (a fan-out
+//!   applied again); one in doubt is in both or in neither (one record).
 //!
 //! Rounds: `CRASH_LOOP_ROUNDS` (default 100, what CI runs; the local soak
 //! of 2 000 rounds is in `docs/reliability.md`).
@@ -38,6 +41,9 @@ use serde_json::Value;
 const SENDERS: usize = 6;
 const FORWARDERS: usize = 2;
 const RECEIVERS: usize = 4;
+const PUBLISHERS: usize = 2;
+/// The queues every event of the loop goes to.
+const FAN_QUEUES: [&str; 2] = ["fan-a", "fan-b"];
 
 /// Everything the clients saw, in one place.
 #[derive(Default)]
@@ -53,6 +59,8 @@ struct History {
     ids: BTreeMap<String, BTreeSet<String>>,
     /// Delayed messages of `admin` acknowledged.
     delayed: BTreeSet<String>,
+    /// Events acknowledged (`202`).
+    events: BTreeSet<String>,
     /// `admin`'s lease timeouts and pause states set, in order, with
     /// whether the change was acknowledged.
     settings: Vec<(u64, bool)>,
@@ -87,8 +95,28 @@ fn queues(sink_url: &str) -> String {
     format!(
         "[queues.jobs]\nlease_timeout = \"60s\"\nmax_retries = 1000\n\n\
          [queues.hooks]\ndestination = \"{sink_url}/in\"\nconcurrency = 4\nmax_retries = 1000\n\
-         backoff = {{ initial = \"50ms\", max = \"200ms\" }}\n"
+         backoff = {{ initial = \"50ms\", max = \"200ms\" }}\n\n\
+         [queues.fan-a]\nevents = [\"crash.*\"]\n\n[queues.fan-b]\nevents = [\"crash.>\"]\n"
     )
+}
+
+/// Publishes events (raw bodies, each its tag) to the two fan queues.
+async fn publisher(client: Client, base: String, history: Shared, round: usize, w: usize) {
+    for n in 0.. {
+        let tag = format!("event r{round} w{w} n{n}");
+        let request = client
+            .post(format!("{base}/v1/events"))
+            .header("spooler-event-type", "crash.ping")
+            .header("content-type", "text/plain");
+        match tagged(&history, request, &tag, StatusCode::ACCEPTED).await {
+            None => return,
+            Some(true) => {
+                history.lock().unwrap().events.insert(tag);
+            }
+            Some(false) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
 }
 
 async fn sender(client: Client, base: String, history: Shared, round: usize, w: usize) {
@@ -281,6 +309,10 @@ async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
             let (c, b, h) = (client.clone(), spoold.base.clone(), history.clone());
             clients.push(tokio::spawn(receiver(c, b, h, false)));
         }
+        for w in 0..PUBLISHERS {
+            let (c, b, h) = (client.clone(), spoold.base.clone(), history.clone());
+            clients.push(tokio::spawn(publisher(c, b, h, round, w)));
+        }
         let (c, b, h) = (client.clone(), spoold.base.clone(), history.clone());
         clients.push(tokio::spawn(admin(c, b, h, round)));
         tokio::time::sleep(Duration::from_millis(200 + rand::random::<u64>() % 800)).await;
@@ -306,6 +338,17 @@ async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
     let spoold = start_config(dir.path(), "", SPOOL_KEYS, &tables).await;
     let admin_queue = queue_json(&client, &spoold.base, "admin").await;
     let admin_ids = common::process::messages_in(&client, &spoold.base, "admin").await;
+    // Every event's tag, counted in each fan queue.
+    let mut fanned: Vec<BTreeMap<String, usize>> = Vec::new();
+    for queue in FAN_QUEUES {
+        let mut counts = BTreeMap::<String, usize>::new();
+        for m in common::process::messages_in(&client, &spoold.base, queue).await {
+            *counts
+                .entry(m["body"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+        fanned.push(counts);
+    }
     receiver(client.clone(), spoold.base.clone(), history.clone(), true).await;
     let forwards_acknowledged = history
         .lock()
@@ -376,10 +419,30 @@ async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
         .chain(delivered.values().map(|n| n - 1))
         .sum();
     let received_total: usize = h.received.values().map(Vec::len).sum();
+    let events_lost: Vec<&String> = h
+        .events
+        .iter()
+        .filter(|t| fanned.iter().any(|counts| !counts.contains_key(*t)))
+        .collect();
+    let fanouts_duplicated: Vec<&String> = fanned
+        .iter()
+        .flat_map(|counts| counts.iter().filter(|(_, n)| **n > 1).map(|(t, _)| t))
+        .collect();
+    let fanouts_partial: Vec<&String> = fanned[0]
+        .keys()
+        .chain(fanned[1].keys())
+        .filter(|t| !(fanned[0].contains_key(*t) && fanned[1].contains_key(*t)))
+        .collect();
+    let events_unexpected: Vec<&String> = fanned[0]
+        .keys()
+        .chain(fanned[1].keys())
+        .filter(|t| !h.attempted.contains(*t))
+        .collect();
     println!(
         "crash loop: {rounds} SIGKILLs in {:.1}s; attempted {}, acknowledged {} ({} sends, {} forwards); \
          received {} ({} distinct), acked {} (ack not 204: {}); delivered {} ({} distinct); \
          {} settings changes, {} pauses/resumes, {} delayed messages ({} lost); \
+         {} events acknowledged, {} fanned out (lost {}, duplicated {}, partial {}, unexpected {}); \
          lost {}, resurrected {}, unexpected {}, ids reused {}, duplicates {}",
         started.elapsed().as_secs_f64(),
         h.attempted.len(),
@@ -396,6 +459,12 @@ async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
         h.pauses.len(),
         h.delayed.len(),
         delayed_lost.len(),
+        h.events.len(),
+        fanned[0].len(),
+        events_lost.len(),
+        fanouts_duplicated.len(),
+        fanouts_partial.len(),
+        events_unexpected.len(),
         lost.len(),
         resurrected.len(),
         unexpected.len(),
@@ -403,6 +472,20 @@ async fn sigkill_loop_loses_nothing_and_resurrects_nothing() {
         duplicates,
     );
     assert!(lost.is_empty(), "lost: {:?}", &lost[..lost.len().min(10)]);
+    assert!(events_lost.is_empty(), "events lost: {events_lost:?}");
+    assert!(
+        fanouts_duplicated.is_empty(),
+        "fan-outs applied twice: {fanouts_duplicated:?}"
+    );
+    assert!(
+        fanouts_partial.is_empty(),
+        "events in one queue only: {fanouts_partial:?}"
+    );
+    assert!(
+        events_unexpected.is_empty(),
+        "events never published: {events_unexpected:?}"
+    );
+    assert!(!h.events.is_empty(), "no event was acknowledged");
     assert!(resurrected.is_empty(), "resurrected: {resurrected:?}");
     assert!(unexpected.is_empty(), "unexpected: {unexpected:?}");
     assert!(reused.is_empty(), "ids reused: {reused:?}");

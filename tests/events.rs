@@ -759,3 +759,134 @@ async fn delivered_events_are_kept_listed_shown_and_resent() {
     let empty: Value = r.json().await.unwrap();
     assert_eq!(empty["messages"], json!([]));
 }
+
+/// Search: messages (and dead letters, and history) by event type,
+/// tenant, a substring of the body and a JSON path's value, a page at a
+/// time; from the API and the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_are_found_by_type_tenant_text_and_json_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let spoold = start_with(dir.path(), "", "").await;
+    let base = spoold.base.clone();
+    let http = client();
+    let (status, _) = put(&http, &base, "audit", &json!({"events": [">"]})).await;
+    assert!(status.is_success());
+    let mut ids = Vec::new();
+    for (event_type, tenant, payload) in [
+        (
+            "invoice.paid",
+            "cus_1",
+            json!({"customer": {"id": 1}, "note": "paid late"}),
+        ),
+        (
+            "invoice.paid",
+            "cus_2",
+            json!({"customer": {"id": 42}, "note": "on time"}),
+        ),
+        (
+            "order.created",
+            "cus_2",
+            json!({"customer": {"id": 42}, "items": [{"sku": "A-1"}]}),
+        ),
+        (
+            "order.created",
+            "cus_3",
+            json!({"customer": {"id": 7}, "items": [{"sku": "B-2"}]}),
+        ),
+    ] {
+        let (_, a) = publish(
+            &base,
+            &json!({"type": event_type, "tenant": tenant, "payload": payload}),
+            None,
+        )
+        .await;
+        ids.push(deliveries(&a)["audit"].clone());
+    }
+    let found = async |query: &str| -> Vec<String> {
+        let mut all = Vec::new();
+        let mut url = format!("{base}/v1/queues/audit/messages?{query}");
+        loop {
+            let r = http.get(&url).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{query}");
+            let page: Value = r.json().await.unwrap();
+            all.extend(
+                page["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m["id"].as_str().unwrap().to_owned()),
+            );
+            match page["next"].as_str() {
+                Some(next) => url = format!("{base}/v1/queues/audit/messages?{query}&after={next}"),
+                None => return all,
+            }
+        }
+    };
+    assert_eq!(found("type=invoice.paid").await, ids[..2]);
+    assert_eq!(found("tenant=cus_2").await, ids[1..3]);
+    assert_eq!(found("contains=late").await, ids[..1]);
+    assert_eq!(found("match=$.customer.id=42").await, ids[1..3]);
+    assert_eq!(found("match=$.items[0].sku=B-2").await, ids[3..]);
+    assert_eq!(
+        found("type=order.created&match=customer.id=42").await,
+        ids[2..3]
+    );
+    // One at a time, every page says where the next starts.
+    assert_eq!(found("tenant=cus_2&limit=1").await, ids[1..3]);
+    // Bad terms are named.
+    for (query, name) in [("match=nothing", "match"), ("contains=", "contains")] {
+        let r = http
+            .get(format!("{base}/v1/queues/audit/messages?{query}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        let e: Value = r.json().await.unwrap();
+        assert!(e["message"].as_str().unwrap().starts_with(name), "{e}");
+    }
+    // The CLI searches dead letters the same way: fail two, find one.
+    let (status, _) = put(
+        &http,
+        &base,
+        "audit",
+        &json!({"events": [">"], "maxRetries": 0}),
+    )
+    .await;
+    assert!(status.is_success());
+    for _ in 0..2 {
+        let r = http
+            .post(format!("{base}/v1/queues/audit/receive"))
+            .send()
+            .await
+            .unwrap();
+        let token = r.headers()["spooler-lease-token"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        http.post(format!("{base}/v1/queues/audit/leases/{token}/nack"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let ran = common::process::run_in(
+        dir.path(),
+        &[
+            "--url",
+            &base,
+            "dlq",
+            "list",
+            "audit",
+            "--contains",
+            "late",
+            "--json",
+        ],
+    );
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let lines: Vec<Value> = ran
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", ran.stdout);
+    assert_eq!(lines[0]["id"], ids[0].as_str());
+}

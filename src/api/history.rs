@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiError;
 use super::messages::parse_id;
-use super::openapi::{MessagePath, QueuePath, Refused};
+use super::openapi::{MessagePath, QueuePath, Refused, SearchQuery};
 use super::view::MessageJson;
 use super::{AppState, query_pairs, view};
 use crate::engine::{Engine, HistoryItem, HistoryQuery};
@@ -79,9 +79,7 @@ fn query(engine: &Engine, raw: Option<&str>) -> Result<HistoryQuery, ApiError> {
             "until" => {
                 q.until = Some(parse_rfc3339(&value).ok_or_else(|| bad("an RFC 3339 time"))?)
             }
-            "type" => q.event_type = Some(value),
-            "tenant" => q.tenant = Some(value),
-            _ => {}
+            _ => super::search::term(&mut q.search, &name, value)?,
         }
     }
     Ok(q)
@@ -107,8 +105,7 @@ fn render(state: &AppState, engine: &Engine, queue: &str, item: &HistoryItem) ->
         ("before" = Option<String>, Query, description = "Page: the `next` of the page before."),
         ("since" = Option<String>, Query, description = "Delivered at or after (RFC 3339)."),
         ("until" = Option<String>, Query, description = "Delivered before (RFC 3339)."),
-        ("type" = Option<String>, Query, description = "Only deliveries of events of this type."),
-        ("tenant" = Option<String>, Query, description = "Only deliveries of events of this tenant.")),
+        SearchQuery),
     description = "Delivered messages kept for the queue's `historyRetentionSeconds`, newest first, with their attempts.",
     responses((status = 200, body = HistoryBody), Refused)
 )]

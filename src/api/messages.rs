@@ -18,11 +18,12 @@ use super::filter::{BulkQuery, take_term};
 use super::forward::{resolve_path, stored_headers};
 use super::openapi::{
     BulkQueryParams, DeadLetterQuery, LeasePath, MessagePath, MessagesBody, PurgeBody, QueuePath,
-    Refused, RenewBody, StoredBody,
+    Refused, RenewBody, SearchQuery, StoredBody,
 };
 use super::view::MessageJson;
 use super::{AppState, WAIT_SECONDS_MAX, query_pairs, read_body, seconds_param, view};
 use crate::engine::{Delivery, Engine, MessageError, SendOutcome, SendRequest};
+use crate::spool::search::{SEARCH_SCAN_MAX, Search};
 use crate::spool::{DeadLetterFilter, MessageId, Payload, StoredRequest};
 use crate::time::format_rfc3339;
 
@@ -424,8 +425,12 @@ fn render_stored(
     engine: &Engine,
     queue: &str,
     v: &crate::spool::MessageView,
+    payload: Option<Payload>,
 ) -> Result<Value, MessageError> {
-    let payload = engine.payload(queue, v.id)?;
+    let payload = match payload {
+        Some(p) => p,
+        None => engine.payload(queue, v.id)?,
+    };
     let attempts = engine.attempts(queue, v.id).unwrap_or_default();
     let rendered = view::render(
         engine.tokens(),
@@ -444,7 +449,7 @@ fn render_stored(
     get, path = "/v1/queues/{q}/messages", operation_id = "peekMessages", tag = "messages", params(QueuePath,
         ("limit" = Option<u32>, Query, description = "At most this many (1 to 1000, default 50)."),
         ("after" = Option<String>, Query, description = "Page: messages after this id."),
-        DeadLetterQuery),
+        DeadLetterQuery, SearchQuery),
     description = "Messages without leasing them, oldest first (visible, delayed and leased). Dead-letter filters apply to failure queues.",
     responses((status = 200, body = MessagesBody), Refused)
 )]
@@ -457,8 +462,13 @@ pub(crate) async fn peek(
     let mut limit = PEEK_DEFAULT;
     let mut after = None;
     let mut filter = DeadLetterFilter::default();
+    let mut search = Search::default();
     for (k, v) in query_pairs(query.as_deref()) {
         if take_term(engine, &mut filter, &k, &v)? {
+            continue;
+        }
+        if super::search::TERMS.contains(&k.as_str()) {
+            super::search::term(&mut search, &k, v)?;
             continue;
         }
         match k.as_str() {
@@ -479,6 +489,9 @@ pub(crate) async fn peek(
             _ => {}
         }
     }
+    if !search.is_empty() {
+        return peek_search(&state, engine, &queue, &filter, &search, after, limit);
+    }
     let views = engine.peek(&queue, &filter, after, limit)?;
     // Rendered one at a time into the answer, which ends at
     // ANSWER_BYTES_MAX; `next` says where the following page starts.
@@ -489,7 +502,7 @@ pub(crate) async fn peek(
             cut = true;
             break;
         }
-        match render_stored(&state, engine, &queue, v) {
+        match render_stored(&state, engine, &queue, v, None) {
             Ok(rendered) => {
                 if shown > 0 {
                     out.push(',');
@@ -514,6 +527,62 @@ pub(crate) async fn peek(
     Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response())
 }
 
+/// A peek with search terms: the messages (oldest first, after `after`)
+/// whose records hold every term, reading at most [`SEARCH_SCAN_MAX`] of
+/// them; `next` continues where the scan stopped, `scanned` says how many
+/// were read.
+fn peek_search(
+    state: &AppState,
+    engine: &Engine,
+    queue: &str,
+    filter: &DeadLetterFilter,
+    search: &Search,
+    mut after: Option<MessageId>,
+    limit: usize,
+) -> Result<Response, ApiError> {
+    const BATCH: usize = 1000;
+    let mut found = Vec::new();
+    let mut scanned = 0usize;
+    let mut more = true;
+    let mut bytes = 0usize;
+    while found.len() < limit && scanned < SEARCH_SCAN_MAX && bytes < ANSWER_BYTES_MAX {
+        let views = engine.peek(queue, filter, after, BATCH.min(SEARCH_SCAN_MAX - scanned))?;
+        more = views.len() == BATCH.min(SEARCH_SCAN_MAX - scanned);
+        for v in &views {
+            scanned += 1;
+            after = Some(v.id);
+            let payload = match engine.payload(queue, v.id) {
+                Ok(p) => p,
+                // Settled between the peek and the read: no longer there.
+                Err(MessageError::MessageNotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if !search.matches(&payload) {
+                continue;
+            }
+            let rendered = render_stored(state, engine, queue, v, Some(payload))?;
+            bytes += rendered.to_string().len();
+            found.push(rendered);
+            if found.len() >= limit || bytes >= ANSWER_BYTES_MAX {
+                more = true;
+                break;
+            }
+        }
+        if !more || views.is_empty() {
+            more = false;
+            break;
+        }
+    }
+    let next = after
+        .filter(|_| more)
+        .map(|id| engine.tokens().format_id(id));
+    let mut body = serde_json::json!({"messages": found, "scanned": scanned});
+    if let Some(next) = next {
+        body["next"] = Value::String(next);
+    }
+    Ok(axum::Json(body).into_response())
+}
+
 /// `GET /v1/queues/{q}/messages/{id}`
 #[utoipa::path(
     get, path = "/v1/queues/{q}/messages/{id}", operation_id = "getMessage", tag = "messages", params(MessagePath),
@@ -526,7 +595,7 @@ pub(crate) async fn get_one(
     let engine = state.engine()?;
     let id = parse_id(engine, &queue, &id)?;
     let v = engine.get(&queue, id)?;
-    Ok(axum::Json(render_stored(&state, engine, &queue, &v)?).into_response())
+    Ok(axum::Json(render_stored(&state, engine, &queue, &v, None)?).into_response())
 }
 
 /// `DELETE /v1/queues/{q}/messages/{id}`
@@ -610,7 +679,7 @@ pub(crate) async fn tail(
         if bytes >= ANSWER_BYTES_MAX {
             break;
         }
-        if let Ok(rendered) = render_stored(&state, &engine, &queue, v) {
+        if let Ok(rendered) = render_stored(&state, &engine, &queue, v, None) {
             let line = format!("{rendered}\n");
             bytes += line.len();
             backlog.push(line);
@@ -631,7 +700,7 @@ pub(crate) async fn tail(
                         let Ok(v) = engine.get(&queue, a.id) else {
                             continue;
                         };
-                        let Ok(rendered) = render_stored(&state, &engine, &queue, &v) else {
+                        let Ok(rendered) = render_stored(&state, &engine, &queue, &v, None) else {
                             continue;
                         };
                         return Some((

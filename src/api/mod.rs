@@ -19,6 +19,7 @@ pub(crate) mod openapi;
 pub(crate) mod params;
 pub(crate) mod queues;
 pub(crate) mod relay;
+pub(crate) mod search;
 pub(crate) mod server;
 pub(crate) mod settings;
 pub(crate) mod view;

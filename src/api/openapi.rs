@@ -205,6 +205,25 @@ pub(crate) struct DeadLetterQuery {
     id: Option<Vec<String>>,
 }
 
+/// Search terms on what messages carry (docs/contract.md §4 "Search"),
+/// combined with AND; each candidate's record is read, at most 10 000 a
+/// page.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct SearchQuery {
+    /// Only deliveries of events of this type.
+    #[param(rename = "type")]
+    event_type: Option<String>,
+    /// Only deliveries of events of this tenant.
+    tenant: Option<String>,
+    /// Only messages whose body contains this text.
+    contains: Option<String>,
+    /// Only JSON bodies with this value at this path: `$.customer.id=42`.
+    #[param(rename = "match")]
+    json_match: Option<String>,
+}
+
 /// `max` and `dryRun` of a redrive or purge.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query, rename_all = "camelCase")]

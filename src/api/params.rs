@@ -20,7 +20,10 @@ fn allowed(method: &Method, route: &str) -> (&'static [&'static str], bool) {
         ("POST", "/v1/queues/{q}/receive") => (&["wait"], false),
         ("POST", "/v1/queues/{q}/receive-batch") => (&["max", "wait"], false),
         ("POST", "/v1/queues/{q}/leases/{token}/nack") => (&["delay"], false),
-        ("GET", "/v1/queues/{q}/messages") => (&["limit", "after"], true),
+        ("GET", "/v1/queues/{q}/messages") => (
+            &["limit", "after", "type", "tenant", "contains", "match"],
+            true,
+        ),
         ("DELETE", "/v1/queues/{q}/messages") => (&["max", "dryRun"], true),
         ("POST", "/v1/queues/{q}/redrive") => (&["max", "dryRun"], true),
         ("GET", "/v1/queues/{q}/tail") => (&["last"], false),

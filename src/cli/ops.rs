@@ -603,12 +603,14 @@ pub async fn dlq_list(
     target: &Target,
     queue: &str,
     filter: &DeadLetterArgs,
+    search: &SearchArgs,
     limit: Option<usize>,
     json: bool,
     out: &mut impl Write,
 ) -> Result<(), OpsError> {
     let failed = failed_queue_name(origin_queue_name(queue));
-    let terms = filter.query(now_ms())?;
+    let mut terms = filter.query(now_ms())?;
+    terms.extend(search.pairs());
     let limit = limit.unwrap_or(usize::MAX);
     let mut all = Vec::new();
     let mut after: Option<String> = None;
@@ -624,10 +626,12 @@ pub async fn dlq_list(
                 &format!("/v1/queues/{failed}/messages?{}", encode(&pairs)),
             )
             .await?;
-        let messages = page["messages"].as_array().cloned().unwrap_or_default();
-        let Some(last) = messages.last() else { break };
-        after = Some(num(&last["id"]));
-        all.extend(messages);
+        all.extend(page["messages"].as_array().cloned().unwrap_or_default());
+        // A search page may hold nothing and still say where to go on.
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
     }
     if json {
         return json_lines(out, &all);
@@ -742,15 +746,39 @@ fn attempts_and_body(m: &Value, out: &mut impl Write) -> Result<(), OpsError> {
     Ok(())
 }
 
-/// What `spoold history list` selects.
+/// Search terms on what messages carry (`history list`, `dlq list`).
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct HistoryArgs {
+pub struct SearchArgs {
     /// Only deliveries of events of this type.
     #[arg(long = "type", value_name = "TYPE")]
     pub event_type: Option<String>,
     /// Only deliveries of events of this tenant.
     #[arg(long)]
     pub tenant: Option<String>,
+    /// Only bodies that contain this text.
+    #[arg(long)]
+    pub contains: Option<String>,
+    /// Only JSON bodies with this value at this path: '$.customer.id=42'.
+    #[arg(long = "match", value_name = "PATH=VALUE")]
+    pub json_match: Option<String>,
+}
+
+impl SearchArgs {
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        pairs.extend(self.event_type.clone().map(|t| ("type", t)));
+        pairs.extend(self.tenant.clone().map(|t| ("tenant", t)));
+        pairs.extend(self.contains.clone().map(|t| ("contains", t)));
+        pairs.extend(self.json_match.clone().map(|t| ("match", t)));
+        pairs
+    }
+}
+
+/// What `spoold history list` selects.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub search: SearchArgs,
     /// Delivered at or after: RFC 3339 or a duration ago (2h).
     #[arg(long)]
     pub since: Option<String>,
@@ -776,8 +804,7 @@ pub async fn history_list(
             terms.push((name, format_rfc3339(point_in_time(name, text, now)?)));
         }
     }
-    terms.extend(args.event_type.clone().map(|t| ("type", t)));
-    terms.extend(args.tenant.clone().map(|t| ("tenant", t)));
+    terms.extend(args.search.pairs());
     let limit = limit.unwrap_or(usize::MAX);
     let mut all = Vec::new();
     let mut before: Option<String> = None;

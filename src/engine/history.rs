@@ -18,18 +18,16 @@ use crate::spool::state::Delivered;
 use crate::spool::{Command, MessageId, Payload, Record, SpoolError};
 use crate::time::Millis;
 
-/// Most history entries one listing reads from disk to find its page (a
-/// type or tenant filter reads each candidate's record): the page then
-/// ends early, with a cursor to go on.
-pub const HISTORY_SCAN_MAX: usize = 10_000;
+pub use crate::spool::search::SEARCH_SCAN_MAX as HISTORY_SCAN_MAX;
+use crate::spool::search::Search;
 
 /// What a history listing selects.
 #[derive(Debug, Clone, Default)]
 pub struct HistoryQuery {
     pub since: Option<Millis>,
     pub until: Option<Millis>,
-    pub event_type: Option<String>,
-    pub tenant: Option<String>,
+    /// Type, tenant, body terms (each entry's record is read for them).
+    pub search: Search,
     /// Go on below this cursor (a page's `next`).
     pub before: Option<(Millis, MessageId)>,
     pub limit: usize,
@@ -80,19 +78,7 @@ impl Engine {
             page.scanned += 1;
             page.next = Some((delivered.delivered_at, id));
             let payload = self.read_pinned(file, delivered.loc)?;
-            let tag = payload.event.as_ref();
-            if query
-                .event_type
-                .as_deref()
-                .is_some_and(|t| tag.is_none_or(|e| e.event_type != t))
-            {
-                continue;
-            }
-            if query
-                .tenant
-                .as_deref()
-                .is_some_and(|t| tag.is_none_or(|e| e.tenant.as_deref() != Some(t)))
-            {
+            if !query.search.matches(&payload) {
                 continue;
             }
             let attempts = self.read_attempts(attempts_file, delivered.attempts)?;

@@ -21,6 +21,7 @@ pub(crate) mod event;
 mod filter;
 pub(crate) mod queue;
 pub(crate) mod record;
+pub mod search;
 pub(crate) mod state;
 
 pub use checkpoint::SpoolState;
