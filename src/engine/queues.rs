@@ -53,7 +53,7 @@ impl Engine {
             let q = core.spool.queue(name).ok_or_else(|| not_found(name))?;
             Ok(Command::QueueUpsert {
                 name: Cow::Owned(name.to_owned()),
-                settings: Box::new(q.settings.clone()),
+                settings: Box::new((*q.settings).clone()),
                 managed_by_config: false,
             })
         })
@@ -183,7 +183,7 @@ impl Engine {
     pub fn queue_settings(&self, queue: &str) -> Result<(QueueSettings, bool), QueueError> {
         let core = self.core();
         let q = core.spool.queue(queue).ok_or_else(|| not_found(queue))?;
-        Ok((q.settings.clone(), q.managed_by_config))
+        Ok(((*q.settings).clone(), q.managed_by_config))
     }
 
     /// Messages in a queue and its failure queue.

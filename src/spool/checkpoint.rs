@@ -402,7 +402,7 @@ impl Spool {
                 .expect("bug: a queue without its failure queue");
             let entry = QueueEntry {
                 name: name.clone(),
-                settings: q.settings.clone(),
+                settings: (*q.settings).clone(),
                 managed_by_config: q.managed_by_config,
                 paused: q.paused,
             };

@@ -107,7 +107,7 @@ struct Node {
     here: Vec<u32>,
     rest: Vec<u32>,
     star: Option<Box<Node>>,
-    next: BTreeMap<Box<str>, Node>,
+    next: BTreeMap<Box<str>, Box<Node>>,
 }
 
 /// Removes one `queue` from `ids`.

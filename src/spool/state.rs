@@ -14,6 +14,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use super::command::{Command, EnqueueMeta, EventMeta, FailReason, MessageId, Record};
 use super::event::Subscriptions;
@@ -121,7 +122,9 @@ type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<std::hash::Defaul
 #[derive(Debug)]
 pub(crate) struct Queue {
     pub name: String,
-    pub settings: QueueSettings,
+    /// Shared: every failure queue whose queue has the same lease timeout
+    /// and retention has the same settings, one copy of them.
+    pub settings: Arc<QueueSettings>,
     pub managed_by_config: bool,
     pub paused: bool,
     /// The circuit breaker of a push queue is open, and when its next probe
@@ -156,7 +159,7 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    fn new(name: String, settings: QueueSettings, managed_by_config: bool) -> Queue {
+    fn new(name: String, settings: Arc<QueueSettings>, managed_by_config: bool) -> Queue {
         Queue {
             name,
             settings,
@@ -362,6 +365,19 @@ impl Queue {
     }
 }
 
+/// Failure queues' settings, one copy per (lease timeout, retention).
+#[derive(Debug, Default)]
+struct FailureSettings(HashMap<(u64, u64), Arc<QueueSettings>>);
+
+impl FailureSettings {
+    fn of(&mut self, parent: &QueueSettings) -> Arc<QueueSettings> {
+        self.0
+            .entry((parent.lease_timeout_ms, parent.retention_ms))
+            .or_insert_with(|| Arc::new(failure_queue_settings(parent)))
+            .clone()
+    }
+}
+
 /// The settings a failure queue takes from its queue: an ordinary pull queue
 /// with the parent's retention and lease timeout, and no retry limit.
 fn failure_queue_settings(parent: &QueueSettings) -> QueueSettings {
@@ -492,6 +508,7 @@ pub(crate) struct Spool {
     shared_refs: HashMap<RecordLoc, u32>,
     /// Which queues subscribe to which event types.
     subscriptions: Subscriptions,
+    failure_settings: FailureSettings,
     /// Queues that may hold something the timer acts on (messages, leases,
     /// dedup keys, history): every queue a record names joins, and
     /// [`Spool::due`] lets go of those it finds empty. The timer's work is
@@ -1084,7 +1101,7 @@ impl Spool {
                 self.subscriptions.remove(qid.0, &q.settings.events);
                 self.subscriptions.add(qid.0, &settings.events);
             }
-            q.settings = settings.clone();
+            q.settings = Arc::new(settings.clone());
             q.managed_by_config = managed_by_config;
             let over = q.history_over_bounds();
             self.drop_history(name, &over);
@@ -1094,17 +1111,21 @@ impl Spool {
                     .queues
                     .get_mut(&fid)
                     .expect("bug: failure queue missing");
-                fq.settings = failure_queue_settings(settings);
+                fq.settings = self.failure_settings.of(settings);
             }
             return;
         }
         let qid = QueueId(self.next_queue_id);
         let fid = QueueId(self.next_queue_id + 1);
         self.next_queue_id += 2;
-        let mut q = Queue::new(name.to_owned(), settings.clone(), managed_by_config);
+        let mut q = Queue::new(
+            name.to_owned(),
+            Arc::new(settings.clone()),
+            managed_by_config,
+        );
         q.failed = Some(fid);
         let fname = failed_queue_name(name);
-        let mut fq = Queue::new(fname.clone(), failure_queue_settings(settings), false);
+        let mut fq = Queue::new(fname.clone(), self.failure_settings.of(settings), false);
         fq.parent = Some(qid);
         self.names.insert(name.to_owned(), qid);
         self.names.insert(fname, fid);
