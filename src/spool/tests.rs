@@ -426,3 +426,57 @@ fn peek_after_the_largest_id_is_empty_not_an_overflow() {
             .is_empty()
     );
 }
+
+/// A queue's history keeps acked messages within its byte bound (oldest
+/// first out) and its retention (dropped by the timer's record); their
+/// records stay live while kept, and not after.
+#[test]
+fn history_keeps_what_was_acked_within_its_bytes_and_time() {
+    let mut spool = with_queue(QueueSettings {
+        history_retention_ms: 60_000,
+        history_max_bytes: 250,
+        ..QueueSettings::default()
+    });
+    let ids: Vec<MessageId> = (0..3).map(|i| send(&mut spool, i, i)).collect();
+    for (i, _) in ids.iter().enumerate() {
+        let now = 10 + i as i64;
+        let leased = spool.lease("q", now, 1000, 1, false).unwrap().remove(0);
+        ack(&mut spool, now, &leased).unwrap();
+    }
+    let kept: Vec<MessageId> = spool
+        .queue("q")
+        .unwrap()
+        .history_entries()
+        .map(|(id, _)| id)
+        .collect();
+    // 100 bytes each, 250 at most: the oldest went.
+    assert_eq!(kept, ids[1..]);
+    assert_eq!(spool.live_bytes(LOC.file), 200);
+    assert_eq!(spool.queue("q").unwrap().len(), 0);
+    let d = spool
+        .queue("q")
+        .unwrap()
+        .delivered(ids[2])
+        .copied()
+        .unwrap();
+    assert_eq!((d.enqueued_at, d.delivered_at), (2, 12));
+    // Past the retention of the first kept one only.
+    tick(&mut spool, 11 + 60_000);
+    let kept: Vec<MessageId> = spool
+        .queue("q")
+        .unwrap()
+        .history_entries()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(kept, ids[2..]);
+    assert_eq!(spool.live_bytes(LOC.file), 100);
+    assert_eq!(spool.next_deadline(11 + 60_000), Some(12 + 60_000));
+    tick(&mut spool, 12 + 60_000);
+    assert!(spool.queue("q").unwrap().history_entries().next().is_none());
+    assert_eq!(spool.live_bytes(LOC.file), 0);
+    assert_eq!(
+        spool.next_deadline(12 + 60_000),
+        None,
+        "nothing left to wait for"
+    );
+}
