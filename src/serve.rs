@@ -47,9 +47,6 @@ pub enum ServeError {
 
     #[error("starting the replica: {0}")]
     Cluster(#[from] crate::cluster::ClusterError),
-
-    #[error("starting the delivery threads: {0}")]
-    Threads(std::io::Error),
 }
 
 /// How a run ended.
@@ -291,16 +288,7 @@ async fn run(
     let _compactor =
         engine.spawn_compactor(Duration::from_millis(config.spool.compaction_interval_ms));
     let (stop_delivery, delivery_stop) = watch::channel(false);
-    // Push delivery runs on threads of its own: a burst of deliveries (an
-    // event to 1 000 endpoints wakes 1 000 dispatchers) queued on the API's
-    // threads delayed its answers by tens of milliseconds
-    // (docs/performance.md, endpoints).
-    let delivery_runtime = tokio::runtime::Builder::new_multi_thread()
-        .thread_name("spoold-delivery")
-        .enable_all()
-        .build()
-        .map_err(ServeError::Threads)?;
-    let delivery = delivery_runtime.spawn(crate::delivery::run(
+    let delivery = tokio::spawn(crate::delivery::run(
         engine.clone(),
         delivery_stop,
         config.server.drain_on_shutdown,
@@ -341,9 +329,7 @@ async fn run(
         delivery.abort();
         tracing::warn!("deliveries still in flight after the grace period: released");
     }
-    // Its tasks are done or aborted; a runtime is not dropped inside
-    // another's context.
-    delivery_runtime.shutdown_background();
+
     let _ = server.await;
     if let Some(probes) = probe_server {
         let _ = probes.await;

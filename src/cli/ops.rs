@@ -611,28 +611,8 @@ pub async fn dlq_list(
     let failed = failed_queue_name(origin_queue_name(queue));
     let mut terms = filter.query(now_ms())?;
     terms.extend(search.pairs());
-    let limit = limit.unwrap_or(usize::MAX);
-    let mut all = Vec::new();
-    let mut after: Option<String> = None;
-    while all.len() < limit {
-        let mut pairs = terms.clone();
-        pairs.push(("limit", (limit - all.len()).min(1000).to_string()));
-        if let Some(a) = &after {
-            pairs.push(("after", a.clone()));
-        }
-        let page = target
-            .json(
-                Method::GET,
-                &format!("/v1/queues/{failed}/messages?{}", encode(&pairs)),
-            )
-            .await?;
-        all.extend(page["messages"].as_array().cloned().unwrap_or_default());
-        // A search page may hold nothing and still say where to go on.
-        match page["next"].as_str() {
-            Some(next) => after = Some(next.to_owned()),
-            None => break,
-        }
-    }
+    let path = format!("/v1/queues/{failed}/messages");
+    let all = every_page(target, &path, terms, "after", limit).await?;
     if json {
         return json_lines(out, &all);
     }
@@ -774,6 +754,37 @@ impl SearchArgs {
     }
 }
 
+/// The messages of every page of `path` (peek or history) with `terms`,
+/// up to `limit`: each page's `next` is the next one's `cursor` parameter
+/// (a search page may hold nothing and still say where to go on).
+async fn every_page(
+    target: &Target,
+    path: &str,
+    terms: Vec<(&'static str, String)>,
+    cursor: &'static str,
+    limit: Option<usize>,
+) -> Result<Vec<Value>, OpsError> {
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut all = Vec::new();
+    let mut next: Option<String> = None;
+    while all.len() < limit {
+        let mut pairs = terms.clone();
+        pairs.push(("limit", (limit - all.len()).min(1000).to_string()));
+        if let Some(n) = &next {
+            pairs.push((cursor, n.clone()));
+        }
+        let page = target
+            .json(Method::GET, &format!("{path}?{}", encode(&pairs)))
+            .await?;
+        all.extend(page["messages"].as_array().cloned().unwrap_or_default());
+        match page["next"].as_str() {
+            Some(n) => next = Some(n.to_owned()),
+            None => break,
+        }
+    }
+    Ok(all)
+}
+
 /// What `spoold history list` selects.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct HistoryArgs {
@@ -805,27 +816,8 @@ pub async fn history_list(
         }
     }
     terms.extend(args.search.pairs());
-    let limit = limit.unwrap_or(usize::MAX);
-    let mut all = Vec::new();
-    let mut before: Option<String> = None;
-    while all.len() < limit {
-        let mut pairs = terms.clone();
-        pairs.push(("limit", (limit - all.len()).min(1000).to_string()));
-        if let Some(b) = &before {
-            pairs.push(("before", b.clone()));
-        }
-        let page = target
-            .json(
-                Method::GET,
-                &format!("/v1/queues/{queue}/history?{}", encode(&pairs)),
-            )
-            .await?;
-        all.extend(page["messages"].as_array().cloned().unwrap_or_default());
-        match page["next"].as_str() {
-            Some(next) => before = Some(next.to_owned()),
-            None => break,
-        }
-    }
+    let path = format!("/v1/queues/{queue}/history");
+    let all = every_page(target, &path, terms, "before", limit).await?;
     if json {
         return json_lines(out, &all);
     }
