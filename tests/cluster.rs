@@ -291,11 +291,14 @@ fn first_segment(cluster: &TestCluster, i: usize) -> Option<u64> {
 
 /// A follower that was down while the primary compacted the log it missed
 /// comes back through a snapshot (the checkpoint, streamed), then the log
-/// after it, and ends with the primary's state exactly.
+/// after it, and ends with the primary's state exactly: events shared by
+/// two queues and a queue's delivery history included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
     let spool = "segment_bytes = \"64KiB\"\ncompaction_interval = \"100ms\"";
-    let mut cluster = TestCluster::with_spool(3, spool, "", "[queues.jobs]\n");
+    let tables = "[queues.jobs]\n[queues.fan-a]\nevents = [\"e.*\"]\n\
+                  [queues.fan-b]\nevents = [\"e.>\"]\nhistory_retention = \"1h\"\n";
+    let mut cluster = TestCluster::with_spool(3, spool, "", tables);
     cluster.start_all().await;
     let primary = cluster.primary(Duration::from_secs(10)).await;
     let behind = (primary + 1) % 3;
@@ -332,6 +335,34 @@ async fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
         assert_eq!(r.status(), StatusCode::CREATED);
         let v: Value = r.json().await.unwrap();
         kept.insert(v["id"].as_str().unwrap().to_owned());
+    }
+    // Events to two queues (one record each), five of them delivered from
+    // fan-b, which keeps its history.
+    for i in 0..20 {
+        let r = http
+            .post(format!("{base}/v1/events"))
+            .json(&json!({"type": "e.ping", "payload": {"n": i}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+    }
+    for _ in 0..5 {
+        let r = http
+            .post(format!("{base}/v1/queues/fan-b/receive"))
+            .send()
+            .await
+            .unwrap();
+        let token = r.headers()["spooler-lease-token"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let acked = http
+            .post(format!("{base}/v1/queues/fan-b/leases/{token}/ack"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(acked.status(), StatusCode::NO_CONTENT);
     }
 
     // The primary snapshots, purges, and deletes the segments it no longer
@@ -388,6 +419,36 @@ async fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
     let ids = ids(&survivor).await;
     assert!(kept.is_subset(&ids), "lost {:?}", kept.difference(&ids));
     assert_eq!(ids.len(), kept.len() + 1);
+    // Every event's deliveries, each reading its own payload, and fan-b's
+    // history, on the replica that caught up by snapshot.
+    let bodies = async |queue: &str| -> BTreeSet<String> {
+        common::process::messages_in(&http, &survivor, queue)
+            .await
+            .iter()
+            .map(|m| m["body"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all: BTreeSet<String> = (0..20).map(|i| format!("{{\"n\":{i}}}")).collect();
+    assert_eq!(bodies("fan-a").await, all);
+    let in_b = bodies("fan-b").await;
+    assert_eq!(in_b.len(), 15);
+    let history: Value = http
+        .get(format!("{survivor}/v1/queues/fan-b/history"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let delivered: BTreeSet<String> = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["body"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(delivered.len(), 5, "{history}");
+    assert!(delivered.is_disjoint(&in_b));
+    assert_eq!(&delivered | &in_b, all);
 }
 
 /// Leases one message at `base` (`wait` 0): its id and token, if this
