@@ -636,17 +636,21 @@ impl Config {
                 self.spool.max_bytes
             ));
         }
+        // A queue has a `dedup_window` of its own: look in `[events]`.
+        let in_events = |key: &str| {
+            line_in_table(text, "[events]", key).map_or(String::new(), |l| format!("line {l}: "))
+        };
         let subscribers = self.events.max_subscribers;
         if !(1..=EVENT_SUBSCRIBERS_MAX).contains(&subscribers) {
             return Err(format!(
                 "{}events.max_subscribers = {subscribers} is out of range: allowed 1 to {EVENT_SUBSCRIBERS_MAX}",
-                at("max_subscribers")
+                in_events("max_subscribers")
             ));
         }
         if self.events.dedup_window_ms > EVENT_DEDUP_WINDOW_MAX_MS {
             return Err(format!(
                 "{}events.dedup_window = {} is out of range: allowed 0 to 30d",
-                at("dedup_window"),
+                in_events("dedup_window"),
                 format_duration_ms(self.events.dedup_window_ms)
             ));
         }
@@ -1184,6 +1188,15 @@ mod tests {
             c.secret(Some("from-the-environment")).unwrap(),
             "from-the-environment"
         );
+    }
+    #[test]
+    fn event_limits_name_their_line_not_a_queue_key_of_the_same_name() {
+        let text = "[queues.a]\ndedup_window = \"1h\"\n[events]\nmax_subscribers = 10\ndedup_window = \"31d\"\n";
+        let err = Config::parse(text).unwrap_err();
+        assert!(err.starts_with("line 5: events.dedup_window"), "{err}");
+        let text = "[queues.a]\n[events]\nmax_subscribers = 0\n";
+        let err = Config::parse(text).unwrap_err();
+        assert!(err.starts_with("line 3: events.max_subscribers"), "{err}");
     }
 }
 

@@ -24,6 +24,38 @@ async fn failed_ids(server: &Server) -> BTreeSet<String> {
         .collect()
 }
 
+/// Runs `tests/console/{script}` in node against `server` (whose key is
+/// `console-key`) and returns what it printed: one JSON object.
+async fn browse(server: &Server, script: &str) -> Value {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut node = Command::new("node");
+    node.arg(format!("{root}/tests/console/{script}"))
+        .env("SPOOLD_URL", format!("http://{}", server.addr()))
+        .env("SPOOLD_API_KEY", "console-key");
+    // Where playwright-core is (`.ci/run` installs it there).
+    let modules = std::env::var("PLAYWRIGHT_NODE_PATH").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/spoold-console/node_modules",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    node.env("NODE_PATH", modules);
+    // `CONSOLE_SCREENSHOTS=docs/console` refreshes the pictures of the docs.
+    if let Ok(dir) = std::env::var("CONSOLE_SCREENSHOTS") {
+        node.env("SCREENSHOTS", format!("{root}/{dir}"));
+    }
+    let out = tokio::task::spawn_blocking(move || node.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs node, chromium and playwright-core (.ci/run installs them)"]
 async fn the_console_filters_shows_and_redrives_a_selection() {
@@ -55,33 +87,7 @@ async fn the_console_filters_shows_and_redrives_a_selection() {
         StatusCode::UNAUTHORIZED
     );
 
-    let root = env!("CARGO_MANIFEST_DIR");
-    let mut node = Command::new("node");
-    node.arg(format!("{root}/tests/console/console.mjs"))
-        .env("SPOOLD_URL", format!("http://{}", server.addr()))
-        .env("SPOOLD_API_KEY", "console-key");
-    // Where playwright-core is (`.ci/run` installs it there).
-    let modules = std::env::var("PLAYWRIGHT_NODE_PATH").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache/spoold-console/node_modules",
-            std::env::var("HOME").unwrap_or_default()
-        )
-    });
-    node.env("NODE_PATH", modules);
-    // `CONSOLE_SCREENSHOTS=docs/console` refreshes the pictures of the docs.
-    if let Ok(dir) = std::env::var("CONSOLE_SCREENSHOTS") {
-        node.env("SCREENSHOTS", format!("{root}/{dir}"));
-    }
-    let out = tokio::task::spawn_blocking(move || node.output().unwrap())
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let seen = browse(&server, "console.mjs").await;
     assert_eq!(seen["pageErrors"], Value::Null, "{seen}");
     assert_eq!(seen["loginShown"], true);
     assert!(
@@ -166,5 +172,104 @@ async fn the_console_filters_shows_and_redrives_a_selection() {
     assert_eq!(seen["resumedPill"], "running");
     let stats = server.get_json("/v1/queues/hooks").await["stats"].clone();
     assert_eq!(stats["paused"], false, "{stats}");
+    server.stop().await;
+}
+
+/// Webhooks to customers in the console: an event published from the
+/// queue list reaches its subscribers; a queue's messages are searched by
+/// event type and by a JSON path; an endpoint's delivery history is
+/// filtered by tenant, shows one delivery with its attempts, and resends
+/// it (the destination gets a new delivery saying what it repeats).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs node, chromium and playwright-core (.ci/run installs them)"]
+async fn the_console_publishes_searches_and_resends_from_history() {
+    let (sink, dest) = Sink::start().await;
+    let server = Server::temp("api_keys = [\"console-key\"]").await;
+    server.queue("audit", json!({"events": [">"]})).await;
+    server
+        .queue(
+            "cus-1",
+            json!({"destination": dest, "events": ["invoice.*"], "tenant": "cus_1",
+                "historyRetentionSeconds": 3600}),
+        )
+        .await;
+    server
+        .queue("cus-2", json!({"destination": dest, "events": ["order.*"]}))
+        .await;
+    let mut audit = Vec::new();
+    for (event_type, tenant, amount) in [
+        ("invoice.paid", "cus_1", 10),
+        ("order.created", "cus_2", 5),
+        ("order.created", "cus_3", 7),
+    ] {
+        let r = server
+            .req(Method::POST, "/v1/events")
+            .json(&json!({"type": event_type, "tenant": tenant, "payload": {"amount": amount}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        let answer: Value = r.json().await.unwrap();
+        let to_audit = answer["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["queue"] == "audit")
+            .unwrap()["id"]
+            .clone();
+        audit.push(to_audit);
+    }
+    sink.wait_for(3).await;
+
+    let seen = browse(&server, "events.mjs").await;
+    assert_eq!(seen["pageErrors"], Value::Null, "{seen}");
+    assert_eq!(seen["subscriptions"]["audit"], ">", "{seen}");
+    assert_eq!(
+        seen["subscriptions"]["cus-1"], "invoice.* (tenant cus_1)",
+        "{seen}"
+    );
+    let published = seen["published"].as_str().unwrap();
+    assert!(
+        published.ends_with(": 2 deliveries to audit, cus-1"),
+        "{published}"
+    );
+    assert_eq!(seen["all"].as_array().unwrap().len(), 4, "{seen}");
+    assert_eq!(seen["byType"], json!([audit[1], audit[2]]), "{seen}");
+    assert_eq!(
+        seen["byTypeEvents"],
+        json!(["order.created · cus_2", "order.created · cus_3"])
+    );
+    let by_path = server.message_ids("audit", "&match=$.amount=42").await;
+    assert_eq!(by_path.len(), 1);
+    assert_eq!(seen["byPath"], json!(by_path), "{seen}");
+    assert!(
+        seen["scannedNote"]
+            .as_str()
+            .unwrap()
+            .contains("Looked at 4"),
+        "{seen}"
+    );
+
+    // History: both deliveries to cus_1, the newest first.
+    assert_eq!(seen["historyTenant"].as_array().unwrap().len(), 2, "{seen}");
+    let detail = seen["historyDetail"].as_str().unwrap();
+    for want in ["HTTP 200", "invoice.paid", "cus_1", "delivered"] {
+        assert!(detail.contains(want), "{want}: {detail}");
+    }
+    let from = seen["resentFrom"].as_str().unwrap();
+    let resent = seen["resent"].as_str().unwrap();
+    assert_eq!(
+        seen["resendDialog"],
+        format!("Send {from} to cus-1 again, as a new delivery?")
+    );
+    // The destination got the resend: a new delivery id, what it repeats.
+    let deliveries = sink.wait_for(5).await;
+    let again = deliveries
+        .iter()
+        .find(|d| d.headers.get("spooler-resent-from").is_some())
+        .expect("a resent delivery");
+    assert_eq!(again.headers["spooler-resent-from"], from);
+    assert_eq!(again.headers["spooler-delivery-id"], resent);
+    assert_eq!(again.headers["spooler-tenant"], "cus_1");
     server.stop().await;
 }

@@ -651,6 +651,23 @@ async fn delivered_events_are_kept_listed_shown_and_resent() {
     assert_eq!(invoices["messages"].as_array().unwrap().len(), 1);
     let tenant = history(&base, "?tenant=t0").await;
     assert_eq!(tenant["messages"].as_array().unwrap().len(), 2);
+    // By the body: a substring, a JSON path's value.
+    let sent_ids = |page: &Value| -> Vec<String> {
+        page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        sent_ids(&history(&base, "?contains=%22n%22:2").await),
+        [sent[2].clone()]
+    );
+    assert_eq!(
+        sent_ids(&history(&base, "?match=$.n=1").await),
+        [sent[1].clone()]
+    );
     let page = history(&base, "?limit=2").await;
     assert_eq!(page["messages"].as_array().unwrap().len(), 2);
     let next = page["next"].as_str().unwrap().to_owned();

@@ -29,7 +29,9 @@ fn allowed(method: &Method, route: &str) -> (&'static [&'static str], bool) {
         ("GET", "/v1/queues/{q}/tail") => (&["last"], false),
         ("GET", "/v1/cluster") => (&["digest"], false),
         ("GET", "/v1/queues/{q}/history") => (
-            &["limit", "before", "since", "until", "type", "tenant"],
+            &[
+                "limit", "before", "since", "until", "type", "tenant", "contains", "match",
+            ],
             false,
         ),
         _ => (&[], false),

@@ -50,6 +50,7 @@ pub(crate) async fn run(
         clients: client::Clients::default(),
         running: HashMap::new(),
         retired: Vec::new(),
+        prune_at: PRUNE_MIN,
     };
     let (mut wakeups, busy) = engine.listen_for_push_work();
     for queue in busy {
@@ -89,15 +90,29 @@ struct Pools {
     running: HashMap<String, Running>,
     /// Dispatchers of settings that changed, finishing what they hold.
     retired: Vec<Running>,
+    /// Ended dispatchers are dropped from `running` when it grows to this
+    /// size (then twice what is left), not at every start: a fan-out that
+    /// wakes 10 000 queues must not walk them all 10 000 times.
+    prune_at: usize,
 }
+
+/// The smallest [`Pools::prune_at`].
+const PRUNE_MIN: usize = 256;
 
 impl Pools {
     /// Starts `queue`'s dispatcher (the engine counts it awake already),
     /// with the queue's settings as they are now.
     fn start(&mut self, queue: String) {
-        self.running.retain(|_, run| !run.dispatcher.is_finished());
-        self.retired.retain(|run| !run.dispatcher.is_finished());
-        if self.running.contains_key(&queue) {
+        if self.running.len() + self.retired.len() >= self.prune_at {
+            self.running.retain(|_, run| !run.dispatcher.is_finished());
+            self.retired.retain(|run| !run.dispatcher.is_finished());
+            self.prune_at = (2 * (self.running.len() + self.retired.len())).max(PRUNE_MIN);
+        }
+        if self
+            .running
+            .get(&queue)
+            .is_some_and(|run| !run.dispatcher.is_finished())
+        {
             return;
         }
         let settings = match self.engine.queue_settings(&queue) {

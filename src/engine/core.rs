@@ -25,6 +25,11 @@ pub(super) struct Core {
     /// a `409` meanwhile (Svix answers the same).
     pub pending_events: HashMap<u64, Millis>,
     notifies: HashMap<String, Arc<Notify>>,
+    /// While a batch of records is applied (`sink.rs`): the wake-ups it
+    /// causes, held back until its writers have their answers. Woken
+    /// first, a thousand receivers of a fan-out would queue on the
+    /// runtime ahead of the task waiting to say `202`.
+    deferred: Option<Vec<Wake>>,
     /// Push queues whose dispatcher runs (`src/delivery`): a wake-up of any
     /// other push queue goes to the delivery manager instead, which starts
     /// one. An idle push queue has no task at all.
@@ -55,6 +60,25 @@ pub(super) struct CheckpointOnDisk {
     pub cluster_config: Option<Vec<u8>>,
 }
 
+/// A wake-up of receivers or of the delivery manager.
+pub(super) enum Wake {
+    One(Arc<Notify>),
+    All(Arc<Notify>),
+    Dispatcher(mpsc::UnboundedSender<PushWake>, String),
+}
+
+impl Wake {
+    pub(super) fn run(self) {
+        match self {
+            Wake::One(n) => n.notify_one(),
+            Wake::All(n) => n.notify_waiters(),
+            Wake::Dispatcher(tx, queue) => {
+                let _ = tx.send(PushWake::Work(queue));
+            }
+        }
+    }
+}
+
 /// Compaction's view of one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct FileMeta {
@@ -69,6 +93,7 @@ impl Core {
             pending_dedup: HashMap::new(),
             pending_events: HashMap::new(),
             notifies: HashMap::new(),
+            deferred: None,
             awake: HashSet::new(),
             push_wakeups: None,
             files: BTreeMap::new(),
@@ -92,7 +117,8 @@ impl Core {
     /// receiver that goes away passes the wake-up on (tokio's `Notify`).
     pub(super) fn wake_one(&mut self, queue: &str) {
         if let Some(n) = self.notifies.get(queue) {
-            n.notify_one();
+            let wake = Wake::One(n.clone());
+            self.wake(wake);
         }
         self.wake_dispatcher(queue);
     }
@@ -100,7 +126,8 @@ impl Core {
     /// Wakes every receiver of `queue`: many messages became visible.
     pub(super) fn wake_all(&mut self, queue: &str) {
         if let Some(n) = self.notifies.get(queue) {
-            n.notify_waiters();
+            let wake = Wake::All(n.clone());
+            self.wake(wake);
         }
         self.wake_dispatcher(queue);
     }
@@ -120,7 +147,28 @@ impl Core {
             return;
         }
         self.awake.insert(queue.to_owned());
-        let _ = tx.send(PushWake::Work(queue.to_owned()));
+        let wake = Wake::Dispatcher(tx.clone(), queue.to_owned());
+        self.wake(wake);
+    }
+
+    fn wake(&mut self, wake: Wake) {
+        match &mut self.deferred {
+            Some(later) => later.push(wake),
+            None => wake.run(),
+        }
+    }
+
+    /// From here until [`Core::take_wakes`], wake-ups wait.
+    pub(super) fn defer_wakes(&mut self) {
+        self.deferred.get_or_insert_with(Vec::new);
+    }
+
+    /// The wake-ups held back since [`Core::defer_wakes`], for the caller
+    /// to run once the lock is released and its answers are sent. (A late
+    /// wake-up loses nothing: a `Notify` keeps a permit for a receiver not
+    /// yet waiting, and the state it announces is already there.)
+    pub(super) fn take_wakes(&mut self) -> Vec<Wake> {
+        self.deferred.take().unwrap_or_default()
     }
 
     /// Drops `queue`'s notifier if nobody waits on it (a push queue going

@@ -77,8 +77,9 @@ impl BatchSink<Entry> for Sink {
         crate::metrics::record_fsync(receipt.fsync_duration());
         let mut answers = Vec::with_capacity(batch.len());
         let mut flushed = Vec::new();
-        {
+        let wakes = {
             let mut core = self.shared.core.lock().expect("core lock poisoned");
+            core.defer_wakes();
             for placed in batch {
                 let Op { record, reply } = match placed.entry {
                     Entry::Local(op) => op,
@@ -96,9 +97,13 @@ impl BatchSink<Entry> for Sink {
                 let dedup_waiters = core.take_dedup_waiters(&reply, true);
                 answers.push((reply, record, applied, dedup_waiters));
             }
-        }
+            core.take_wakes()
+        };
         for (reply, record, applied, dedup_waiters) in answers {
             answer(receipt, reply, &record, applied, dedup_waiters);
+        }
+        for wake in wakes {
+            wake.run();
         }
         for done in flushed {
             done(Ok(()));

@@ -89,8 +89,7 @@ function when(rfc3339) {
 
 function crumbs(...parts) {
   const nav = document.getElementById("crumbs");
-  nav.replaceChildren(...parts.map((p) =>
-    typeof p === "string" ? el("span", {}, "/ ", p) : el("span", {}, "/ ", p)));
+  nav.replaceChildren(...parts.filter((p) => p).map((p) => el("span", {}, "/ ", p)));
 }
 
 function render(...children) {
@@ -196,23 +195,32 @@ async function queuesView() {
       el("td", { class: "num" }, sentRate === null ? "…" : sentRate.toFixed(1)),
       el("td", { class: "num" }, ackedRate === null ? "…" : ackedRate.toFixed(1)),
       el("td", {}, push || st.paused ? stateOf(st) : ""),
+      el("td", { class: "events" }, subscriptionOf(q.settings)),
       el("td", {}, action));
   });
   render(
     el("h1", {}, "Queues"),
     table(["queue", "type", { label: "visible", num: 1 }, { label: "leased", num: 1 },
       { label: "delayed", num: 1 }, { label: "retrying", num: 1 }, { label: "oldest", num: 1 },
-      { label: "sent/s", num: 1 }, { label: "acked/s", num: 1 }, "state", ""], rows),
+      { label: "sent/s", num: 1 }, { label: "acked/s", num: 1 }, "state", "subscribes to", ""], rows),
+    eventForm(),
     el("p", { class: "note" }, "Rates are measured between refreshes (every 5 s)."));
   clearTimeout(queuesView.timer);
-  queuesView.timer = setTimeout(() => { if (location.hash === "" || location.hash === "#/") route(); }, 5000);
+  queuesView.timer = setTimeout(function refresh() {
+    if (location.hash !== "" && location.hash !== "#/") return;
+    // Not while an event is being written: the refresh would wipe it.
+    if (main.querySelector("details.events[open]")) queuesView.timer = setTimeout(refresh, 5000);
+    else route();
+  }, 5000);
 }
 
 // ---- one queue -----------------------------------------------------------
 
+// The dead-letter filter's terms (a failure queue's form only): what
+// "redrive / delete all matching" act on.
 function filterQuery(form) {
   const p = new URLSearchParams();
-  if (!form) return p;
+  if (!form || !form.elements.reason) return p;
   const v = (name) => form.elements[name].value.trim();
   if (v("reason")) p.append("reason", v("reason"));
   if (v("status")) p.append("status", v("status"));
@@ -222,13 +230,55 @@ function filterQuery(form) {
   return p;
 }
 
+const SEARCH = ["type", "tenant", "contains", "match"];
+
+// Search terms on what messages carry (event type, tenant, the body): they
+// narrow a listing, a page at a time; bulk actions do not take them.
+function searchQuery(form) {
+  const p = new URLSearchParams();
+  if (!form) return p;
+  for (const k of SEARCH) {
+    const v = form.elements[k].value.trim();
+    if (v) p.append(k, v);
+  }
+  return p;
+}
+
+function searchFields() {
+  return [
+    el("label", {}, "event type", el("input", { name: "type", placeholder: "invoice.paid", size: 14 })),
+    el("label", {}, "tenant", el("input", { name: "tenant", placeholder: "cus_42", size: 10 })),
+    el("label", {}, "body contains", el("input", { name: "contains", size: 12 })),
+    el("label", {}, "JSON path = value", el("input", { name: "match", placeholder: "$.customer.id=42", size: 16 })),
+  ];
+}
+
+// Keeps a form's values per view, so that paging and coming back keep them.
+function rememberForm(form, store, key, rerun) {
+  const saved = new URLSearchParams(store.get(key) || "");
+  for (const [k, v] of saved) if (form.elements[k]) form.elements[k].value = v;
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const raw = new URLSearchParams();
+    for (const e of form.elements) if (e.name) raw.set(e.name, e.value);
+    store.set(key, raw.toString());
+    rerun().catch(fail);
+  });
+}
+
+function eventOf(m) {
+  if (!m.eventType) return "–";
+  return m.tenant ? `${m.eventType} · ${m.tenant}` : m.eventType;
+}
+
 function describeFilter(params) {
   const terms = [...params.entries()].filter(([k]) => k !== "id").map(([k, v]) => `${k} ${v}`);
   return terms.length ? ` matching ${terms.join(", ")}` : "";
 }
 
-async function messageDetail(queue, id, into) {
-  const m = await json("GET", `/v1/queues/${enc(queue)}/messages/${enc(id)}`);
+async function messageDetail(queue, id, into, { delivered = false } = {}) {
+  const base = `/v1/queues/${enc(queue)}/${delivered ? "history" : "messages"}/${enc(id)}`;
+  const m = await json("GET", base);
   const attempts = (m.attempts || []).map((a, i) => el("tr", {},
     el("td", { class: "num" }, i + 1),
     el("td", {}, when(a.at)),
@@ -240,8 +290,22 @@ async function messageDetail(queue, id, into) {
     ["id", m.id], ["state", m.state], ["retries", m.retryCount], ["enqueued", when(m.enqueuedAt)],
     ["visible", when(m.visibleAt)], ["content type", m.contentType || "–"],
   ];
+  if (m.eventType) facts.push(["event type", m.eventType], ["event id", m.eventId], ["tenant", m.tenant || "–"]);
+  if (m.deliveredAt) facts.push(["delivered", when(m.deliveredAt)]);
+  if (m.resentFrom) facts.push(["resent from", m.resentFrom]);
   if (m.reason) facts.push(["reason", m.reason], ["last status", m.lastStatus ?? "–"],
     ["last error", m.lastError || "–"], ["failed", when(m.failedAt)], ["from", m.originQueue]);
+  const resend = delivered
+    ? el("div", { class: "toolbar" }, el("button", {
+      type: "button", class: "primary", "data-action": "resend",
+      onclick: () => {
+        if (!confirm(`Send ${m.id} to ${queue} again, as a new delivery?`)) return;
+        json("POST", `${base}/resend`)
+          .then((r) => say(`resent as ${r.id}`))
+          .catch(fail);
+      },
+    }, "Resend"))
+    : null;
   const request = m.request
     ? [el("h2", {}, "Stored request"),
       el("pre", { class: "request" }, `${m.request.method} ${m.request.path}\n` +
@@ -249,6 +313,7 @@ async function messageDetail(queue, id, into) {
     : [];
   into.replaceChildren(el("div", { class: "detail", "data-message": m.id },
     el("table", {}, el("tbody", {}, facts.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))))),
+    resend,
     el("h2", {}, `Attempts (${attempts.length})`),
     attempts.length
       ? table([{ label: "#", num: 1 }, "at", "status", "error", { label: "took", num: 1 }, "response (start)"], attempts)
@@ -289,34 +354,31 @@ async function bulk(queue, action, params, count) {
 
 async function queueView(queue, after) {
   const failed = isFailed(queue);
-  crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue),
-    el("a", { href: `#/tail/${enc(queue)}` }, "tail"));
-  const form = failed ? el("form", { class: "toolbar filters" },
+  const deadLetterFilter = failed ? [
     el("label", {}, "reason", el("select", { name: "reason" },
       el("option", { value: "" }, "any"),
       ...["retries_exhausted", "permanent_status", "expired"].map((r) => el("option", { value: r }, r)))),
     el("label", {}, "last status", el("input", { name: "status", placeholder: "500 or 5xx", size: 8 })),
     el("label", {}, "failed since", el("input", { name: "since", type: "datetime-local" })),
     el("label", {}, "failed until", el("input", { name: "until", type: "datetime-local" })),
-    el("button", { type: "submit", class: "primary" }, "Filter")) : null;
-  if (form) {
-    const saved = new URLSearchParams(queueView.filters.get(queue) || "");
-    for (const [k, v] of saved) if (form.elements[k]) form.elements[k].value = v;
-    form.addEventListener("submit", (ev) => {
-      ev.preventDefault();
-      const raw = new URLSearchParams();
-      for (const k of ["reason", "status", "since", "until"]) raw.set(k, form.elements[k].value);
-      queueView.filters.set(queue, raw.toString());
-      queueView(queue, null).catch(fail);
-    });
-  }
+  ] : [];
+  const form = el("form", { class: "toolbar filters" }, ...deadLetterFilter, ...searchFields(),
+    el("button", { type: "submit", class: "primary" }, failed ? "Filter" : "Search"));
+  rememberForm(form, queueView.filters, queue, () => queueView(queue, null));
+  const searched = searchQuery(form);
   const params = filterQuery(form);
+  for (const [k, v] of searched) params.append(k, v);
   params.set("limit", String(PAGE));
   if (after) params.set("after", after);
   const [info, page] = await Promise.all([
     json("GET", `/v1/queues/${enc(queue)}`),
     json("GET", `/v1/queues/${enc(queue)}/messages?${params}`),
   ]);
+  crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue),
+    el("a", { href: `#/tail/${enc(queue)}` }, "tail"),
+    info.settings.historyRetentionSeconds
+      ? el("a", { href: `#/history/${enc(queue)}` }, "history")
+      : null);
   const selected = new Set();
   const detail = el("div", { id: "detail" });
   const selectedButtons = [];
@@ -347,11 +409,12 @@ async function queueView(queue, after) {
     failed ? el("td", {}, m.reason || "–") : null,
     failed ? el("td", {}, m.lastStatus ?? "–") : null,
     failed ? el("td", {}, when(m.failedAt)) : null,
+    el("td", {}, eventOf(m)),
     el("td", { class: "mono" }, preview));
   });
   const headers = [
     ...(failed ? [""] : []), "id", "state", { label: "retries", num: 1 }, "enqueued",
-    ...(failed ? ["reason", "last status", "failed"] : []), "body",
+    ...(failed ? ["reason", "last status", "failed"] : []), "event · tenant", "body",
   ];
   const actions = [];
   if (failed) {
@@ -377,6 +440,12 @@ async function queueView(queue, after) {
         run.then(after_).catch(fail);
       });
       if (pick === "selected") selectedButtons.push(b);
+      else if (searched.size) {
+        // The bulk routes take the dead-letter filter only: with search
+        // terms, "all matching" would act on more than the list shows.
+        b.disabled = true;
+        b.title = "Search terms narrow the list only: select the messages to act on.";
+      }
       actions.push(b);
     }
   }
@@ -410,12 +479,105 @@ async function queueView(queue, after) {
     actions.length ? el("div", { class: "toolbar actions" }, actions) : null,
     page.messages.length
       ? table(headers, rows)
-      : el("p", { class: "note empty" }, "No messages here" + (failed ? " (with this filter)." : ".")),
+      : el("p", { class: "note empty" }, "No messages here" + (failed || searched.size ? " (with this filter)." : ".")),
+    searched.size ? el("p", { class: "note", id: "scanned" }, `Looked at ${page.scanned} message(s) for this page.`) : null,
     pager,
     detail);
   refreshButtons();
 }
 queueView.filters = new Map();
+
+// ---- delivery history ----------------------------------------------------
+
+async function historyView(queue, before) {
+  crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue), "history");
+  const form = el("form", { class: "toolbar filters" },
+    el("label", {}, "delivered since", el("input", { name: "since", type: "datetime-local" })),
+    el("label", {}, "delivered until", el("input", { name: "until", type: "datetime-local" })),
+    ...searchFields(),
+    el("button", { type: "submit", class: "primary" }, "Search"));
+  rememberForm(form, historyView.filters, queue, () => historyView(queue, null));
+  const params = searchQuery(form);
+  for (const t of ["since", "until"]) {
+    const v = form.elements[t].value.trim();
+    if (v) params.append(t, new Date(v).toISOString());
+  }
+  params.set("limit", String(PAGE));
+  if (before) params.set("before", before);
+  const page = await json("GET", `/v1/queues/${enc(queue)}/history?${params}`);
+  const detail = el("div", { id: "detail" });
+  const rows = page.messages.map((m) => {
+    const last = (m.attempts || []).at(-1);
+    return el("tr", {
+      class: "clickable", "data-id": m.id,
+      onclick: (ev) => {
+        for (const r of ev.currentTarget.parentNode.children) r.classList.remove("selected");
+        ev.currentTarget.classList.add("selected");
+        messageDetail(queue, m.id, detail, { delivered: true }).catch(fail);
+      },
+    },
+    el("td", { class: "mono" }, m.id),
+    el("td", {}, when(m.deliveredAt)),
+    el("td", {}, eventOf(m)),
+    el("td", { class: "num" }, (m.attempts || []).length),
+    el("td", {}, last?.status ?? "–"),
+    el("td", {}, m.resentFrom || ""),
+    el("td", { class: "mono" }, (m.body ?? "(binary)").slice(0, 80)));
+  });
+  const pager = el("div", { class: "toolbar" },
+    before ? el("button", { type: "button", onclick: () => historyView(queue, null).catch(fail) }, "Newest") : null,
+    page.next
+      ? el("button", { type: "button", onclick: () => historyView(queue, page.next).catch(fail) }, "Older")
+      : null);
+  render(
+    el("h1", {}, `${queue}: delivered`),
+    el("p", { class: "note" }, "Delivered messages kept for the queue's history retention, newest first. " +
+      "Resend sends one again as a new delivery (a new delivery id), saying which it repeats."),
+    form,
+    page.messages.length
+      ? table(["id", "delivered", "event · tenant", { label: "attempts", num: 1 }, "last status", "resent from", "body"], rows)
+      : el("p", { class: "note empty" }, "Nothing delivered here (with this filter)."),
+    pager,
+    detail);
+}
+historyView.filters = new Map();
+
+// ---- events --------------------------------------------------------------
+
+// Publishes one event (POST /v1/events) and says where it went.
+function eventForm() {
+  const form = el("form", { class: "toolbar send-event" },
+    el("label", {}, "event type", el("input", { name: "type", placeholder: "invoice.paid", required: true, size: 16 })),
+    el("label", {}, "tenant", el("input", { name: "tenant", placeholder: "optional", size: 10 })),
+    el("label", {}, "payload (JSON)", el("textarea", { name: "payload", rows: 2, cols: 40, spellcheck: "false" }, "{}")),
+    el("button", { type: "submit", class: "primary" }, "Publish"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    let payload;
+    try {
+      payload = JSON.parse(form.elements.payload.value);
+    } catch (e) {
+      say(`payload: not JSON (${e.message})`, true);
+      return;
+    }
+    const event = { type: form.elements.type.value.trim(), payload };
+    const tenant = form.elements.tenant.value.trim();
+    if (tenant) event.tenant = tenant;
+    json("POST", "/v1/events", { body: JSON.stringify(event), contentType: "application/json" })
+      .then((r) => {
+        const to = r.deliveries.map((d) => d.queue);
+        say(`event ${r.id}: ${to.length} deliver${to.length === 1 ? "y" : "ies"}${to.length ? " to " + to.join(", ") : " (no subscriber)"}`);
+        route();
+      })
+      .catch(fail);
+  });
+  return el("details", { class: "events" }, el("summary", {}, "Publish an event"), form);
+}
+
+function subscriptionOf(settings) {
+  if (!settings.events?.length) return "";
+  return settings.events.join(", ") + (settings.tenant ? ` (tenant ${settings.tenant})` : "");
+}
 
 // ---- tail ----------------------------------------------------------------
 
@@ -466,6 +628,7 @@ async function route() {
   const name = arg ? decodeURIComponent(arg) : null;
   try {
     if (view === "queue" && name) await queueView(name, null);
+    else if (view === "history" && name) await historyView(name, null);
     else if (view === "tail" && name) await tailView(name);
     else await queuesView();
   } catch (e) {
