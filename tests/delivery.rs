@@ -179,26 +179,6 @@ async fn a_permanent_status_goes_to_the_failure_queue_at_once_with_its_attempt()
 
 /// HMAC-SHA256 written out by hand (RFC 2104), independent of the `hmac`
 /// crate spoold signs with.
-fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
-    use sha2::{Digest, Sha256};
-    let mut k = [0u8; 64];
-    if key.len() > 64 {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let inner: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
-    let outer: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
-    let mut h = Sha256::new();
-    h.update(&inner);
-    h.update(message);
-    let inner_hash = h.finalize();
-    let mut h = Sha256::new();
-    h.update(&outer);
-    h.update(inner_hash);
-    h.finalize().to_vec()
-}
-
 #[tokio::test]
 async fn signatures_verify_with_an_independent_implementation() {
     use base64::Engine as _;
@@ -230,7 +210,12 @@ async fn signatures_verify_with_an_independent_implementation() {
     let signed = format!("{id}.{ts}.signed body");
     let expected: Vec<String> = [key.as_slice(), rotated.as_slice()]
         .iter()
-        .map(|k| format!("v1,{}", STANDARD.encode(hmac_sha256(k, signed.as_bytes()))))
+        .map(|k| {
+            format!(
+                "v1,{}",
+                STANDARD.encode(common::hmac_sha256(k, signed.as_bytes()))
+            )
+        })
         .collect();
     assert_eq!(h(got, "webhook-signature"), expected.join(" "));
     s.stop().await;

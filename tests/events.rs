@@ -9,6 +9,9 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
 use common::process::{client, messages_in, put, start_config, start_with};
 use common::sink::Sink;
 use reqwest::StatusCode;
@@ -191,8 +194,17 @@ async fn endpoints_created_over_the_api_receive_their_tenants_events_with_header
     let spoold = start_with(dir.path(), "", "").await;
     let base = spoold.base.clone();
     let http = client();
-    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-    for (name, tenant) in [("cus-1", "cus_1"), ("cus-2", "cus_2")] {
+    // Each endpoint its own secret; cus-2 is rotating from one to another.
+    let whsec = |key: &[u8]| format!("whsec_{}", STANDARD.encode(key));
+    let (old_key, new_key) = (b"cus-2 old key".as_slice(), b"cus-2 new key".as_slice());
+    for (name, tenant, secret) in [
+        ("cus-1", "cus_1", whsec(b"cus-1 key")),
+        (
+            "cus-2",
+            "cus_2",
+            format!("{} {}", whsec(old_key), whsec(new_key)),
+        ),
+    ] {
         let (status, answer) = put(
             &http,
             &base,
@@ -237,7 +249,44 @@ async fn endpoints_created_over_the_api_receive_their_tenants_events_with_header
     let delivery_id = deliveries(&answer)["cus-2"].clone();
     assert_eq!(h["webhook-id"], delivery_id.as_str());
     assert_eq!(h["spooler-delivery-id"], delivery_id.as_str());
-    assert!(h["webhook-signature"].to_str().unwrap().starts_with("v1,"));
+    // Signed with cus-2's secrets (both, while rotating), over
+    // "id.timestamp.body"; the id is the delivery's.
+    let signature = |seen: &common::sink::Seen, keys: &[&[u8]]| -> (String, String) {
+        let h = |k: &str| seen.headers[k].to_str().unwrap().to_owned();
+        let signed = format!("{}.{}.", h("webhook-id"), h("webhook-timestamp"));
+        let mut message = signed.into_bytes();
+        message.extend_from_slice(&seen.body);
+        let expected: Vec<String> = keys
+            .iter()
+            .map(|k| format!("v1,{}", STANDARD.encode(common::hmac_sha256(k, &message))))
+            .collect();
+        (h("webhook-signature"), expected.join(" "))
+    };
+    let (got, expected) = signature(&seen[0], &[old_key, new_key]);
+    assert_eq!(got, expected);
+    // Rotation done: one call, and the next event is signed by the new
+    // key alone.
+    let r = http
+        .patch(format!("{base}/v1/queues/cus-2"))
+        .header("Content-Type", "application/merge-patch+json")
+        .body(json!({"signingSecret": whsec(new_key)}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let (_, again) = publish(
+        &base,
+        &json!({"type": "invoice.paid", "tenant": "cus_2", "payload": {"n": 2}}),
+        None,
+    )
+    .await;
+    let seen = sink.wait_for(2).await;
+    assert_eq!(
+        seen[1].headers["webhook-id"],
+        deliveries(&again)["cus-2"].as_str()
+    );
+    let (got, expected) = signature(&seen[1], &[new_key]);
+    assert_eq!(got, expected);
     // An event of no tenant reaches no tenant's endpoint: no subscriber.
     let (status, none) = publish(&base, &json!({"type": "invoice.sent", "payload": 1}), None).await;
     assert_eq!(status, StatusCode::ACCEPTED);

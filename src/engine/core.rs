@@ -26,10 +26,14 @@ pub(super) struct Core {
     pub pending_events: HashMap<u64, Millis>,
     notifies: HashMap<String, Arc<Notify>>,
     /// While a batch of records is applied (`sink.rs`): the wake-ups it
-    /// causes, held back until its writers have their answers. Woken
-    /// first, a thousand receivers of a fan-out would queue on the
-    /// runtime ahead of the task waiting to say `202`.
+    /// causes past the first [`WAKE_NOW_MAX`], held back until its writers
+    /// have their answers. Woken first, a thousand receivers of a fan-out
+    /// would queue on the runtime ahead of the task waiting to say `202`;
+    /// the first few go at once, so that a push worker starts on a plain
+    /// send as early as before.
     deferred: Option<Vec<Wake>>,
+    /// Wake-ups of this batch sent at once so far.
+    woken_now: usize,
     /// Push queues whose dispatcher runs (`src/delivery`): a wake-up of any
     /// other push queue goes to the delivery manager instead, which starts
     /// one. An idle push queue has no task at all.
@@ -59,6 +63,9 @@ pub(super) struct CheckpointOnDisk {
     /// The replica set as of `seq` (replicated mode).
     pub cluster_config: Option<Vec<u8>>,
 }
+
+/// Wake-ups a batch of records sends before its answers (the rest after).
+const WAKE_NOW_MAX: usize = 16;
 
 /// A wake-up of receivers or of the delivery manager.
 pub(super) enum Wake {
@@ -94,6 +101,7 @@ impl Core {
             pending_events: HashMap::new(),
             notifies: HashMap::new(),
             deferred: None,
+            woken_now: 0,
             awake: HashSet::new(),
             push_wakeups: None,
             files: BTreeMap::new(),
@@ -153,14 +161,20 @@ impl Core {
 
     fn wake(&mut self, wake: Wake) {
         match &mut self.deferred {
-            Some(later) => later.push(wake),
+            Some(later) if self.woken_now >= WAKE_NOW_MAX => later.push(wake),
+            Some(_) => {
+                self.woken_now += 1;
+                wake.run();
+            }
             None => wake.run(),
         }
     }
 
-    /// From here until [`Core::take_wakes`], wake-ups wait.
+    /// From here until [`Core::take_wakes`], wake-ups past the first
+    /// [`WAKE_NOW_MAX`] wait.
     pub(super) fn defer_wakes(&mut self) {
         self.deferred.get_or_insert_with(Vec::new);
+        self.woken_now = 0;
     }
 
     /// The wake-ups held back since [`Core::defer_wakes`], for the caller

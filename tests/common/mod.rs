@@ -94,3 +94,25 @@ pub async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
     })
     .await
 }
+
+/// HMAC-SHA256 (RFC 2104), written out: what a Standard Webhooks
+/// receiver computes to check a `webhook-signature`.
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut k = [0u8; 64];
+    if key.len() > 64 {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let inner: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
+    let outer: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
+    let mut h = Sha256::new();
+    h.update(&inner);
+    h.update(message);
+    let inner_hash = h.finalize();
+    let mut h = Sha256::new();
+    h.update(&outer);
+    h.update(inner_hash);
+    h.finalize().to_vec()
+}

@@ -6,33 +6,14 @@
 // object; tests/console.rs checks it and the server's state.
 //
 //   SPOOLD_URL, SPOOLD_API_KEY   the server and a key it accepts
-//   CHROMIUM                     the browser (default /usr/bin/chromium)
-//   SCREENSHOTS                  a directory for PNGs (optional)
-import { createRequire } from "node:module";
-
-// require() (unlike import) looks in NODE_PATH, where .ci/run installs it.
-const { chromium } = createRequire(import.meta.url)("playwright-core");
+//   CHROMIUM, SCREENSHOTS        see browser.mjs
+import { openConsole } from "./browser.mjs";
 
 const url = process.env.SPOOLD_URL;
 const key = process.env.SPOOLD_API_KEY;
-const shots = process.env.SCREENSHOTS;
 const out = {};
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox"],
-});
+const { browser, page, shot, dialogs } = await openConsole(out);
 try {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
-  const shot = async (name) => {
-    if (shots) await page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
-  };
-  const dialogs = [];
-  page.on("dialog", async (d) => {
-    dialogs.push(d.message());
-    await d.accept();
-  });
-  page.on("pageerror", (e) => { out.pageErrors = [...(out.pageErrors || []), String(e)]; });
-
   // Without a key: the sign-in form; a wrong key is refused.
   await page.goto(`${url}/ui`);
   await page.waitForSelector("form.login");

@@ -6,36 +6,18 @@
 // the API, what the destination received.
 //
 //   SPOOLD_URL, SPOOLD_API_KEY   the server and a key it accepts
-//   CHROMIUM                     the browser (default /usr/bin/chromium)
-//   SCREENSHOTS                  a directory for PNGs (optional)
-import { createRequire } from "node:module";
-
-const { chromium } = createRequire(import.meta.url)("playwright-core");
+//   CHROMIUM, SCREENSHOTS        see browser.mjs
+import { openConsole } from "./browser.mjs";
 
 const url = process.env.SPOOLD_URL;
 const key = process.env.SPOOLD_API_KEY;
-const shots = process.env.SCREENSHOTS;
 const out = {};
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--no-sandbox"],
-});
+const { browser, page, shot, dialogs } = await openConsole(out);
 const ids = (page) => page.$$eval("tbody tr[data-id]", (rs) => rs.map((r) => r.dataset.id));
 // Waits until the listing shows `n` messages.
 const rowsWhere = (page, n, timeout = 30000) =>
   page.waitForFunction((n) => document.querySelectorAll("tbody tr[data-id]").length === n, n, { timeout });
 try {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
-  const shot = async (name) => {
-    if (shots) await page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
-  };
-  const dialogs = [];
-  page.on("dialog", async (d) => {
-    dialogs.push(d.message());
-    await d.accept();
-  });
-  page.on("pageerror", (e) => { out.pageErrors = [...(out.pageErrors || []), String(e)]; });
-
   await page.goto(`${url}/ui`);
   await page.waitForSelector("form.login");
   await page.fill("input[name=key]", key);
