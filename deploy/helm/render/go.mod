@@ -1,0 +1,3 @@
+module spoold.example/helm-render
+
+go 1.19
