@@ -1189,6 +1189,7 @@ mod tests {
             "from-the-environment"
         );
     }
+
     #[test]
     fn event_limits_name_their_line_not_a_queue_key_of_the_same_name() {
         let text = "[queues.a]\ndedup_window = \"1h\"\n[events]\nmax_subscribers = 10\ndedup_window = \"31d\"\n";

@@ -45,30 +45,34 @@ fn kinds(docs: &[Value]) -> Vec<String> {
     kinds
 }
 
-/// `kubernetes-validate --strict` on the chart rendered with `values`.
-fn validate(values: &str, dir: &Path) {
-    let out = Command::new("python3")
-        .arg(format!("{ROOT}/deploy/helm/render.py"))
-        .args(["-f", values])
-        .output()
-        .unwrap();
+/// Runs `command`, which must succeed (`what` names it in the failure);
+/// returns its standard output.
+fn succeed(command: &mut Command, what: &str) -> Vec<u8> {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
         out.status.success(),
-        "{}",
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out.stdout
+}
+
+/// `kubernetes-validate --strict` on the chart rendered with `values`.
+fn validate(values: &str, dir: &Path) {
+    let rendered = succeed(
+        Command::new("python3")
+            .arg(format!("{ROOT}/deploy/helm/render.py"))
+            .args(["-f", values]),
+        values,
+    );
     let file = dir.join("rendered.yaml");
-    std::fs::write(&file, &out.stdout).unwrap();
-    let checked = Command::new("kubernetes-validate")
-        .args(["--strict", "--quiet", "--kubernetes-version", "1.30.0"])
-        .arg(&file)
-        .output()
-        .expect("kubernetes-validate runs");
-    assert!(
-        checked.status.success(),
-        "{values}: {}{}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
+    std::fs::write(&file, rendered).unwrap();
+    succeed(
+        Command::new("kubernetes-validate")
+            .args(["--strict", "--quiet", "--kubernetes-version", "1.30.0"])
+            .arg(&file),
+        values,
     );
 }
 
@@ -82,18 +86,14 @@ fn check_configs(docs: &[Value], dir: &Path) -> Vec<(String, String)> {
         let text = text.as_str().unwrap().to_owned();
         let path = dir.join(name);
         std::fs::write(&path, &text).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_spoold"))
-            .args(["check-config", "--config"])
-            .arg(&path)
-            // What the pods get from the Secret.
-            .env("SPOOLD_API_KEYS", "key-of-the-apps")
-            .env("SPOOLD_CLUSTER_SECRET", "0123456789abcdef0123456789abcdef")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{name}: {}\n{text}",
-            String::from_utf8_lossy(&out.stderr)
+        succeed(
+            Command::new(env!("CARGO_BIN_EXE_spoold"))
+                .args(["check-config", "--config"])
+                .arg(&path)
+                // What the pods get from the Secret.
+                .env("SPOOLD_API_KEYS", "key-of-the-apps")
+                .env("SPOOLD_CLUSTER_SECRET", "0123456789abcdef0123456789abcdef"),
+            &format!("{name}:\n{text}"),
         );
         files.push((name.clone(), text));
     }

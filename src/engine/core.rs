@@ -178,9 +178,11 @@ impl Core {
     }
 
     /// The wake-ups held back since [`Core::defer_wakes`], for the caller
-    /// to run once the lock is released and its answers are sent. (A late
-    /// wake-up loses nothing: a `Notify` keeps a permit for a receiver not
-    /// yet waiting, and the state it announces is already there.)
+    /// to run once the lock is released and its answers are sent. A late
+    /// wake-up loses nothing: the state it announces is already applied,
+    /// so a receiver that looks after the batch finds it; one that looked
+    /// before registered its wait under the lock, and `notify_one` and
+    /// `notify_waiters` still reach it (`notify_one` keeps a permit too).
     pub(super) fn take_wakes(&mut self) -> Vec<Wake> {
         self.deferred.take().unwrap_or_default()
     }

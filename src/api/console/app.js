@@ -266,6 +266,12 @@ function rememberForm(form, store, key, rerun) {
   });
 }
 
+// Marks `row` as the one whose detail is shown.
+function selectRow(row) {
+  for (const r of row.parentNode.children) r.classList.remove("selected");
+  row.classList.add("selected");
+}
+
 function eventOf(m) {
   if (!m.eventType) return "–";
   return m.tenant ? `${m.eventType} · ${m.tenant}` : m.eventType;
@@ -396,8 +402,7 @@ async function queueView(queue, after) {
     return el("tr", {
       class: "clickable", "data-id": m.id,
       onclick: (ev) => {
-        for (const r of ev.currentTarget.parentNode.children) r.classList.remove("selected");
-        ev.currentTarget.classList.add("selected");
+        selectRow(ev.currentTarget);
         messageDetail(queue, m.id, detail).catch(fail);
       },
     },
@@ -511,8 +516,7 @@ async function historyView(queue, before) {
     return el("tr", {
       class: "clickable", "data-id": m.id,
       onclick: (ev) => {
-        for (const r of ev.currentTarget.parentNode.children) r.classList.remove("selected");
-        ev.currentTarget.classList.add("selected");
+        selectRow(ev.currentTarget);
         messageDetail(queue, m.id, detail, { delivered: true }).catch(fail);
       },
     },
