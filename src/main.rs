@@ -727,18 +727,24 @@ fn compact(dir: PathBuf) -> anyhow::Result<ExitCode> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut config = load_config(args.config.as_ref())?;
-    if let Some(listen) = args.listen {
-        config.server.listen = listen;
-        config.listen_line = None;
-    }
+    let config = run_config(&args)?;
     init_tracing(&config);
     log_allocator();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, args))
+}
+
+/// The config `run` serves: the file (or the defaults), `--listen` over it.
+fn run_config(args: &RunArgs) -> anyhow::Result<Config> {
+    let mut config = load_config(args.config.as_ref())?;
+    if let Some(listen) = &args.listen {
+        config.server.listen.clone_from(listen);
+        config.listen_line = None;
+    }
+    Ok(config)
 }
 
 /// The allocator is chosen when the binary is built: jemalloc (the default
@@ -774,8 +780,9 @@ fn log_allocator() {
     tracing::info!(allocator = spoold::ALLOCATOR, %settings, "allocator");
 }
 
-async fn serve(config: Config) -> anyhow::Result<ExitCode> {
+async fn serve(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
     let running = spoold::serve::start(config, std::env::var("SPOOLD_API_KEYS").ok()).await?;
+    let reloader = tokio::spawn(reload_on_hangup(running.reloader(), args));
     let stopper = tokio::spawn({
         let stop = running.stop_handle();
         async move {
@@ -786,10 +793,50 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     });
     let outcome = running.wait().await?;
     stopper.abort();
+    reloader.abort();
     Ok(match outcome {
         Outcome::Stopped => ExitCode::SUCCESS,
         Outcome::Poisoned => ExitCode::from(1),
     })
+}
+
+/// SIGHUP: reads the config file again and hands it to the server, which
+/// applies its queues and API keys or refuses it (a file that does not
+/// parse is refused here); either way the log says what happened. This is
+/// how a Kubernetes ConfigMap update reaches a running spoold.
+async fn reload_on_hangup(reloader: spoold::serve::Reloader, args: RunArgs) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: the config is read only at start");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let Some(path) = &args.config else {
+            tracing::warn!("SIGHUP: no --config file to read again; nothing changed");
+            continue;
+        };
+        let config = match run_config(&args) {
+            Ok(config) => config,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "SIGHUP: config refused; nothing changed");
+                continue;
+            }
+        };
+        match reloader
+            .reload(config, std::env::var("SPOOLD_API_KEYS").ok())
+            .await
+        {
+            Ok(done) => tracing::info!(
+                config = %path.display(),
+                queues = done.queues,
+                api_keys = done.api_keys,
+                restart_needed = %done.restart_needed.join(","),
+                "SIGHUP: config reloaded"
+            ),
+            Err(e) => tracing::error!(error = %e, config = %path.display(),
+                "SIGHUP: config refused; nothing changed"),
+        }
+    }
 }
 
 /// SIGTERM (what Kubernetes sends) or SIGINT (Ctrl-C).

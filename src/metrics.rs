@@ -39,6 +39,8 @@ pub(crate) const FSYNC_DURATION: &str = "spoold_journal_fsync_duration_seconds";
 pub(crate) const JOURNAL_BYTES: &str = "spoold_journal_bytes";
 pub(crate) const JOURNAL_MAX_BYTES: &str = "spoold_journal_max_bytes";
 pub(crate) const HTTP_REQUESTS: &str = "spoold_http_requests_total";
+pub(crate) const HTTP_DURATION: &str = "spoold_http_request_duration_seconds";
+pub(crate) const DELIVERY_LATENCY: &str = "spoold_delivery_latency_seconds";
 pub(crate) const CLUSTER_ROLE: &str = "spoold_cluster_role";
 pub(crate) const CLUSTER_TERM: &str = "spoold_cluster_term";
 pub(crate) const CLUSTER_LEADER_CHANGES: &str = "spoold_cluster_leader_changes_total";
@@ -114,10 +116,20 @@ pub(crate) fn install() -> &'static PrometheusHandle {
                     COMMIT_BUCKETS_SECONDS,
                 )
             })
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Full(HTTP_DURATION.into()), HTTP_BUCKETS_SECONDS)
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full(DELIVERY_LATENCY.into()),
+                    LATENCY_BUCKETS_SECONDS,
+                )
+            })
             .expect("bug: bucket lists are not empty")
             .install_recorder()
             .expect("bug: a metrics recorder was installed elsewhere");
         describe();
+        process_collector().describe();
         gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "allocator" => crate::ALLOCATOR)
             .set(1.0);
         handle
@@ -190,7 +202,17 @@ fn describe() {
     describe_counter!(
         DELIVERIES,
         Unit::Count,
-        "Delivery attempts of push queues by outcome."
+        "Delivery attempts of push queues by outcome and status class (2xx, 3xx, 4xx, 5xx, timeout, connect, error)."
+    );
+    describe_histogram!(
+        DELIVERY_LATENCY,
+        Unit::Seconds,
+        "From a message's send to its delivery (the attempt that succeeded), retries included."
+    );
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "Duration of HTTP requests by route template, from routing to the answer's head."
     );
     describe_histogram!(
         DELIVERY_DURATION,
@@ -353,36 +375,98 @@ pub(crate) fn record_fsync(duration: Duration) {
     histogram!(FSYNC_DURATION).record(duration.as_secs_f64());
 }
 
+/// An HTTP request takes from ~50 µs (a peek) to a long poll's 20 s.
+const HTTP_BUCKETS_SECONDS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 20.0,
+];
+/// From a send to its delivery: milliseconds when all is well, hours when
+/// a destination was down and the message waited through its retries.
+const LATENCY_BUCKETS_SECONDS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0, 120.0, 600.0, 3600.0,
+    21600.0, 86400.0,
+];
+
 /// The delivery metrics of one push queue, looked up once (by its workers'
-/// shared state) rather than on every attempt.
+/// shared state) rather than on every attempt. An attempt counter is made
+/// when first used, so that a queue's scrape shows only the outcomes and
+/// status classes it had.
 pub(crate) struct DeliveryMetrics {
-    success: Counter,
-    retry: Counter,
-    failure: Counter,
+    queue: String,
+    attempts: [[OnceLock<Counter>; AttemptClass::ALL.len()]; 3],
     duration: Histogram,
+    latency: Histogram,
+}
+
+/// What a delivery attempt got back, as the `status` label of
+/// `spoold_deliveries_total` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptClass {
+    /// An answer, by its status's hundreds.
+    Status(u16),
+    /// No answer within the queue's timeout.
+    Timeout,
+    /// The destination could not be reached (refused, DNS, TLS handshake).
+    Connect,
+    /// Anything else: a destination the settings cannot make a request of,
+    /// a connection broken mid-answer.
+    Error,
+}
+
+impl AttemptClass {
+    const ALL: [&'static str; 7] = ["2xx", "3xx", "4xx", "5xx", "timeout", "connect", "error"];
+
+    fn index(self) -> usize {
+        match self {
+            AttemptClass::Status(s) if (200..300).contains(&s) => 0,
+            AttemptClass::Status(s) if (300..400).contains(&s) => 1,
+            AttemptClass::Status(s) if (400..500).contains(&s) => 2,
+            AttemptClass::Status(_) => 3,
+            AttemptClass::Timeout => 4,
+            AttemptClass::Connect => 5,
+            AttemptClass::Error => 6,
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        Self::ALL[self.index()]
+    }
 }
 
 impl DeliveryMetrics {
     pub(crate) fn new(queue: &str) -> DeliveryMetrics {
         let queue = queue_label(queue);
-        let outcome = |o: DeliveryOutcome| counter!(DELIVERIES, LABEL_QUEUE => queue.clone(), LABEL_OUTCOME => o.as_str());
         DeliveryMetrics {
-            success: outcome(DeliveryOutcome::Success),
-            retry: outcome(DeliveryOutcome::Retry),
-            failure: outcome(DeliveryOutcome::Failure),
-            duration: histogram!(DELIVERY_DURATION, LABEL_QUEUE => queue),
+            attempts: Default::default(),
+            duration: histogram!(DELIVERY_DURATION, LABEL_QUEUE => queue.clone()),
+            latency: histogram!(DELIVERY_LATENCY, LABEL_QUEUE => queue.clone()),
+            queue,
         }
     }
 
-    /// One delivery attempt.
-    pub(crate) fn record(&self, outcome: DeliveryOutcome, duration: Duration) {
-        match outcome {
-            DeliveryOutcome::Success => &self.success,
-            DeliveryOutcome::Retry => &self.retry,
-            DeliveryOutcome::Failure => &self.failure,
-        }
-        .increment(1);
+    /// One delivery attempt; `latency` is from the message's send, for the
+    /// attempt that delivered it.
+    pub(crate) fn record(
+        &self,
+        outcome: DeliveryOutcome,
+        class: AttemptClass,
+        duration: Duration,
+        latency: Option<Duration>,
+    ) {
+        let row = match outcome {
+            DeliveryOutcome::Success => 0,
+            DeliveryOutcome::Retry => 1,
+            DeliveryOutcome::Failure => 2,
+        };
+        self.attempts[row][class.index()]
+            .get_or_init(|| {
+                counter!(DELIVERIES, LABEL_QUEUE => self.queue.clone(),
+                    LABEL_OUTCOME => outcome.as_str(), LABEL_STATUS => class.as_str())
+            })
+            .increment(1);
         self.duration.record(duration.as_secs_f64());
+        if let Some(latency) = latency {
+            self.latency.record(latency.as_secs_f64());
+        }
     }
 }
 
@@ -390,24 +474,42 @@ thread_local! {
     /// Handles of `spoold_http_requests_total` by route template and status,
     /// so that a request costs two map lookups instead of building a key
     /// and searching the registry. Bounded: routes are templates.
-    static HTTP_COUNTERS: RefCell<HashMap<String, HashMap<u16, Counter>>> =
-        RefCell::default();
+    static HTTP_COUNTERS: RefCell<HashMap<String, HttpRoute>> = RefCell::default();
 }
 
-/// One HTTP request, by the route template it matched.
-pub(crate) fn record_http(route: &str, status: u16) {
+/// One route template's handles.
+struct HttpRoute {
+    duration: Histogram,
+    statuses: HashMap<u16, Counter>,
+}
+
+/// One HTTP request, by the route template it matched, answered after
+/// `duration`.
+pub(crate) fn record_http(route: &str, status: u16, duration: Duration) {
     let new = || counter!(HTTP_REQUESTS, LABEL_ROUTE => route.to_string(), LABEL_STATUS => status.to_string());
     if HANDLE.get().is_none() {
         // No recorder yet: a handle taken now would stay a no-op.
+        histogram!(HTTP_DURATION, LABEL_ROUTE => route.to_string()).record(duration.as_secs_f64());
         return new().increment(1);
     }
     HTTP_COUNTERS.with_borrow_mut(|routes| {
-        let statuses = match routes.get_mut(route) {
-            Some(statuses) => statuses,
-            None => routes.entry(route.to_string()).or_default(),
+        let handles = match routes.get_mut(route) {
+            Some(handles) => handles,
+            None => routes.entry(route.to_string()).or_insert_with(|| HttpRoute {
+                duration: histogram!(HTTP_DURATION, LABEL_ROUTE => route.to_string()),
+                statuses: HashMap::new(),
+            }),
         };
-        statuses.entry(status).or_insert_with(new).increment(1);
+        handles.duration.record(duration.as_secs_f64());
+        handles.statuses.entry(status).or_insert_with(new).increment(1);
     });
+}
+
+/// The `process_*` metrics (CPU seconds, resident memory, open file
+/// descriptors, threads, start time), as the Go client names them.
+fn process_collector() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
 }
 
 /// Most queues with series of their own; the others' numbers are summed
@@ -520,6 +622,7 @@ pub(crate) fn render(engine: Option<&Engine>, cluster: Option<&crate::cluster::C
     if let Some(cluster) = cluster {
         refresh_cluster(cluster);
     }
+    process_collector().collect();
     handle.run_upkeep();
     handle.render()
 }

@@ -4,13 +4,17 @@
 //! Order matters: the listener is bound first (so probes get answers and a
 //! bad address fails fast), then the journal is replayed while `/readyz`
 //! says "not ready", then the engine is handed to the routes.
+//!
+//! A running server takes a new config ([`Reloader::reload`], on SIGHUP in
+//! `main`): its queues and API keys change in place; the rest needs a
+//! restart and is reported as such.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::{ApiConfig, AppState, probe_router, router, server};
@@ -65,7 +69,55 @@ pub struct Running {
     /// Where `server.metrics_listen` is bound, if set.
     pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
+    reload: mpsc::Sender<Reload>,
     task: JoinHandle<Result<Outcome, ServeError>>,
+}
+
+/// A new config for a running server, and where its answer goes.
+struct Reload {
+    config: Config,
+    env_api_keys: Option<String>,
+    answer: oneshot::Sender<Result<Reloaded, String>>,
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    /// How many API keys are accepted now.
+    pub api_keys: usize,
+    /// How many queues the file defines.
+    pub queues: usize,
+    /// Sections that differ from the running config but are read only at
+    /// start (`server`, `spool`, …): they wait for a restart.
+    pub restart_needed: Vec<String>,
+}
+
+/// Hands new configs to a running server (see [`Running::reloader`]).
+#[derive(Clone)]
+pub struct Reloader(mpsc::Sender<Reload>);
+
+impl Reloader {
+    /// Applies `config`'s queues and API keys, or refuses it with the
+    /// reason and changes nothing. A server still replaying its journal
+    /// applies it once it is ready.
+    pub async fn reload(
+        &self,
+        config: Config,
+        env_api_keys: Option<String>,
+    ) -> Result<Reloaded, String> {
+        let (answer, answered) = oneshot::channel();
+        let request = Reload {
+            config,
+            env_api_keys,
+            answer,
+        };
+        if self.0.send(request).await.is_err() {
+            return Err("the server is stopping".into());
+        }
+        answered
+            .await
+            .unwrap_or_else(|_| Err("the server is stopping".into()))
+    }
 }
 
 impl Running {
@@ -77,6 +129,11 @@ impl Running {
     /// A handle that stops the server from elsewhere (a signal task).
     pub fn stop_handle(&self) -> watch::Sender<bool> {
         self.stop.clone()
+    }
+
+    /// A handle that reloads the config from elsewhere (a signal task).
+    pub fn reloader(&self) -> Reloader {
+        Reloader(self.reload.clone())
     }
 
     /// Waits until the server has stopped.
@@ -163,11 +220,13 @@ pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Runni
     tracing::info!(%addr, %metrics, "listening");
     let state = AppState::new(api_config);
     let (stop, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(run(config, listener, probes, state, stop_rx));
+    let (reload, reloads) = mpsc::channel(4);
+    let task = tokio::spawn(run(config, listener, probes, state, stop_rx, reloads));
     Ok(Running {
         addr,
         metrics_addr,
         stop,
+        reload,
         task,
     })
 }
@@ -178,6 +237,7 @@ async fn run(
     probes: Option<TcpListener>,
     state: std::sync::Arc<AppState>,
     mut stop: watch::Receiver<bool>,
+    mut reloads: mpsc::Receiver<Reload>,
 ) -> Result<Outcome, ServeError> {
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
     // The listeners stop on a stop request and on a poisoned journal alike.
@@ -266,21 +326,18 @@ async fn run(
         replay_ms = report.duration.as_millis() as u64,
         "spool open"
     );
-    let wanted: BTreeMap<String, QueueSettings> = config
-        .queues
-        .iter()
-        .map(|(name, q)| (name.clone(), q.settings()))
-        .collect();
+    let queues = config_queues(&config);
+    let (wanted, wanted_changes) = watch::channel(queues.clone());
     let _reconciler = match &cluster {
         None => {
-            reconcile_config_queues(&engine, &wanted).await?;
+            reconcile_config_queues(&engine, &queues).await?;
             None
         }
         // Only the primary writes: each replica reconciles whenever it
-        // starts serving.
+        // starts serving, and again when a reload changes the queues.
         Some(_) => Some(tokio::spawn(reconcile_when_serving(
             engine.clone(),
-            wanted,
+            wanted_changes,
             state.clone(),
         ))),
     };
@@ -303,9 +360,20 @@ async fn run(
     tracing::info!("ready");
 
     let mut poisoned = engine.poisoned();
-    let outcome = tokio::select! {
-        _ = stop.wait_for(|s| *s) => Outcome::Stopped,
-        _ = poisoned.wait_for(|p| *p) => Outcome::Poisoned,
+    let mut running = config;
+    let outcome = loop {
+        // The watch guards are dropped at once: a reload below awaits.
+        tokio::select! {
+            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => break Outcome::Stopped,
+            _ = async { poisoned.wait_for(|p| *p).await.map(|_| ()) } => break Outcome::Poisoned,
+            Some(request) = reloads.recv() => {
+                let answer = reload(&running, &request, &engine, &wanted, &state).await;
+                if answer.is_ok() {
+                    running = request.config;
+                }
+                let _ = request.answer.send(answer);
+            }
+        }
     };
     state.begin_shutdown();
     match outcome {
@@ -341,12 +409,81 @@ async fn run(
     Ok(outcome)
 }
 
+/// The queues a config file defines.
+fn config_queues(config: &Config) -> BTreeMap<String, QueueSettings> {
+    config
+        .queues
+        .iter()
+        .map(|(name, q)| (name.clone(), q.settings()))
+        .collect()
+}
+
+/// Applies a new config's queues and API keys, or refuses it with the
+/// reason and changes nothing. The file itself was validated when it was
+/// read (`Config::load`); what is checked here is what the running server
+/// adds: its exposure, and that a reload does not remove the last key.
+async fn reload(
+    running: &Config,
+    request: &Reload,
+    engine: &Engine,
+    wanted: &watch::Sender<BTreeMap<String, QueueSettings>>,
+    state: &AppState,
+) -> Result<Reloaded, String> {
+    let config = &request.config;
+    let env_keys = request.env_api_keys.as_deref();
+    config.check_exposure(env_keys)?;
+    let keys = config.api_keys(env_keys)?;
+    if keys.is_empty() && !state.api_keys().is_empty() {
+        return Err(
+            "the new config has no API key; removing the last one opens the API \
+             and needs a restart"
+                .into(),
+        );
+    }
+    let queues = config_queues(config);
+    if engine.serving_changes().is_none() {
+        // A single node reconciles here, so that an error is the answer.
+        reconcile_config_queues(engine, &queues)
+            .await
+            .map_err(|e| format!("applying the queues: {e}"))?;
+    }
+    let reloaded = Reloaded {
+        api_keys: keys.len(),
+        queues: queues.len(),
+        restart_needed: restart_needed(running, config),
+    };
+    // Replicated mode: the primary reconciles (`reconcile_when_serving`).
+    wanted.send_replace(queues);
+    state.set_api_keys(keys);
+    Ok(reloaded)
+}
+
+/// The sections of `new` that differ from `running` other than the queues
+/// and the API keys: a reload leaves them to the next start.
+fn restart_needed(running: &Config, new: &Config) -> Vec<String> {
+    let mut running = running.clone();
+    running.server.api_keys.clone_from(&new.server.api_keys);
+    let mut sections = Vec::new();
+    let mut differs = |name: &str, same: bool| {
+        if !same {
+            sections.push(name.to_string());
+        }
+    };
+    differs("server", running.server == new.server);
+    differs("spool", running.spool == new.spool);
+    differs("log", running.log == new.log);
+    differs("events", running.events == new.events);
+    differs("cluster", running.cluster == new.cluster);
+    sections
+}
+
 /// Replicated mode: reconciles the config's queues each time this replica
 /// starts serving as the primary (retrying while leadership settles),
 /// then opens the API: no call sees the queues before they are in place.
+/// A reload that changes the queues reconciles them again.
 async fn reconcile_when_serving(
     engine: Engine,
-    wanted: BTreeMap<String, QueueSettings>,
+    mut wanted: watch::Receiver<BTreeMap<String, QueueSettings>>,
     state: std::sync::Arc<AppState>,
 ) {
     let Some(mut serving) = engine.serving_changes() else {
@@ -356,7 +493,8 @@ async fn reconcile_when_serving(
         let term = *serving.borrow_and_update();
         // Retried while this replica still serves in `term`.
         while term != 0 && *serving.borrow() == term {
-            match reconcile_config_queues(&engine, &wanted).await {
+            let queues = wanted.borrow_and_update().clone();
+            match reconcile_config_queues(&engine, &queues).await {
                 Ok(()) => {
                     state.open_in(term);
                     break;
@@ -367,8 +505,9 @@ async fn reconcile_when_serving(
                 }
             }
         }
-        if serving.changed().await.is_err() {
-            return;
+        tokio::select! {
+            changed = serving.changed() => if changed.is_err() { return },
+            changed = wanted.changed() => if changed.is_err() { return },
         }
     }
 }

@@ -239,3 +239,78 @@ async fn run_logs_the_allocator_settings_and_never_re_executes_itself() {
         "{log}"
     );
 }
+
+/// SIGHUP reads the config file again: new queues and keys take effect at
+/// once; a file that does not parse, or that would remove the last key,
+/// is refused with its reason and changes nothing; what only a restart
+/// reads is named as such. The spool keeps every message throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_queues_and_keys_and_refuses_a_bad_file() {
+    use common::api::Api;
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let first = "[queues.a]\nmax_retries = 3\n";
+    let config = write_config(dir.path(), "api_keys = [\"key-one-0123456789\"]", "", first);
+    let spoold = start_command(Command::new(BIN).args(["run", "--config"]).arg(&config)).await;
+    let one = Api::new(spoold.base.clone(), Some("key-one-0123456789".into()));
+    let two = Api::new(spoold.base.clone(), Some("key-two-0123456789".into()));
+    let kept = one.send_id("a", "kept").await;
+    assert_eq!(two.status(Method::GET, "/v1/queues").await, 401);
+
+    // Reloaded: key two replaces key one, queue a changes, b appears.
+    let reloaded = |n: usize| {
+        let log = spoold.log();
+        (log.matches("SIGHUP: config reloaded").count() >= n).then_some(log)
+    };
+    let refused = |n: usize| {
+        let log = spoold.log();
+        (log.matches("SIGHUP: config refused").count() >= n).then_some(log)
+    };
+    write_config(
+        dir.path(),
+        "api_keys = [\"key-two-0123456789\"]",
+        "",
+        "[queues.a]\nmax_retries = 7\n[queues.b]\n",
+    );
+    spoold.signal("-HUP");
+    common::eventually("the reload", Duration::from_secs(10), async || reloaded(1)).await;
+    assert_eq!(one.status(Method::GET, "/v1/queues").await, 401);
+    assert_eq!(two.get_json("/v1/queues/a").await["settings"]["maxRetries"], 7);
+    assert_eq!(two.status(Method::GET, "/v1/queues/b").await, 200);
+
+    // A file that does not parse: refused, naming the key and its line.
+    write_config(
+        dir.path(),
+        "api_keys = [\"key-three-0123456789\"]",
+        "",
+        "[queues.a]\nmax_retries = \"many\"\n",
+    );
+    spoold.signal("-HUP");
+    let log = common::eventually("the refusal", Duration::from_secs(10), async || refused(1)).await;
+    let line = log.lines().find(|l| l.contains("SIGHUP: config refused")).unwrap();
+    assert!(line.contains("max_retries") && line.contains("line"), "{line}");
+    assert_eq!(two.status(Method::GET, "/v1/queues/b").await, 200);
+
+    // No key at all: refused by the server, which keeps key two.
+    write_config(dir.path(), "", "", "[queues.a]\n");
+    spoold.signal("-HUP");
+    let log = common::eventually("the refusal", Duration::from_secs(10), async || refused(2)).await;
+    assert!(log.contains("removing the last one"), "{log}");
+    assert_eq!(two.status(Method::GET, "/v1/queues/b").await, 200);
+    assert_eq!(two.get_json("/v1/queues/a").await["settings"]["maxRetries"], 7);
+
+    // b leaves the file (it is empty: deleted); a change to [server] waits
+    // for a restart and says so.
+    write_config(
+        dir.path(),
+        "api_keys = [\"key-two-0123456789\"]\nmax_body_bytes = \"2MiB\"",
+        "",
+        "[queues.a]\nmax_retries = 7\n",
+    );
+    spoold.signal("-HUP");
+    let log = common::eventually("the reload", Duration::from_secs(10), async || reloaded(2)).await;
+    let line = log.lines().filter(|l| l.contains("config reloaded")).nth(1).unwrap();
+    assert!(line.contains("restart_needed=server"), "{line}");
+    assert_eq!(two.status(Method::GET, "/v1/queues/b").await, 404);
+    assert_eq!(two.message_ids("a", "").await, vec![kept]);
+}

@@ -29,6 +29,12 @@ const NAMES: &[&str] = &[
     "spoold_journal_bytes",
     "spoold_journal_max_bytes",
     "spoold_http_requests_total",
+    "spoold_http_request_duration_seconds",
+    "spoold_delivery_latency_seconds",
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_open_fds",
+    "process_start_time_seconds",
 ];
 
 /// The value of the first sample line starting with `series`.
@@ -40,13 +46,19 @@ fn value(text: &str, series: &str) -> Option<f64> {
 }
 
 /// A scrape after every kind of activity: sends, an ack, a nack into the
-/// failure queue, a push delivery.
+/// failure queue, a push delivery answered 503 and then 200, one to a
+/// closed port.
 async fn scrape_after_activity() -> String {
-    let (_sink, sink_url) = Sink::start().await;
+    let (sink, sink_url) = Sink::start().await;
     let dir = tempfile::tempdir().unwrap();
     let tables = format!(
-        "[queues.orders]\nmax_retries = 0\n[queues.hooks]\ndestination = \"{sink_url}/in\"\n"
+        "[queues.orders]\nmax_retries = 0\n\
+         [queues.hooks]\ndestination = \"{sink_url}/in\"\n\
+         backoff = {{ initial = \"10ms\", max = \"10ms\" }}\n\
+         [queues.nowhere]\ndestination = \"http://127.0.0.1:1/in\"\n\
+         backoff = {{ initial = \"1h\" }}\n"
     );
+    sink.script([(503, Vec::new())]);
     let spoold = start_with(dir.path(), "", &tables).await;
     let api = spoold.api();
     for i in 0..3 {
@@ -57,13 +69,18 @@ async fn scrape_after_activity() -> String {
     let token = api.lease("orders").await;
     api.settle("orders", &token, "nack").await;
     api.forward("hooks", "x", "push").await;
-    let delivered = "spoold_deliveries_total{queue=\"hooks\",outcome=\"success\"} 1";
+    api.forward("nowhere", "y", "push").await;
+    let wanted = [
+        "spoold_deliveries_total{queue=\"hooks\",outcome=\"retry\",status=\"5xx\"} 1",
+        "spoold_deliveries_total{queue=\"hooks\",outcome=\"success\",status=\"2xx\"} 1",
+        "spoold_deliveries_total{queue=\"nowhere\",outcome=\"retry\",status=\"connect\"} 1",
+    ];
     common::eventually(
-        "the push delivery in /metrics",
+        "the push deliveries in /metrics",
         Duration::from_secs(30),
         async || {
             let text = api.text("/metrics").await;
-            text.contains(delivered).then_some(text)
+            wanted.iter().all(|w| text.contains(w)).then_some(text)
         },
     )
     .await
@@ -120,6 +137,32 @@ async fn metrics_cover_the_spec() {
         ),
         Some(1.0)
     );
+    // Timed by route template too.
+    assert_eq!(
+        value(
+            &text,
+            "spoold_http_request_duration_seconds_count{route=\"/v1/queues/{q}/messages\"}"
+        ),
+        Some(3.0)
+    );
+    // From the forward to the attempt that delivered it: one sample, at
+    // least the 10 ms backoff after the 503.
+    assert_eq!(
+        value(
+            &text,
+            "spoold_delivery_latency_seconds_count{queue=\"hooks\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "spoold_delivery_latency_seconds_bucket{queue=\"hooks\",le=\"0.005\"}"
+        ),
+        Some(0.0)
+    );
+    assert!(value(&text, "process_resident_memory_bytes").unwrap() > 1e6);
+    assert!(value(&text, "process_open_fds").unwrap() > 0.0);
     assert!(value(&text, "spoold_journal_fsync_duration_seconds_count").unwrap() > 0.0);
     assert!(
         text.contains("spoold_journal_fsync_duration_seconds_bucket{le=\"0.00005\"}"),

@@ -58,6 +58,8 @@ pub(crate) const WAIT_SECONDS_MAX: f64 = 20.0;
 /// What the HTTP layer needs from the config.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiConfig {
+    /// The keys at start; [`AppState::api_keys`] has the current ones (a
+    /// reload changes them).
     pub api_keys: Vec<String>,
     pub max_body_bytes: u64,
     /// `server.redact_headers`, lower-cased.
@@ -97,6 +99,9 @@ pub(crate) struct AppState {
     /// Replicated mode: this replica's cluster.
     cluster: OnceLock<crate::cluster::Cluster>,
     pub config: ApiConfig,
+    /// The API keys accepted now (`server.api_keys` and `SPOOLD_API_KEYS`;
+    /// a reload replaces them).
+    api_keys: std::sync::RwLock<Arc<Vec<String>>>,
     /// True once the server is stopping: `/readyz` fails and open tails
     /// end.
     shutting_down: watch::Sender<bool>,
@@ -116,6 +121,7 @@ impl AppState {
         Arc::new(AppState {
             engine: OnceLock::new(),
             cluster: OnceLock::new(),
+            api_keys: std::sync::RwLock::new(Arc::new(config.api_keys.clone())),
             config,
             shutting_down: watch::Sender::new(false),
             long_polls: Arc::new(Semaphore::new(LONG_POLLS_MAX)),
@@ -123,6 +129,16 @@ impl AppState {
             blocked: OnceLock::new(),
             relay: OnceLock::new(),
         })
+    }
+
+    /// The API keys accepted now.
+    pub(crate) fn api_keys(&self) -> Arc<Vec<String>> {
+        self.api_keys.read().expect("api keys poisoned").clone()
+    }
+
+    /// A reload's keys: the next request is checked against them.
+    pub(crate) fn set_api_keys(&self, keys: Vec<String>) {
+        *self.api_keys.write().expect("api keys poisoned") = Arc::new(keys);
     }
 
     /// This server will not serve: `reason` says what the operator must do.
@@ -288,9 +304,10 @@ async fn gate(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    let started = std::time::Instant::now();
     let route = path.as_ref().map_or("unmatched", |p| p.as_str());
     let checked = edge::check(state.config.edge, &request)
-        .and_then(|()| auth::check_key(&state.config.api_keys, &request))
+        .and_then(|()| auth::check_key(&state.api_keys(), &request))
         .and_then(|()| params::check(request.method(), route, request.uri().query()));
     let response = match checked {
         Ok(()) => match in_cluster(&state, request).await {
@@ -299,7 +316,7 @@ async fn gate(
         },
         Err(e) => e.into_response(),
     };
-    crate::metrics::record_http(route, response.status().as_u16());
+    crate::metrics::record_http(route, response.status().as_u16(), started.elapsed());
     response
 }
 

@@ -19,7 +19,7 @@ use super::signing::signature_header;
 use super::target::Destination;
 use crate::engine::settle::{Outcome, Settled};
 use crate::engine::{Delivery, Engine, LeaseError};
-use crate::metrics::{DeliveryMetrics, DeliveryOutcome};
+use crate::metrics::{AttemptClass, DeliveryMetrics, DeliveryOutcome};
 use crate::spool::QueueSettings;
 use crate::spool::command::AttemptInfo;
 use crate::spool::queue::static_header_refusal;
@@ -329,13 +329,18 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
             body: scrub(answer.body, &secrets),
             ..answer
         })
-        .map_err(|error| scrub(error, &secrets));
+        .map_err(|error| SendError {
+            text: scrub(error.text, &secrets),
+            ..error
+        });
     let duration_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
     let settings = &shared.settings;
     let backoff = delay_ms(&settings.backoff, d.retry_count, rand::random::<f64>());
+    let class;
     let (attempt, outcome) = match result {
         Ok(answer) => {
             let status = answer.status;
+            class = AttemptClass::Status(status);
             let outcome = if (200..300).contains(&status) {
                 Outcome::Delivered
             } else if settings.permanent_failure_statuses.contains(&status) {
@@ -358,10 +363,11 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
             (attempt, outcome)
         }
         Err(error) => {
+            class = error.class;
             let attempt = AttemptInfo {
                 at: started_at,
                 status: None,
-                error,
+                error: error.text,
                 duration_ms,
                 response: String::new(),
             };
@@ -401,9 +407,16 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
             tracing::warn!(queue = %shared.queue, error = %e, "could not settle a delivery")
         }
     }
-    shared
-        .metrics
-        .record(labelled, Duration::from_millis(u64::from(duration_ms)));
+    let latency = delivered.then(|| {
+        let ms = shared.engine_now_ms().saturating_sub(d.enqueued_at).max(0);
+        Duration::from_millis(ms as u64)
+    });
+    shared.metrics.record(
+        labelled,
+        class,
+        Duration::from_millis(u64::from(duration_ms)),
+        latency,
+    );
     if delivered {
         shared.consecutive_failures.store(0, Ordering::Release);
     } else if retryable {
@@ -504,8 +517,23 @@ struct Answer {
     body: String,
 }
 
+/// Why an attempt got no answer.
+struct SendError {
+    class: AttemptClass,
+    text: String,
+}
+
+impl From<String> for SendError {
+    fn from(text: String) -> SendError {
+        SendError {
+            class: AttemptClass::Error,
+            text,
+        }
+    }
+}
+
 /// Sends the request of one delivery.
-async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
+async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, SendError> {
     let settings = &shared.settings;
     let request = d.payload.request.as_ref();
     let url = shared
@@ -607,16 +635,16 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, String> {
 
 /// A transport error as one line: timeout, connect, DNS, TLS, …. Without
 /// the URL: its query string may carry a credential (`?access_token=…`).
-fn describe(e: reqwest::Error) -> String {
+fn describe(e: reqwest::Error) -> SendError {
     let e = e.without_url();
-    let kind = if e.is_timeout() {
-        "timeout"
+    let (class, kind) = if e.is_timeout() {
+        (AttemptClass::Timeout, "timeout")
     } else if e.is_connect() {
-        "connect error"
+        (AttemptClass::Connect, "connect error")
     } else if e.is_request() {
-        "request error"
+        (AttemptClass::Error, "request error")
     } else {
-        "error"
+        (AttemptClass::Error, "error")
     };
     let mut text = format!("{kind}: {e}");
     let mut source = std::error::Error::source(&e);
@@ -624,5 +652,5 @@ fn describe(e: reqwest::Error) -> String {
         text.push_str(&format!(": {s}"));
         source = s.source();
     }
-    text
+    SendError { class, text }
 }
