@@ -495,13 +495,19 @@ pub(crate) fn record_http(route: &str, status: u16, duration: Duration) {
     HTTP_COUNTERS.with_borrow_mut(|routes| {
         let handles = match routes.get_mut(route) {
             Some(handles) => handles,
-            None => routes.entry(route.to_string()).or_insert_with(|| HttpRoute {
-                duration: histogram!(HTTP_DURATION, LABEL_ROUTE => route.to_string()),
-                statuses: HashMap::new(),
-            }),
+            None => routes
+                .entry(route.to_string())
+                .or_insert_with(|| HttpRoute {
+                    duration: histogram!(HTTP_DURATION, LABEL_ROUTE => route.to_string()),
+                    statuses: HashMap::new(),
+                }),
         };
         handles.duration.record(duration.as_secs_f64());
-        handles.statuses.entry(status).or_insert_with(new).increment(1);
+        handles
+            .statuses
+            .entry(status)
+            .or_insert_with(new)
+            .increment(1);
     });
 }
 

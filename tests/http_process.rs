@@ -275,7 +275,10 @@ async fn sighup_reloads_queues_and_keys_and_refuses_a_bad_file() {
     spoold.signal("-HUP");
     common::eventually("the reload", Duration::from_secs(10), async || reloaded(1)).await;
     assert_eq!(one.status(Method::GET, "/v1/queues").await, 401);
-    assert_eq!(two.get_json("/v1/queues/a").await["settings"]["maxRetries"], 7);
+    assert_eq!(
+        two.get_json("/v1/queues/a").await["settings"]["maxRetries"],
+        7
+    );
     assert_eq!(two.status(Method::GET, "/v1/queues/b").await, 200);
 
     // A file that does not parse: refused, naming the key and its line.
@@ -287,8 +290,14 @@ async fn sighup_reloads_queues_and_keys_and_refuses_a_bad_file() {
     );
     spoold.signal("-HUP");
     let log = common::eventually("the refusal", Duration::from_secs(10), async || refused(1)).await;
-    let line = log.lines().find(|l| l.contains("SIGHUP: config refused")).unwrap();
-    assert!(line.contains("max_retries") && line.contains("line"), "{line}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("SIGHUP: config refused"))
+        .unwrap();
+    assert!(
+        line.contains("max_retries") && line.contains("line"),
+        "{line}"
+    );
     assert_eq!(two.status(Method::GET, "/v1/queues/b").await, 200);
 
     // No key at all: refused by the server, which keeps key two.
@@ -297,7 +306,10 @@ async fn sighup_reloads_queues_and_keys_and_refuses_a_bad_file() {
     let log = common::eventually("the refusal", Duration::from_secs(10), async || refused(2)).await;
     assert!(log.contains("removing the last one"), "{log}");
     assert_eq!(two.status(Method::GET, "/v1/queues/b").await, 200);
-    assert_eq!(two.get_json("/v1/queues/a").await["settings"]["maxRetries"], 7);
+    assert_eq!(
+        two.get_json("/v1/queues/a").await["settings"]["maxRetries"],
+        7
+    );
 
     // b leaves the file (it is empty: deleted); a change to [server] waits
     // for a restart and says so.
@@ -309,7 +321,11 @@ async fn sighup_reloads_queues_and_keys_and_refuses_a_bad_file() {
     );
     spoold.signal("-HUP");
     let log = common::eventually("the reload", Duration::from_secs(10), async || reloaded(2)).await;
-    let line = log.lines().filter(|l| l.contains("config reloaded")).nth(1).unwrap();
+    let line = log
+        .lines()
+        .filter(|l| l.contains("config reloaded"))
+        .nth(1)
+        .unwrap();
     assert!(line.contains("restart_needed=server"), "{line}");
     assert_eq!(two.status(Method::GET, "/v1/queues/b").await, 404);
     assert_eq!(two.message_ids("a", "").await, vec![kept]);

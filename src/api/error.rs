@@ -11,6 +11,36 @@ use crate::engine::{
 };
 use crate::spool::queue::Naming;
 
+/// Every `kind` an answer can carry (docs/contract.md §4), as the OpenAPI
+/// document's enum lists them (`examples.rs`). A test below finds every
+/// kind the code names and checks it is here.
+pub(crate) const KINDS: &[&str] = &[
+    "bad_request",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "queue_not_found",
+    "message_not_found",
+    "member_not_found",
+    "method_not_allowed",
+    "not_push_queue",
+    "not_pull_queue",
+    "failure_queue",
+    "stale_lease",
+    "event_in_progress",
+    "queue_managed_by_config",
+    "already_member",
+    "member_behind",
+    "member_unreachable",
+    "node_id_retired",
+    "quorum_at_risk",
+    "payload_too_large",
+    "not_primary",
+    "operation_unconfirmed",
+    "unavailable",
+    "spool_full",
+];
+
 /// One error answer.
 #[derive(Debug)]
 pub(crate) struct ApiError {
@@ -27,6 +57,7 @@ impl ApiError {
         kind: &'static str,
         message: impl Into<String>,
     ) -> ApiError {
+        debug_assert!(KINDS.contains(&kind), "{kind} is missing from KINDS");
         ApiError {
             status,
             kind,
@@ -212,5 +243,52 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KINDS;
+
+    /// The first string literal after each `call` in `text`.
+    fn literals_after<'a>(text: &'a str, call: &str) -> Vec<&'a str> {
+        text.match_indices(call)
+            .filter_map(|(at, _)| {
+                let rest = &text[at + call.len()..];
+                let open = rest.find('"')?;
+                // A literal among the call's first arguments, not a later one.
+                (open < 120).then_some(())?;
+                let rest = &rest[open + 1..];
+                Some(&rest[..rest.find('"')?])
+            })
+            .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+            .collect()
+    }
+
+    /// Every kind the API code names is listed in `KINDS`, so that the
+    /// OpenAPI document's enum is whole.
+    #[test]
+    fn every_kind_is_listed() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/api");
+        let mut named = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                named.extend(
+                    literals_after(&text, "ApiError::new(")
+                        .into_iter()
+                        .chain(literals_after(&text, "conflict("))
+                        .map(str::to_string),
+                );
+            }
+        }
+        assert!(named.len() > 20, "{named:?}");
+        for kind in &named {
+            assert!(
+                KINDS.contains(&kind.as_str()),
+                "{kind} is missing from KINDS"
+            );
+        }
     }
 }

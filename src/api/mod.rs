@@ -11,6 +11,7 @@ pub(crate) mod console;
 pub(crate) mod edge;
 pub(crate) mod error;
 pub(crate) mod events;
+pub(crate) mod examples;
 pub(crate) mod filter;
 pub(crate) mod forward;
 pub(crate) mod history;
@@ -250,10 +251,10 @@ pub fn openapi_document() -> String {
     static DOCUMENT: OnceLock<String> = OnceLock::new();
     DOCUMENT
         .get_or_init(|| {
-            api_router()
-                .into_openapi()
-                .to_pretty_json()
-                .expect("the document serializes")
+            let mut doc =
+                serde_json::to_value(api_router().into_openapi()).expect("the document serializes");
+            examples::finish(&mut doc);
+            serde_json::to_string_pretty(&doc).expect("the document serializes")
         })
         .clone()
 }

@@ -235,13 +235,15 @@ pub(crate) struct BulkQueryParams {
     dry_run: Option<bool>,
 }
 
-/// The forward route takes any method and a path of any depth, which a
-/// `#[utoipa::path]` cannot register; it is described here and routed in
-/// [`super::router`] (`tests/openapi.rs` checks both agree).
+// The forward route takes any method and a path of any depth, which a
+// `#[utoipa::path]` cannot register; it is described here and routed in
+// `super::router` (`tests/openapi.rs` checks both agree). A `//` comment:
+// a doc comment would become the operations' summary.
 #[utoipa::path(
     method(get, post, put, patch, delete),
     path = "/v1/forward/{q}/{path}",
     tag = "forward",
+    summary = "Store a whole HTTP request for the queue's destination",
     params(
         QueuePath,
         ("path" = String, Path, description = "Appended to the destination's path; may hold slashes, never `..`."),
