@@ -121,6 +121,45 @@ async fn retries_keep_the_delivery_id_and_count_up() {
     s.stop().await;
 }
 
+/// "Retry now" (the console's button): a message waiting an hour for its
+/// next try is delivered at once, its retry count kept; one that does not
+/// wait is refused with `message_not_delayed`.
+#[tokio::test]
+async fn retry_now_delivers_a_waiting_message_at_once() {
+    let (sink, sink_url) = Sink::start().await;
+    sink.script([(503, vec![])]);
+    let s = Server::temp("").await;
+    let hour = json!({"initialSeconds": 3600, "multiplier": 1, "maxSeconds": 3600, "jitter": 0});
+    s.queue("hooks", json!({"destination": sink_url, "backoff": hour}))
+        .await;
+    let id = s.send_id("hooks", "x").await;
+    sink.wait_for(1).await;
+    let path = format!("/v1/queues/hooks/messages/{id}");
+    wait_until("the retry waits", async || {
+        s.get_json(&path).await["state"] == "delayed"
+    })
+    .await;
+    let r = s.call(Method::POST, &format!("{path}/retry")).await;
+    assert_eq!(r.status(), 204);
+    let seen = sink.wait_for(2).await;
+    assert_eq!(h(&seen[1], "spooler-retry-count"), "1", "the count is kept");
+    assert_eq!(h(&seen[1], "spooler-delivery-id"), id);
+    wait_until("delivered", async || {
+        s.get_json("/v1/queues/hooks").await["stats"]["ackedTotal"] == 1
+    })
+    .await;
+    // Gone now, and a visible message of a pull queue does not wait.
+    assert_eq!(s.call(Method::POST, &format!("{path}/retry")).await.status(), 404);
+    s.queue("jobs", json!({})).await;
+    let other = s.send_id("jobs", "y").await;
+    let r = s
+        .call(Method::POST, &format!("/v1/queues/jobs/messages/{other}/retry"))
+        .await;
+    assert_eq!(r.status(), 409);
+    assert_eq!(r.json::<Value>().await.unwrap()["kind"], "message_not_delayed");
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn retry_after_is_honoured_and_redirects_are_not_followed() {
     let (sink, sink_url) = Sink::start().await;

@@ -32,7 +32,8 @@ use std::time::Duration;
 use common::*;
 use proptest::prelude::*;
 use spoold::engine::{
-    BulkOutcome, Engine, EventError, EventRequest, LeaseError, Origin, QueueError, SendError,
+    BulkOutcome, Engine, EventError, EventRequest, LeaseError, MessageError, Origin, QueueError,
+    SendError,
     SendRequest, SettleError, WriteError,
 };
 use spoold::spool::OnExpire;
@@ -212,6 +213,8 @@ enum Op {
     },
     Renew(usize),
     Cancel(usize),
+    /// "Retry now" of the i-th message: a delayed one becomes visible.
+    RetryNow(usize),
     /// Purge a queue, or the part of it `filter` selects, up to `max`.
     Purge {
         queue: usize,
@@ -374,6 +377,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(lease, delay_ms)| Op::Nack { lease, delay_ms }),
         1 => (0..8usize).prop_map(Op::Renew),
         1 => (0..16usize).prop_map(Op::Cancel),
+        1 => (0..16usize).prop_map(Op::RetryNow),
         1 => (queue.clone(), proptest::bool::weighted(0.6), filter(),
               proptest::option::weighted(0.3, 1..4usize))
             .prop_map(|(queue, failed, filter, max)| Op::Purge { queue, failed, filter, max }),
@@ -1118,6 +1122,29 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 let queue = m.queue_name();
                 w.engine.cancel(&queue, id).await.unwrap();
                 w.model.remove(id);
+            }
+            Op::RetryNow(i) => {
+                let Some((&id, m)) = w.model.messages.iter().nth(i) else {
+                    continue;
+                };
+                let queue = m.queue_name();
+                let lease = w.model.leases.iter().find(|l| l.id == id);
+                if lease.is_some_and(|l| now >= l.expires_at) {
+                    // Expired, not yet taken back by the timer: either
+                    // answer is right; the timer's turn is modelled by Due.
+                    continue;
+                }
+                let delayed = lease.is_none() && m.failed.is_none() && m.visible_at > now;
+                let answer = w.engine.retry_now(&queue, id).await;
+                if delayed {
+                    answer.unwrap_or_else(|e| panic!("{label}: {e}"));
+                    w.model.messages.get_mut(&id).unwrap().visible_at = now;
+                } else {
+                    assert!(
+                        matches!(answer, Err(MessageError::NotDelayed { .. })),
+                        "{label}: {answer:?}"
+                    );
+                }
             }
             Op::Purge {
                 queue,

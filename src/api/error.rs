@@ -27,6 +27,7 @@ pub(crate) const KINDS: &[&str] = &[
     "not_pull_queue",
     "failure_queue",
     "stale_lease",
+    "message_not_delayed",
     "event_in_progress",
     "queue_managed_by_config",
     "already_member",
@@ -204,6 +205,7 @@ impl From<MessageError> for ApiError {
                 ApiError::new(StatusCode::NOT_FOUND, "message_not_found", message)
             }
             MessageError::NotAFailureQueue { .. } => ApiError::bad_request(message),
+            MessageError::NotDelayed { .. } => conflict("message_not_delayed", message),
             MessageError::Read(r) => r.into(),
             MessageError::Write(w) => w.into(),
         }

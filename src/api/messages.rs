@@ -614,6 +614,22 @@ pub(crate) async fn cancel(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// `POST /v1/queues/{q}/messages/{id}/retry`
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/messages/{id}/retry", operation_id = "retryMessage", tag = "messages", params(MessagePath),
+    description = "Retry now: a delayed message (waiting for its first try or its next retry) becomes visible at once, its retry count kept. `409 message_not_delayed` for one that does not wait (visible, leased, a dead letter: redrive those).",
+    responses((status = 204, description = "visible now (durable)"), Refused)
+)]
+pub(crate) async fn retry_now(
+    State(state): State<Arc<AppState>>,
+    Path((queue, id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let engine = state.engine()?;
+    let id = parse_id(engine, &queue, &id)?;
+    engine.retry_now(&queue, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// `DELETE /v1/queues/{q}/messages?max=N&dryRun=true`: every message; with
 /// the dead-letter filters, those selected; at most `max`.
 #[utoipa::path(

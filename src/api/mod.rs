@@ -223,6 +223,7 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(history::resend))
         .routes(routes!(messages::send, messages::peek, messages::purge))
         .routes(routes!(messages::get_one, messages::cancel))
+        .routes(routes!(messages::retry_now))
         .routes(routes!(messages::receive))
         .routes(routes!(messages::receive_batch))
         .routes(routes!(messages::ack))

@@ -153,6 +153,15 @@ pub enum MessageError {
     )]
     NotAFailureQueue { queue: String },
 
+    /// "Retry now" of a message that does not wait: it is visible, leased
+    /// (its consumer or delivery holds it) or a dead letter.
+    #[error("message {id} of {queue} is {state}, not waiting: only a delayed message can be retried now")]
+    NotDelayed {
+        queue: String,
+        id: String,
+        state: &'static str,
+    },
+
     #[error(transparent)]
     Read(#[from] ReadError),
 

@@ -5,7 +5,9 @@ use std::borrow::Cow;
 use super::Engine;
 use super::error::MessageError;
 use crate::spool::queue::{FAILED_SUFFIX, origin_queue_name};
-use crate::spool::{Command, DeadLetterFilter, MessageId, MessageView, Payload, SpoolError};
+use crate::spool::{
+    Command, DeadLetterFilter, MessageId, MessageState, MessageView, Payload, SpoolError,
+};
 
 impl Engine {
     /// Up to `limit` messages of `queue` after `after` that `filter`
@@ -69,6 +71,36 @@ impl Engine {
             Ok(Command::Cancel {
                 queue: Cow::Owned(queue.to_owned()),
                 id,
+            })
+        })
+        .await
+    }
+
+    /// Makes a delayed message (waiting for its first try or its next
+    /// retry) visible now, keeping its retry count; its push queue's
+    /// workers, or the next receive, take it at once. A message that does
+    /// not wait is refused: a leased one is its consumer's or delivery's.
+    pub async fn retry_now(&self, queue: &str, id: MessageId) -> Result<(), MessageError> {
+        self.write_done(|core, now| {
+            let view = core
+                .spool
+                .get(queue, id, now)
+                .map_err(|e| self.message_error(queue, id, e))?;
+            if view.state != MessageState::Delayed || queue.ends_with(FAILED_SUFFIX) {
+                return Err(MessageError::NotDelayed {
+                    queue: queue.to_owned(),
+                    id: self.inner.tokens.format_id(id),
+                    state: view.state.as_str(),
+                });
+            }
+            core.spool
+                .reserve_message(queue, id)
+                .map_err(|e| self.message_error(queue, id, e))?;
+            Ok(Command::Retry {
+                queue: Cow::Owned(queue.to_owned()),
+                id,
+                visible_at: now,
+                retry_count: view.message.retry_count,
             })
         })
         .await
