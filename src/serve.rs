@@ -342,6 +342,7 @@ async fn run(
         ))),
     };
     let _timer = engine.spawn_timer();
+    let _rates = engine.spawn_rates();
     let _compactor =
         engine.spawn_compactor(Duration::from_millis(config.spool.compaction_interval_ms));
     let (stop_delivery, delivery_stop) = watch::channel(false);

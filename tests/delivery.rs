@@ -149,14 +149,25 @@ async fn retry_now_delivers_a_waiting_message_at_once() {
     })
     .await;
     // Gone now, and a visible message of a pull queue does not wait.
-    assert_eq!(s.call(Method::POST, &format!("{path}/retry")).await.status(), 404);
+    assert_eq!(
+        s.call(Method::POST, &format!("{path}/retry"))
+            .await
+            .status(),
+        404
+    );
     s.queue("jobs", json!({})).await;
     let other = s.send_id("jobs", "y").await;
     let r = s
-        .call(Method::POST, &format!("/v1/queues/jobs/messages/{other}/retry"))
+        .call(
+            Method::POST,
+            &format!("/v1/queues/jobs/messages/{other}/retry"),
+        )
         .await;
     assert_eq!(r.status(), 409);
-    assert_eq!(r.json::<Value>().await.unwrap()["kind"], "message_not_delayed");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["kind"],
+        "message_not_delayed"
+    );
     s.stop().await;
 }
 

@@ -781,3 +781,60 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     );
     s.stop().await;
 }
+
+/// The dashboard's counts: what was enqueued, delivered, retried and
+/// failed lands in the seconds and the minute it happened, per queue and
+/// in total; what a restart replays is not counted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rates_count_each_second_per_queue_and_in_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "[queues.jobs]\nmax_retries = 0\n").await;
+    for i in 0..3 {
+        s.send("jobs", &format!("m{i}")).await;
+    }
+    let token = s.lease("jobs").await;
+    assert_eq!(s.settle("jobs", &token, "ack").await.status(), 204);
+    let token = s.lease("jobs").await;
+    assert_eq!(s.settle("jobs", &token, "nack").await.status(), 204);
+    let sum = |body: &Value, part: &str| -> Vec<u64> {
+        let mut total = vec![0; 4];
+        for bucket in body[part]["counts"].as_array().unwrap() {
+            for (t, n) in total.iter_mut().zip(bucket.as_array().unwrap()) {
+                *t += n.as_u64().unwrap();
+            }
+        }
+        total
+    };
+    // Enqueued 3, delivered 1; the nack past max_retries = 0 failed one.
+    let body = common::eventually("a second's counts", Duration::from_secs(10), async || {
+        let body = s.get_json("/v1/queues/jobs/rates").await;
+        (sum(&body, "seconds") == [3, 1, 0, 1]).then_some(body)
+    })
+    .await;
+    assert_eq!(
+        body["series"],
+        json!(["enqueued", "delivered", "retried", "failed"])
+    );
+    assert_eq!(body["seconds"]["counts"].as_array().unwrap().len(), 300);
+    assert_eq!(body["minutes"]["counts"].as_array().unwrap().len(), 60);
+    assert_eq!(sum(&body, "minutes"), [3, 1, 0, 1]);
+    let total = s.get_json("/v1/rates").await;
+    assert_eq!(sum(&total, "seconds")[..2], [3, 1]);
+    assert!(total.get("queue").is_none());
+    assert_eq!(
+        s.call(Method::GET, "/v1/queues/nope/rates").await.status(),
+        404
+    );
+    // After a restart the replayed records are no rate: the hour holds
+    // the one new send alone.
+    s.stop().await;
+    let s = Server::start(dir.path(), "[queues.jobs]\nmax_retries = 0\n").await;
+    s.send("jobs", "after").await;
+    common::eventually("the new send", Duration::from_secs(10), async || {
+        let body = s.get_json("/v1/queues/jobs/rates").await;
+        (sum(&body, "seconds") == [1, 0, 0, 0]).then_some(())
+    })
+    .await;
+    assert_eq!(sum(&s.get_json("/v1/rates").await, "minutes"), [1, 0, 0, 0]);
+    s.stop().await;
+}

@@ -33,8 +33,7 @@ use common::*;
 use proptest::prelude::*;
 use spoold::engine::{
     BulkOutcome, Engine, EventError, EventRequest, LeaseError, MessageError, Origin, QueueError,
-    SendError,
-    SendRequest, SettleError, WriteError,
+    SendError, SendRequest, SettleError, WriteError,
 };
 use spoold::spool::OnExpire;
 use spoold::spool::{

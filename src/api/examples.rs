@@ -276,6 +276,20 @@ fn response_example(op: &str) -> Option<Value> {
             ]
         }),
         "clusterStatus" | "addMember" | "removeMember" => cluster(),
+        "rates" | "queueRates" => {
+            let mut rates = json!({
+                "pooled": false,
+                "series": ["enqueued", "delivered", "retried", "failed"],
+                "seconds": {"stepSeconds": 1, "lastStart": "2026-12-03T07:13:24.000Z",
+                    "counts": [[120, 118, 2, 0], [131, 130, 1, 0], [97, 99, 0, 1]]},
+                "minutes": {"stepSeconds": 60, "lastStart": "2026-12-03T07:13:00.000Z",
+                    "counts": [[7020, 7001, 12, 1], [2911, 2890, 4, 1]]}
+            });
+            if op == "queueRates" {
+                rates["queue"] = json!("orders");
+            }
+            rates
+        }
         _ => return None,
     })
 }

@@ -19,6 +19,7 @@ pub(crate) mod messages;
 pub(crate) mod openapi;
 pub(crate) mod params;
 pub(crate) mod queues;
+pub(crate) mod rates;
 pub(crate) mod relay;
 pub(crate) mod search;
 pub(crate) mod server;
@@ -224,6 +225,8 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(messages::send, messages::peek, messages::purge))
         .routes(routes!(messages::get_one, messages::cancel))
         .routes(routes!(messages::retry_now))
+        .routes(routes!(rates::total))
+        .routes(routes!(rates::queue))
         .routes(routes!(messages::receive))
         .routes(routes!(messages::receive_batch))
         .routes(routes!(messages::ack))

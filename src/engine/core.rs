@@ -38,6 +38,9 @@ pub(super) struct Core {
     /// other push queue goes to the delivery manager instead, which starts
     /// one. An idle push queue has no task at all.
     pub awake: HashSet<String>,
+    /// Queues whose counters moved since the rates sampler last looked
+    /// (`rates.rs`).
+    pub active: HashSet<String>,
     /// Where those wake-ups go, once the delivery manager listens.
     pub push_wakeups: Option<mpsc::UnboundedSender<PushWake>>,
     /// What compaction needs to know of each log segment and pack, by the
@@ -103,6 +106,7 @@ impl Core {
             deferred: None,
             woken_now: 0,
             awake: HashSet::new(),
+            active: HashSet::new(),
             push_wakeups: None,
             files: BTreeMap::new(),
             checkpoint: None,
@@ -204,6 +208,25 @@ impl Core {
     pub(super) fn queue_changed(&self, queue: &str) {
         if let Some(tx) = &self.push_wakeups {
             let _ = tx.send(PushWake::Changed(queue.to_owned()));
+        }
+    }
+
+    /// Notes the queues whose counters `command` moves, for the dashboard's
+    /// rates (`rates.rs`).
+    pub(super) fn note_active(&mut self, command: &Command<'_>) {
+        let mut note = |queue: &str| {
+            if !self.active.contains(queue) {
+                self.active.insert(queue.to_owned());
+            }
+        };
+        match command {
+            Command::Enqueue(meta) => note(&meta.queue),
+            Command::Event(meta) => meta.deliveries.iter().for_each(|(q, _)| note(q)),
+            Command::Resend { queue, .. }
+            | Command::Ack { queue, .. }
+            | Command::Retry { queue, .. }
+            | Command::Fail { queue, .. } => note(queue),
+            _ => {}
         }
     }
 

@@ -155,7 +155,9 @@ pub enum MessageError {
 
     /// "Retry now" of a message that does not wait: it is visible, leased
     /// (its consumer or delivery holds it) or a dead letter.
-    #[error("message {id} of {queue} is {state}, not waiting: only a delayed message can be retried now")]
+    #[error(
+        "message {id} of {queue} is {state}, not waiting: only a delayed message can be retried now"
+    )]
     NotDelayed {
         queue: String,
         id: String,

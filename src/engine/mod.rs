@@ -36,6 +36,7 @@ mod lease;
 mod messages;
 mod open;
 mod queues;
+pub mod rates;
 pub(crate) mod rebuild;
 pub(crate) mod replicated;
 pub(crate) mod rules;
@@ -193,6 +194,8 @@ struct Inner {
     tokens: Tokens,
     epoch: u64,
     policy: Policy,
+    /// The dashboard's per-second counts (`rates.rs`).
+    rates: rates::Rates,
     /// Held until [`Engine::close`] (or the last handle goes): another
     /// engine may open the directory once this one has stopped touching
     /// it, even while stray handles (a finishing compaction task) remain.

@@ -211,6 +211,7 @@ impl Engine {
                 tokens: Tokens::new(identity.token_key, identity.salt),
                 epoch,
                 policy: options.policy.clone(),
+                rates: Default::default(),
                 lock: Mutex::new(lock),
             }),
         };

@@ -200,6 +200,7 @@ pub(super) fn apply(
         announce(shared, &record.command);
     }
     core.note_file(loc.file);
+    core.note_active(&record.command);
     wake_after(core, &record.command);
     applied
 }
