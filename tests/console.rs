@@ -273,3 +273,119 @@ async fn the_console_publishes_searches_and_resends_from_history() {
     assert_eq!(again.headers["spooler-tenant"], "cus_1");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs node, chromium and playwright-core (.ci/run installs them)"]
+async fn the_console_charts_rates_edits_settings_and_acts_on_messages() {
+    let (sink, dest) = Sink::start().await;
+    sink.script([(503, Vec::new())]);
+    let server = Server::temp("api_keys = [\"console-key\"]").await;
+    let hour = json!({"initialSeconds": 3600, "multiplier": 1, "maxSeconds": 3600, "jitter": 0});
+    server
+        .queue("hooks", json!({"destination": dest, "backoff": hour}))
+        .await;
+    server.queue("jobs", json!({"maxRetries": 0})).await;
+    // Activity for the charts; one dead letter; one message an hour away.
+    for i in 0..20 {
+        server.send("jobs", &format!("job {i}")).await;
+    }
+    for verb in ["ack", "ack", "nack"] {
+        let token = server.lease("jobs").await;
+        assert_eq!(server.settle("jobs", &token, verb).await.status(), 204);
+    }
+    let delayed = server
+        .req(Method::POST, "/v1/queues/jobs/messages")
+        .header("Spooler-Delay", "3600")
+        .body("later")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(delayed.status(), StatusCode::CREATED);
+    let delayed = delayed.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let waiting = server.send_id("hooks", "push me").await;
+    sink.wait_for(1).await;
+    common::wait_until("the push waits for its retry", async || {
+        server
+            .get_json(&format!("/v1/queues/hooks/messages/{waiting}"))
+            .await["state"]
+            == "delayed"
+    })
+    .await;
+    let dead: BTreeSet<String> = server
+        .message_ids("jobs.failed", "")
+        .await
+        .into_iter()
+        .collect();
+    assert_eq!(dead.len(), 1);
+
+    let seen = browse(&server, "dashboard.mjs").await;
+    assert_eq!(seen["pageErrors"], Value::Null, "{seen}");
+    assert_eq!(
+        seen["lines"],
+        json!(["enqueued", "delivered", "retried", "failed"])
+    );
+    // Counted since the server started: 22 sends, 2 acks, 1 failure.
+    assert_eq!(seen["legend"]["enqueued"], 22, "{seen}");
+    assert_eq!(seen["legend"]["delivered"], 2, "{seen}");
+    assert_eq!(seen["legend"]["failed"], 1, "{seen}");
+    assert_eq!(
+        seen["order"],
+        json!([
+            ["hooks", false],
+            ["hooks.failed", true],
+            ["jobs", false],
+            ["jobs.failed", true]
+        ]),
+        "failure queues under their queue"
+    );
+    assert_eq!(seen["favicon"], "200 image/svg+xml");
+    assert!(
+        seen["destination"].as_str().unwrap().contains(&dest),
+        "{seen}"
+    );
+    assert_eq!(seen["queueChart"], 4);
+    // The settings were patched, and nothing else changed.
+    let hooks = server.get_json("/v1/queues/hooks").await;
+    assert_eq!(hooks["settings"]["maxRetries"], 3, "{hooks}");
+    assert_eq!(hooks["settings"]["concurrency"], 2, "{hooks}");
+    assert_eq!(
+        hooks["settings"]["backoff"]["initialSeconds"], 3600.0,
+        "{hooks}"
+    );
+    // Retried now: delivered long before its hour.
+    assert_eq!(seen["retryRow"], waiting.as_str());
+    let arrived = sink.wait_for(2).await;
+    assert_eq!(
+        arrived[1].headers["spooler-retry-count"], "1",
+        "the count is kept"
+    );
+    // The delayed message deleted; the dead letter back in its queue.
+    assert_eq!(seen["deleted"], delayed.as_str());
+    let jobs: BTreeSet<String> = server.message_ids("jobs", "").await.into_iter().collect();
+    assert!(!jobs.contains(&delayed));
+    assert!(dead.is_subset(&jobs), "redriven: {seen}");
+    assert!(server.message_ids("jobs.failed", "").await.is_empty());
+    assert_eq!(seen["beside"], true, "the detail beside the list: {seen}");
+    let detail = seen["detailText"].as_str().unwrap();
+    assert!(detail.contains(" UTC"), "{detail}");
+    assert!(
+        seen["dialogs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d.as_str().unwrap().starts_with("Move ")),
+        "{seen}"
+    );
+    assert!(seen["cluster"].as_str().unwrap().contains("single node"));
+    // On a phone: every column there, the page no wider than the screen.
+    assert_eq!(seen["phone"]["hiddenCells"], 0, "{seen}");
+    assert_eq!(seen["phone"]["columns"], 12, "{seen}");
+    assert!(
+        seen["phone"]["pageWidth"].as_u64().unwrap() <= 390,
+        "{seen}"
+    );
+    assert_eq!(seen["phoneDetail"], "fixed", "{seen}");
+}

@@ -45,7 +45,20 @@ pub(crate) struct ClusterView {
     /// at the same applied index with the same digest hold the same state.
     #[serde(skip_serializing_if = "Option::is_none")]
     state_digest: Option<StateDigestView>,
+    /// This replica catching up by snapshot.
+    snapshot: SnapshotView,
     members: Vec<MemberView>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SnapshotView {
+    /// A snapshot from the primary is arriving now.
+    receiving: bool,
+    /// Bytes of the snapshot arriving (or of the last one).
+    received_bytes: u64,
+    /// Snapshots received and installed since this replica started.
+    installed: u64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -99,6 +112,11 @@ impl From<ClusterStatus> for ClusterView {
             snapshot_index: s.snapshot_index,
             purged_index: s.purged_index,
             state_digest: None,
+            snapshot: SnapshotView {
+                receiving: s.snapshot_receiving,
+                received_bytes: s.snapshot_received_bytes,
+                installed: s.snapshots_installed,
+            },
             members: s
                 .members
                 .into_iter()

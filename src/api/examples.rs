@@ -226,6 +226,7 @@ fn cluster() -> Value {
         "nodeId": 1, "role": "primary", "term": 3,
         "primary": {"nodeId": 1, "apiUrl": "http://spoold-0.spoold:8787"},
         "commitIndex": 1042, "appliedIndex": 1042, "snapshotIndex": 1000, "purgedIndex": 900,
+        "snapshot": {"receiving": false, "receivedBytes": 0, "installed": 0},
         "members": [
             {"nodeId": 1, "addr": "spoold-0.spoold:8788", "voter": true, "matchIndex": 1042,
              "lagRecords": 0, "lastContactMs": 0},

@@ -28,6 +28,7 @@ pub(crate) mod types;
 use crate::tls;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -97,6 +98,32 @@ pub struct Cluster {
     inner: Arc<Inner>,
 }
 
+/// A replica catching up by snapshot (`server.rs` keeps it up to date).
+#[derive(Debug, Default)]
+pub struct SnapshotProgress {
+    receiving: AtomicBool,
+    /// Of the snapshot arriving, or the last one.
+    received_bytes: AtomicU64,
+    installed: AtomicU64,
+}
+
+/// While one lives, a snapshot is arriving.
+pub(crate) struct Receiving<'a>(&'a SnapshotProgress);
+
+impl SnapshotProgress {
+    pub(crate) fn start(&self) -> Receiving<'_> {
+        self.received_bytes.store(0, Ordering::Relaxed);
+        self.receiving.store(true, Ordering::Relaxed);
+        Receiving(self)
+    }
+}
+
+impl Drop for Receiving<'_> {
+    fn drop(&mut self) {
+        self.0.receiving.store(false, Ordering::Relaxed);
+    }
+}
+
 struct Inner {
     raft: Raft,
     node_id: u64,
@@ -113,6 +140,7 @@ struct Inner {
     /// When this replica last became the primary: the age of a peer it
     /// never heard from.
     leading_since: Arc<Mutex<Option<std::time::Instant>>>,
+    progress: Arc<SnapshotProgress>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -204,6 +232,7 @@ impl Cluster {
                 addr: config.listen.clone(),
                 reason: e.to_string(),
             })?;
+        let progress = Arc::new(SnapshotProgress::default());
         let app = server::router(
             raft.clone(),
             engine.raft_log(),
@@ -215,6 +244,7 @@ impl Cluster {
                 election_timeout: Duration::from_millis(election),
                 append_bytes_max: APPEND_SLACK_BYTES
                     + usize::try_from(max_body_bytes).unwrap_or(usize::MAX / 2),
+                progress: progress.clone(),
             },
         );
         let trigger = raft.clone();
@@ -292,6 +322,7 @@ impl Cluster {
                 // heartbeat interval.
                 silence: Duration::from_millis(config.heartbeat_ms * 5 / 2),
                 leading_since,
+                progress,
                 tasks: Mutex::new(tasks),
             }),
         };
@@ -394,6 +425,9 @@ impl Cluster {
             snapshot_index: m.snapshot.map(|c| c.index()),
             purged_index: m.purged.map(|c| c.index()),
             members,
+            snapshot_receiving: self.inner.progress.receiving.load(Ordering::Relaxed),
+            snapshot_received_bytes: self.inner.progress.received_bytes.load(Ordering::Relaxed),
+            snapshots_installed: self.inner.progress.installed.load(Ordering::Relaxed),
         }
     }
 
@@ -416,6 +450,11 @@ impl Cluster {
 #[derive(Debug, Clone)]
 pub struct ClusterStatus {
     pub node_id: u64,
+    /// Catching up by snapshot: whether one is arriving, its bytes so far,
+    /// and how many were installed since start.
+    pub snapshot_receiving: bool,
+    pub snapshot_received_bytes: u64,
+    pub snapshots_installed: u64,
     pub role: &'static str,
     pub term: u64,
     pub primary: Option<Primary>,

@@ -32,6 +32,7 @@
 //! which is how the primary learns them (`members.rs` pins them).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -92,6 +93,8 @@ struct ServerState {
     api_url: Arc<str>,
     /// One snapshot received at a time.
     receiving: Arc<tokio::sync::Mutex<()>>,
+    /// What `GET /v1/cluster` says of catching up by snapshot.
+    progress: Arc<super::SnapshotProgress>,
     /// No vote is granted before this instant (see the module's docs).
     votes_from: Instant,
     /// The largest append body a peer sends.
@@ -106,6 +109,7 @@ pub(crate) struct ServerConfig {
     /// The longest election timeout: no vote before it passed.
     pub election_timeout: Duration,
     pub append_bytes_max: usize,
+    pub progress: Arc<super::SnapshotProgress>,
 }
 
 /// What `POST /raft/hello` answers.
@@ -129,6 +133,7 @@ pub(crate) fn router(raft: Raft, log: RaftLog, key: ClusterKey, config: ServerCo
         incarnation: config.incarnation,
         api_url: config.api_url.into(),
         receiving: Arc::default(),
+        progress: config.progress,
         votes_from: Instant::now() + config.election_timeout,
         append_bytes_max: config.append_bytes_max,
     };
@@ -467,6 +472,7 @@ async fn snapshot(
             let installed = s.raft.install_full_snapshot(vote, snapshot).await;
             if installed.is_ok() {
                 crate::metrics::record_snapshot_installed();
+                s.progress.installed.fetch_add(1, Ordering::Relaxed);
             }
             reply(&s, &v, installed)
         }
@@ -526,6 +532,7 @@ async fn receive(
         log.receive_snapshot(seq, term, arriving)
     });
     let _receiving = crate::metrics::SnapshotReceiving::start();
+    let _progress = s.progress.start();
     let (mut bytes, mut count, mut reported) = (0u64, 0u64, Instant::now());
     // Each message goes on once the next one arrived: the last one is the
     // stream's MAC, not a message of the snapshot.
@@ -541,6 +548,7 @@ async fn receive(
             bytes += len;
             count += 1;
             crate::metrics::record_snapshot_bytes(len);
+            s.progress.received_bytes.store(bytes, Ordering::Relaxed);
             if reported.elapsed() >= SNAPSHOT_PROGRESS_EVERY {
                 reported = Instant::now();
                 tracing::info!(

@@ -83,14 +83,25 @@ function ago(seconds) {
   return `${(seconds / 86400).toFixed(1)} d`;
 }
 
+// Times in UTC, saying so: operators compare them with logs and alerts.
 function when(rfc3339) {
-  return rfc3339 ? new Date(rfc3339).toLocaleString() : "–";
+  if (!rfc3339) return "–";
+  return new Date(rfc3339).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
+// A table in a box that scrolls sideways on a narrow screen: no column is
+// ever hidden.
+function scroller(child) {
+  return el("div", { class: "scroll" }, child);
 }
 
 function crumbs(...parts) {
   const nav = document.getElementById("crumbs");
   nav.replaceChildren(...parts.filter((p) => p).map((p) => el("span", {}, "/ ", p)));
 }
+
+// A hidden tab does not refresh itself.
+const paused = () => document.visibilityState === "hidden";
 
 function render(...children) {
   main.replaceChildren(...children.filter((c) => c !== null && c !== undefined));
@@ -161,14 +172,106 @@ function settingsForm(queue, settings) {
       .then((q) => { say(q.warnings?.length ? q.warnings.join(" ") : `${queue}: settings changed`, Boolean(q.warnings?.length)); route(); })
       .catch(fail);
   });
-  const shown = el("details", {}, el("summary", {}, "Settings"),
+  const shown = el("details", {}, el("summary", {}, "All settings, as JSON"),
     el("pre", { class: "mono" }, JSON.stringify(settings, null, 2)), form);
   return shown;
 }
 
+// ---- rates ---------------------------------------------------------------
+
+let rateRange = "seconds"; // or "minutes": the last 5 minutes or the hour
+
+// A chart of `body` (an answer of a rates route) with its range switch.
+function ratePanel(body) {
+  const holder = el("div", { class: "chart-box" });
+  const draw = () => holder.replaceChildren(rateChart(body, rateRange), rateLegend(body, rateRange));
+  const button = (range, label) => el("button", {
+    type: "button", "data-range": range, class: range === rateRange ? "primary" : "",
+    onclick: (ev) => {
+      rateRange = range;
+      for (const b of ev.currentTarget.parentNode.children) b.className = b.dataset.range === range ? "primary" : "";
+      draw();
+    },
+  }, label);
+  draw();
+  return el("section", { class: "rates" },
+    el("div", { class: "toolbar" }, button("seconds", "5 minutes, by second"), button("minutes", "1 hour, by minute")),
+    holder,
+    body.pooled ? el("p", { class: "note" }, "Past the first 1 000 busy queues: the sum of all such queues.") : null);
+}
+
+// ---- settings ------------------------------------------------------------
+
+// The settings an operator changes most, as fields; a save sends a merge
+// patch of what changed (PATCH /v1/queues/{q}).
+const FIELDS = [
+  ["destination", "destination", "text", true],
+  ["maxRetries", "max retries", "number", false],
+  ["concurrency", "concurrency", "number", true],
+  ["rateLimit", "rate limit (/s)", "number", true],
+  ["timeoutSeconds", "timeout (s)", "number", true],
+  ["breakerFailures", "breaker after failures", "number", true],
+  ["backoff.initialSeconds", "backoff: first (s)", "number", true],
+  ["backoff.maxSeconds", "backoff: longest (s)", "number", true],
+  ["leaseTimeoutSeconds", "lease (s)", "number", false],
+  ["retentionSeconds", "retention (s)", "number", false],
+  ["historyRetentionSeconds", "history kept (s)", "number", false],
+];
+
+function pathGet(obj, path) {
+  return path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), obj);
+}
+
+function settingsEditor(queue, info) {
+  const settings = info.settings;
+  const push = Boolean(settings.destination);
+  const fields = FIELDS.filter(([, , , pushOnly]) => push || !pushOnly);
+  const form = el("form", { class: "toolbar settings-fields" },
+    fields.map(([path, label, type]) => {
+      const value = pathGet(settings, path);
+      return el("label", {}, label, el("input", {
+        name: path, type, step: type === "number" ? "any" : undefined,
+        value: value ?? "", placeholder: value == null ? "none" : undefined, size: type === "text" ? 36 : 8,
+        disabled: info.managedByConfig,
+      }));
+    }),
+    el("button", { type: "submit", class: "primary", disabled: info.managedByConfig }, "Save changes"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const patch = {};
+    for (const [path, , type] of fields) {
+      const raw = form.elements[path].value.trim();
+      const before = pathGet(settings, path);
+      const value = raw === "" ? null : type === "number" ? Number(raw) : raw;
+      if (value === (before ?? null)) continue;
+      const keys = path.split(".");
+      let at = patch;
+      for (const k of keys.slice(0, -1)) at = at[k] = at[k] || {};
+      at[keys.at(-1)] = value;
+    }
+    if (!Object.keys(patch).length) {
+      say("nothing changed");
+      return;
+    }
+    json("PATCH", `/v1/queues/${enc(queue)}`, { body: JSON.stringify(patch), contentType: "application/merge-patch+json" })
+      .then((q) => { say(q.warnings?.length ? q.warnings.join(" ") : `${queue}: settings changed`, Boolean(q.warnings?.length)); route(); })
+      .catch(fail);
+  });
+  return el("section", { class: "settings-panel" },
+    el("h2", {}, "Settings"),
+    info.managedByConfig
+      ? el("p", { class: "note" }, "Defined in the config file: change it there (then SIGHUP or restart).")
+      : null,
+    form,
+    settingsForm(queue, settings));
+}
+
 async function queuesView() {
   crumbs();
-  const { queues } = await json("GET", "/v1/queues");
+  const [{ queues }, rates] = await Promise.all([json("GET", "/v1/queues"), json("GET", "/v1/rates")]);
+  // Each failure queue right under its queue.
+  const order = (q) => `${baseOf(q.name)}\u0000${isFailed(q.name) ? 1 : 0}`;
+  queues.sort((a, b) => (order(a) < order(b) ? -1 : order(a) > order(b) ? 1 : 0));
   const now = Date.now();
   const rows = queues.map((q) => {
     const st = q.stats;
@@ -184,8 +287,9 @@ async function queuesView() {
         onclick: (ev) => { ev.stopPropagation(); pauseOrResume(q.name, st.paused || st.breakerOpen); },
       }, st.paused || st.breakerOpen ? "Resume" : "Pause")
       : null;
-    return el("tr", { class: "clickable", "data-queue": q.name, onclick: () => { location.hash = `#/queue/${enc(q.name)}`; } },
-      el("td", {}, el("a", { href: `#/queue/${enc(q.name)}` }, q.name)),
+    const nested = isFailed(q.name) && queues.some((o) => o.name === baseOf(q.name));
+    return el("tr", { class: nested ? "clickable nested" : "clickable", "data-queue": q.name, onclick: () => { location.hash = `#/queue/${enc(q.name)}`; } },
+      el("td", {}, nested ? "↳ " : null, el("a", { href: `#/queue/${enc(q.name)}` }, q.name)),
       el("td", {}, isFailed(q.name) ? "dead letters" : push ? "push" : "pull"),
       el("td", { class: "num" }, st.visible),
       el("td", { class: "num" }, st.leased),
@@ -199,17 +303,20 @@ async function queuesView() {
       el("td", {}, action));
   });
   render(
-    el("h1", {}, "Queues"),
-    table(["queue", "type", { label: "visible", num: 1 }, { label: "leased", num: 1 },
+    el("h1", {}, "Dashboard"),
+    el("h2", {}, "All queues: messages per second"),
+    ratePanel(rates),
+    el("h2", {}, "Queues"),
+    scroller(table(["queue", "type", { label: "visible", num: 1 }, { label: "leased", num: 1 },
       { label: "delayed", num: 1 }, { label: "retrying", num: 1 }, { label: "oldest", num: 1 },
-      { label: "sent/s", num: 1 }, { label: "acked/s", num: 1 }, "state", "subscribes to", ""], rows),
+      { label: "sent/s", num: 1 }, { label: "acked/s", num: 1 }, "state", "subscribes to", ""], rows)),
     eventForm(),
     el("p", { class: "note" }, "Rates are measured between refreshes (every 5 s)."));
   clearTimeout(queuesView.timer);
   queuesView.timer = setTimeout(function refresh() {
     if (location.hash !== "" && location.hash !== "#/") return;
     // Not while an event is being written: the refresh would wipe it.
-    if (main.querySelector("details.events[open]")) queuesView.timer = setTimeout(refresh, 5000);
+    if (main.querySelector("details.events[open]") || paused()) queuesView.timer = setTimeout(refresh, 5000);
     else route();
   }, 5000);
 }
@@ -282,12 +389,41 @@ function describeFilter(params) {
   return terms.length ? ` matching ${terms.join(", ")}` : "";
 }
 
-async function messageDetail(queue, id, into, { delivered = false } = {}) {
+// What an operator can do to one message: retry a waiting one now, delete
+// it, or move a dead letter back to its queue. Each asks first.
+function messageActions(queue, m, after) {
+  const msg = `/v1/queues/${enc(queue)}/messages/${enc(m.id)}`;
+  const act = (label, cls, action, question, run, done) => el("button", {
+    type: "button", class: cls, "data-action": action,
+    onclick: (ev) => {
+      ev.stopPropagation();
+      if (!confirm(question)) return;
+      run().then(() => { say(done); after(); }).catch(fail);
+    },
+  }, label);
+  const buttons = [];
+  if (m.state === "delayed" && !isFailed(queue)) {
+    buttons.push(act("Retry now", "primary", "retry-now", `Make ${m.id} visible now (retry count ${m.retryCount} kept)?`,
+      () => json("POST", `${msg}/retry`), `${m.id}: visible now`));
+  }
+  if (isFailed(queue)) {
+    const base = baseOf(queue);
+    buttons.push(act("Redrive", "primary", "redrive-one", `Move ${m.id} back to ${base}?`,
+      () => json("POST", `/v1/queues/${enc(base)}/redrive?id=${enc(m.id)}`), `${m.id}: moved back to ${base}`));
+  }
+  if (m.state !== "leased" && m.state !== "delivered") {
+    buttons.push(act("Delete", "danger", "delete-one", `Delete ${m.id} for good?`,
+      () => json("DELETE", msg), `${m.id}: deleted`));
+  }
+  return buttons;
+}
+
+async function messageDetail(queue, id, into, { delivered = false, after = () => route() } = {}) {
   const base = `/v1/queues/${enc(queue)}/${delivered ? "history" : "messages"}/${enc(id)}`;
   const m = await json("GET", base);
   const attempts = (m.attempts || []).map((a, i) => el("tr", {},
     el("td", { class: "num" }, i + 1),
-    el("td", {}, when(a.at)),
+    el("td", { class: "time" }, when(a.at)),
     el("td", {}, a.status ? `HTTP ${a.status}` : "–"),
     el("td", {}, a.error || ""),
     el("td", { class: "num" }, `${a.durationSeconds.toFixed(3)} s`),
@@ -317,9 +453,17 @@ async function messageDetail(queue, id, into, { delivered = false } = {}) {
       el("pre", { class: "request" }, `${m.request.method} ${m.request.path}\n` +
         Object.entries(m.request.headers).map(([k, v]) => `${k}: ${v}`).join("\n"))]
     : [];
+  const actions = delivered ? [] : messageActions(queue, m, after);
+  into.closest(".split")?.classList.add("has-detail");
+  const close = el("button", {
+    type: "button", class: "close", "aria-label": "Close",
+    onclick: () => { into.replaceChildren(); into.closest(".split")?.classList.remove("has-detail"); },
+  }, "×");
   into.replaceChildren(el("div", { class: "detail", "data-message": m.id },
+    close,
     el("table", {}, el("tbody", {}, facts.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))))),
     resend,
+    actions.length ? el("div", { class: "toolbar" }, actions) : null,
     el("h2", {}, `Attempts (${attempts.length})`),
     attempts.length
       ? table([{ label: "#", num: 1 }, "at", "status", "error", { label: "took", num: 1 }, "response (start)"], attempts)
@@ -376,10 +520,12 @@ async function queueView(queue, after) {
   for (const [k, v] of searched) params.append(k, v);
   params.set("limit", String(PAGE));
   if (after) params.set("after", after);
-  const [info, page] = await Promise.all([
+  const [info, page, rates] = await Promise.all([
     json("GET", `/v1/queues/${enc(queue)}`),
     json("GET", `/v1/queues/${enc(queue)}/messages?${params}`),
+    failed ? null : json("GET", `/v1/queues/${enc(queue)}/rates`),
   ]);
+  const again = () => queueView(queue, after).catch(fail);
   crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue),
     el("a", { href: `#/tail/${enc(queue)}` }, "tail"),
     info.settings.historyRetentionSeconds
@@ -403,23 +549,25 @@ async function queueView(queue, after) {
       class: "clickable", "data-id": m.id,
       onclick: (ev) => {
         selectRow(ev.currentTarget);
-        messageDetail(queue, m.id, detail).catch(fail);
+        messageDetail(queue, m.id, detail, { after: again }).catch(fail);
       },
     },
     failed ? el("td", {}, box) : null,
     el("td", { class: "mono" }, m.id),
     el("td", {}, m.state),
     el("td", { class: "num" }, m.retryCount),
-    el("td", {}, when(m.enqueuedAt)),
+    el("td", { class: "time" }, when(m.enqueuedAt)),
     failed ? el("td", {}, m.reason || "–") : null,
     failed ? el("td", {}, m.lastStatus ?? "–") : null,
-    failed ? el("td", {}, when(m.failedAt)) : null,
+    failed ? el("td", { class: "time" }, when(m.failedAt)) : null,
     el("td", {}, eventOf(m)),
-    el("td", { class: "mono" }, preview));
+    el("td", { class: "mono" }, preview),
+    failed ? null : el("td", { class: "row-actions" }, m.state === "delayed" ? messageActions(queue, m, again) : null));
   });
   const headers = [
     ...(failed ? [""] : []), "id", "state", { label: "retries", num: 1 }, "enqueued",
     ...(failed ? ["reason", "last status", "failed"] : []), "event · tenant", "body",
+    ...(failed ? [] : [""]),
   ];
   const actions = [];
   if (failed) {
@@ -456,6 +604,9 @@ async function queueView(queue, after) {
   }
   const st = info.stats;
   const push = Boolean(info.settings.destination);
+  const where = push
+    ? el("p", { class: "destination" }, "delivers to ", el("code", {}, info.settings.destination))
+    : null;
   const summary = el("p", { class: "note" },
     `${st.visible} visible, ${st.leased} leased, ${st.delayed} delayed` +
       (failed ? ". " : `, ${st.retrying} retrying. `),
@@ -467,6 +618,7 @@ async function queueView(queue, after) {
       : null);
   render(
     el("h1", {}, queue),
+    where,
     summary,
     push
       ? el("div", { class: "toolbar" },
@@ -479,15 +631,20 @@ async function queueView(queue, after) {
           ? el("button", { type: "button", "data-action": "close-breaker", onclick: () => breaker(queue, "close").catch(fail) }, "Close breaker")
           : null)
       : null,
-    failed ? null : settingsForm(queue, info.settings),
+    // A failure queue's arrivals are its queue's "failed" line.
+    failed ? null : ratePanel(rates),
+    failed ? null : settingsEditor(queue, info),
+    el("h2", {}, "Messages"),
     form,
     actions.length ? el("div", { class: "toolbar actions" }, actions) : null,
-    page.messages.length
-      ? table(headers, rows)
-      : el("p", { class: "note empty" }, "No messages here" + (failed || searched.size ? " (with this filter)." : ".")),
-    searched.size ? el("p", { class: "note", id: "scanned" }, `Looked at ${page.scanned} message(s) for this page.`) : null,
-    pager,
-    detail);
+    el("div", { class: "split" },
+      el("div", { class: "list" },
+        page.messages.length
+          ? scroller(table(headers, rows))
+          : el("p", { class: "note empty" }, "No messages here" + (failed || searched.size ? " (with this filter)." : ".")),
+        searched.size ? el("p", { class: "note", id: "scanned" }, `Looked at ${page.scanned} message(s) for this page.`) : null,
+        pager),
+      detail));
   refreshButtons();
 }
 queueView.filters = new Map();
@@ -521,7 +678,7 @@ async function historyView(queue, before) {
       },
     },
     el("td", { class: "mono" }, m.id),
-    el("td", {}, when(m.deliveredAt)),
+    el("td", { class: "time" }, when(m.deliveredAt)),
     el("td", {}, eventOf(m)),
     el("td", { class: "num" }, (m.attempts || []).length),
     el("td", {}, last?.status ?? "–"),
@@ -538,11 +695,13 @@ async function historyView(queue, before) {
     el("p", { class: "note" }, "Delivered messages kept for the queue's history retention, newest first. " +
       "Resend sends one again as a new delivery (a new delivery id), saying which it repeats."),
     form,
-    page.messages.length
-      ? table(["id", "delivered", "event · tenant", { label: "attempts", num: 1 }, "last status", "resent from", "body"], rows)
-      : el("p", { class: "note empty" }, "Nothing delivered here (with this filter)."),
-    pager,
-    detail);
+    el("div", { class: "split" },
+      el("div", { class: "list" },
+        page.messages.length
+          ? scroller(table(["id", "delivered", "event · tenant", { label: "attempts", num: 1 }, "last status", "resent from", "body"], rows))
+          : el("p", { class: "note empty" }, "Nothing delivered here (with this filter)."),
+        pager),
+      detail));
 }
 historyView.filters = new Map();
 
@@ -608,7 +767,7 @@ async function tailView(queue) {
         const m = JSON.parse(pending.slice(0, nl));
         pending = pending.slice(nl + 1);
         lines.prepend(el("tr", { "data-id": m.id },
-          el("td", { class: "mono" }, m.id), el("td", {}, when(m.enqueuedAt)),
+          el("td", { class: "mono" }, m.id), el("td", { class: "time" }, when(m.enqueuedAt)),
           el("td", { class: "num" }, m.retryCount), el("td", { class: "mono" }, (m.body ?? "(binary)").slice(0, 120))));
       }
     }
@@ -616,6 +775,54 @@ async function tailView(queue) {
   } catch (e) {
     if (e.name !== "AbortError") throw e;
   }
+}
+
+// ---- cluster -------------------------------------------------------------
+
+async function clusterView() {
+  crumbs("cluster");
+  let c;
+  try {
+    c = await json("GET", "/v1/cluster");
+  } catch (e) {
+    if (e.status !== 404) throw e;
+    render(el("h1", {}, "Cluster"), el("p", { class: "note", id: "single-node" }, "This spoold runs as a single node."));
+    return;
+  }
+  const me = c.nodeId;
+  const rows = c.members.map((m) => el("tr", { "data-node": m.nodeId },
+    el("td", { class: "num" }, m.nodeId),
+    el("td", { class: "mono" }, m.addr),
+    el("td", {}, m.nodeId === c.primary?.nodeId ? "primary" : m.voter ? "follower" : "learner",
+      m.nodeId === me ? " (this replica)" : ""),
+    el("td", {}, m.voter ? "yes" : "no"),
+    el("td", { class: "num" }, m.matchIndex ?? "–"),
+    el("td", { class: "num" }, m.lagRecords ?? "–"),
+    el("td", { class: "num" }, m.lastContactMs == null ? "–" : `${(m.lastContactMs / 1000).toFixed(1)} s ago`)));
+  const facts = [
+    ["this replica", `${me} (${c.role})`], ["term", c.term], ["primary", c.primary ? `${c.primary.nodeId} · ${c.primary.apiUrl || "no API URL"}` : "none"],
+    ["commit index", c.commitIndex ?? "–"], ["applied index", c.appliedIndex ?? "–"],
+    ["snapshot index", c.snapshotIndex ?? "–"], ["purged up to", c.purgedIndex ?? "–"],
+  ];
+  if (c.snapshot) {
+    facts.push(["receiving a snapshot", c.snapshot.receiving ? `yes, ${c.snapshot.receivedBytes} bytes so far` : "no"],
+      ["snapshots installed", c.snapshot.installed]);
+  }
+  render(
+    el("h1", {}, "Cluster"),
+    el("table", { class: "facts" }, el("tbody", {}, facts.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))))),
+    el("h2", {}, "Members"),
+    scroller(table([{ label: "node", num: 1 }, "address", "role", "voter", { label: "match index", num: 1 },
+      { label: "lag (records)", num: 1 }, { label: "last contact", num: 1 }], rows)),
+    el("p", { class: "note" }, c.role === "primary"
+      ? "Lag and last contact as this primary sees its followers."
+      : "Lag and last contact are known on the primary; open its console for them."));
+  clearTimeout(clusterView.timer);
+  clusterView.timer = setTimeout(function refresh() {
+    if (location.hash !== "#/cluster") return;
+    if (paused()) clusterView.timer = setTimeout(refresh, 5000);
+    else route();
+  }, 5000);
 }
 
 // ---- routing -------------------------------------------------------------
@@ -634,6 +841,7 @@ async function route() {
     if (view === "queue" && name) await queueView(name, null);
     else if (view === "history" && name) await historyView(name, null);
     else if (view === "tail" && name) await tailView(name);
+    else if (view === "cluster") await clusterView();
     else await queuesView();
   } catch (e) {
     fail(e);
