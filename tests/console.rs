@@ -27,10 +27,15 @@ async fn failed_ids(server: &Server) -> BTreeSet<String> {
 /// Runs `tests/console/{script}` in node against `server` (whose key is
 /// `console-key`) and returns what it printed: one JSON object.
 async fn browse(server: &Server, script: &str) -> Value {
+    browse_url(&format!("http://{}", server.addr()), script).await
+}
+
+/// [`browse`] of the spoold at `url`.
+async fn browse_url(url: &str, script: &str) -> Value {
     let root = env!("CARGO_MANIFEST_DIR");
     let mut node = Command::new("node");
     node.arg(format!("{root}/tests/console/{script}"))
-        .env("SPOOLD_URL", format!("http://{}", server.addr()))
+        .env("SPOOLD_URL", url)
         .env("SPOOLD_API_KEY", "console-key");
     // Where playwright-core is (`.ci/run` installs it there).
     let modules = std::env::var("PLAYWRIGHT_NODE_PATH").unwrap_or_else(|_| {
@@ -388,4 +393,34 @@ async fn the_console_charts_rates_edits_settings_and_acts_on_messages() {
         "{seen}"
     );
     assert_eq!(seen["phoneDetail"], "fixed", "{seen}");
+}
+
+/// The cluster page on a three-replica spool's primary: every member, its
+/// role and how far it is behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs node, chromium and playwright-core (.ci/run installs them)"]
+async fn the_console_shows_the_cluster() {
+    let mut cluster = common::cluster::TestCluster::new(3, "", "[queues.jobs]\n");
+    cluster.start_all().await;
+    let primary = cluster.primary(std::time::Duration::from_secs(10)).await;
+    let base = cluster.replicas[primary].base();
+    let api = common::api::Api::new(base.clone(), None);
+    for i in 0..5 {
+        api.send_id("jobs", &format!("m{i}")).await;
+    }
+    let seen = browse_url(&base, "cluster.mjs").await;
+    assert_eq!(seen["pageErrors"], Value::Null, "{seen}");
+    let members = seen["members"].as_array().unwrap();
+    let roles: Vec<&str> = members.iter().map(|m| m[2].as_str().unwrap()).collect();
+    assert_eq!(roles.iter().filter(|r| r.starts_with("primary")).count(), 1, "{seen}");
+    assert_eq!(roles.iter().filter(|r| r.starts_with("follower")).count(), 2, "{seen}");
+    assert!(roles.iter().any(|r| r.ends_with("(this replica)")), "{seen}");
+    for m in members {
+        // Match index, lag and last contact: the primary knows each.
+        assert!(m[4].as_str().unwrap().parse::<u64>().unwrap() > 0, "{seen}");
+        assert!(m[5].as_str().unwrap().parse::<u64>().is_ok(), "{seen}");
+        assert!(m[6].as_str().unwrap().ends_with("s ago"), "{seen}");
+    }
+    assert!(seen["facts"]["this replica"].as_str().unwrap().contains("primary"));
+    assert_eq!(seen["facts"]["receiving a snapshot"], "no");
 }
