@@ -412,15 +412,31 @@ async fn the_console_shows_the_cluster() {
     assert_eq!(seen["pageErrors"], Value::Null, "{seen}");
     let members = seen["members"].as_array().unwrap();
     let roles: Vec<&str> = members.iter().map(|m| m[2].as_str().unwrap()).collect();
-    assert_eq!(roles.iter().filter(|r| r.starts_with("primary")).count(), 1, "{seen}");
-    assert_eq!(roles.iter().filter(|r| r.starts_with("follower")).count(), 2, "{seen}");
-    assert!(roles.iter().any(|r| r.ends_with("(this replica)")), "{seen}");
+    assert_eq!(
+        roles.iter().filter(|r| r.starts_with("primary")).count(),
+        1,
+        "{seen}"
+    );
+    assert_eq!(
+        roles.iter().filter(|r| r.starts_with("follower")).count(),
+        2,
+        "{seen}"
+    );
+    assert!(
+        roles.iter().any(|r| r.ends_with("(this replica)")),
+        "{seen}"
+    );
     for m in members {
         // Match index, lag and last contact: the primary knows each.
         assert!(m[4].as_str().unwrap().parse::<u64>().unwrap() > 0, "{seen}");
         assert!(m[5].as_str().unwrap().parse::<u64>().is_ok(), "{seen}");
         assert!(m[6].as_str().unwrap().ends_with("s ago"), "{seen}");
     }
-    assert!(seen["facts"]["this replica"].as_str().unwrap().contains("primary"));
+    assert!(
+        seen["facts"]["this replica"]
+            .as_str()
+            .unwrap()
+            .contains("primary")
+    );
     assert_eq!(seen["facts"]["receiving a snapshot"], "no");
 }
