@@ -65,6 +65,7 @@ fn request(len: usize) -> SendRequest {
             request: None,
             event: None,
             resent_from: None,
+            trace: None,
             body: vec![b'x'; len].into(),
         },
         ..SendRequest::default()

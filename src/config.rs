@@ -40,6 +40,7 @@ pub struct Config {
     pub spool: SpoolConfig,
     pub log: LogConfig,
     pub events: EventsConfig,
+    pub telemetry: TelemetryConfig,
     pub queues: BTreeMap<String, QueueConfig>,
     /// Replicated mode (docs/contract.md §9); without it, a single node.
     pub cluster: Option<ClusterConfig>,
@@ -135,6 +136,40 @@ impl Default for EventsConfig {
             max_subscribers: crate::engine::rules::MAX_EVENT_SUBSCRIBERS_DEFAULT,
             dedup_window_ms: crate::engine::rules::EVENT_DEDUP_WINDOW_MS_DEFAULT,
         }
+    }
+}
+
+/// The `[telemetry]` table: OpenTelemetry traces, off unless
+/// `otlp_endpoint` is set (`src/telemetry.rs`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Where spans go, over OTLP/HTTP with protobuf: a collector's base URL
+    /// (`http://otel-collector:4318`, `/v1/traces` is added) or the whole
+    /// traces URL.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of every span.
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> TelemetryConfig {
+        TelemetryConfig {
+            otlp_endpoint: None,
+            service_name: "spoold".into(),
+        }
+    }
+}
+
+impl TelemetryConfig {
+    /// The traces URL spans are posted to, if any.
+    pub fn traces_url(&self) -> Option<String> {
+        let base = self.otlp_endpoint.as_deref()?.trim_end_matches('/');
+        Some(if base.ends_with("/v1/traces") {
+            base.to_owned()
+        } else {
+            format!("{base}/v1/traces")
+        })
     }
 }
 
@@ -581,6 +616,14 @@ impl Config {
             "dedup_window".into(),
             format_duration_ms(c.events.dedup_window_ms).into(),
         );
+        let mut telemetry = Table::new();
+        if let Some(endpoint) = &c.telemetry.otlp_endpoint {
+            telemetry.insert("otlp_endpoint".into(), endpoint.as_str().into());
+        }
+        telemetry.insert(
+            "service_name".into(),
+            c.telemetry.service_name.as_str().into(),
+        );
         let mut queues = Table::new();
         for (name, q) in &c.queues {
             queues.insert(name.clone(), Value::Table(queue_table(&q.settings())));
@@ -590,6 +633,7 @@ impl Config {
         root.insert("spool".into(), Value::Table(spool));
         root.insert("log".into(), Value::Table(log));
         root.insert("events".into(), Value::Table(events));
+        root.insert("telemetry".into(), Value::Table(telemetry));
         root.insert("queues".into(), Value::Table(queues));
         if let Some(cluster) = &c.cluster {
             root.insert("cluster".into(), Value::Table(cluster.table()));
@@ -653,6 +697,22 @@ impl Config {
                 in_events("dedup_window"),
                 format_duration_ms(self.events.dedup_window_ms)
             ));
+        }
+        if let Some(endpoint) = &self.telemetry.otlp_endpoint {
+            let at = line_in_table(text, "[telemetry]", "otlp_endpoint")
+                .map_or(String::new(), |l| format!("line {l}: "));
+            let parsed = url::Url::parse(endpoint);
+            if !parsed.is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()) {
+                return Err(format!(
+                    "{at}telemetry.otlp_endpoint = {endpoint:?} is not an http or https URL \
+                     (a collector's OTLP/HTTP address, such as http://otel-collector:4318)"
+                ));
+            }
+        }
+        if self.telemetry.service_name.trim().is_empty() {
+            let at = line_in_table(text, "[telemetry]", "service_name")
+                .map_or(String::new(), |l| format!("line {l}: "));
+            return Err(format!("{at}telemetry.service_name is empty"));
         }
         let every = self.spool.compaction_interval_ms;
         if !(COMPACTION_INTERVAL_MIN_MS..=COMPACTION_INTERVAL_MAX_MS).contains(&every) {

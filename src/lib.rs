@@ -31,6 +31,7 @@ pub(crate) mod journal;
 pub(crate) mod metrics;
 pub mod serve;
 pub mod spool;
+pub mod telemetry;
 pub mod testing;
 pub mod time;
 pub(crate) mod tls;

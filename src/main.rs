@@ -636,7 +636,11 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     }
 }
 
-fn init_tracing(config: &Config) {
+/// Logs to stderr (text or JSON), and, with `[telemetry] otlp_endpoint`,
+/// spans to an OTLP collector (`src/telemetry.rs`): the returned handle
+/// sends the last ones at exit.
+fn init_tracing(config: &Config) -> anyhow::Result<Option<spoold::telemetry::Telemetry>> {
+    use tracing_subscriber::prelude::*;
     // openraft logs every election step at `info`, each a page long; keep
     // it to warnings unless the filter names it.
     let spec = std::env::var("SPOOLD_LOG")
@@ -652,14 +656,24 @@ fn init_tracing(config: &Config) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
     // Colour only for a person at a terminal: not in files or journald.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
         .with_writer(std::io::stderr);
-    match config.log.format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
+    let fmt = match config.log.format {
+        LogFormat::Json => fmt.json().boxed(),
+        LogFormat::Text => fmt.boxed(),
+    };
+    let (telemetry, tracer) =
+        match spoold::telemetry::Telemetry::start(&config.telemetry).map_err(anyhow::Error::msg)? {
+            Some((telemetry, tracer)) => (Some(telemetry), Some(tracer)),
+            None => (None, None),
+        };
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(filter)
+        .with(tracer.map(|t| tracing_opentelemetry::layer().with_tracer(t)))
+        .init();
+    Ok(telemetry)
 }
 
 /// The same checks `run` makes before it serves: the file, then the
@@ -728,13 +742,18 @@ fn compact(dir: PathBuf) -> anyhow::Result<ExitCode> {
 
 fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let config = run_config(&args)?;
-    init_tracing(&config);
+    let telemetry = init_tracing(&config)?;
     log_allocator();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config, args))
+    let served = runtime.block_on(serve(config, args));
+    drop(runtime);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    served
 }
 
 /// The config `run` serves: the file (or the defaults), `--listen` over it.

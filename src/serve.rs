@@ -474,6 +474,7 @@ fn restart_needed(running: &Config, new: &Config) -> Vec<String> {
     differs("spool", running.spool == new.spool);
     differs("log", running.log == new.log);
     differs("events", running.events == new.events);
+    differs("telemetry", running.telemetry == new.telemetry);
     differs("cluster", running.cluster == new.cluster);
     sections
 }

@@ -27,6 +27,11 @@ const BAD: &[(&str, &str, &[&str])] = &[
         &["queues.q.rate_limit", "line 6"],
     ),
     (
+        "a trace collector that is no URL",
+        "[telemetry]\notlp_endpoint = \"otel-collector:4318\"\n",
+        &["telemetry.otlp_endpoint", "line 5", "http"],
+    ),
+    (
         "a lease of nothing",
         "[queues.q]\nlease_timeout = \"0s\"\n",
         &["queues.q.lease_timeout", "line 5"],

@@ -172,6 +172,7 @@ fn child(dir: &Path) -> ! {
                             request: None,
                             event: None,
                             resent_from: None,
+                            trace: None,
                             body: format!("writer {w} message {n} {:0>1000}", 0)
                                 .into_bytes()
                                 .into(),

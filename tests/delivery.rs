@@ -121,6 +121,29 @@ async fn retries_keep_the_delivery_id_and_count_up() {
     s.stop().await;
 }
 
+/// With traces off, the destination still gets the caller's
+/// `traceparent` as it came (a send's, stored with its message), and none
+/// when the caller sent none or one that does not parse.
+#[tokio::test]
+async fn the_callers_traceparent_reaches_the_destination() {
+    let (sink, sink_url) = Sink::start().await;
+    let s = Server::temp("").await;
+    s.queue("hooks", json!({"destination": sink_url})).await;
+    let traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for value in [Some(traced), None, Some("00-zz-00f067aa0ba902b7-01")] {
+        let mut r = s.req(Method::POST, "/v1/queues/hooks/messages").body("x");
+        if let Some(v) = value {
+            r = r.header("traceparent", v);
+        }
+        assert_eq!(r.send().await.unwrap().status(), 201);
+    }
+    let seen = sink.wait_for(3).await;
+    let mut got: Vec<String> = seen.iter().map(|r| h(r, "traceparent")).collect();
+    got.sort();
+    assert_eq!(got, vec!["".to_string(), String::new(), traced.to_string()]);
+    s.stop().await;
+}
+
 /// "Retry now" (the console's button): a message waiting an hour for its
 /// next try is delivered at once, its retry count kept; one that does not
 /// wait is refused with `message_not_delayed`.

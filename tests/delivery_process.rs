@@ -298,3 +298,126 @@ async fn the_breaker_heals_when_the_destination_is_fixed_and_obeys_the_operator(
         "a Rust debug value in the log: {log}"
     );
 }
+
+/// A local OTLP/HTTP receiver (protobuf): every span posted to
+/// `/v1/traces`, with the `service.name` of its resource.
+async fn otlp_receiver() -> (
+    std::sync::Arc<std::sync::Mutex<Vec<(String, opentelemetry_proto::tonic::trace::v1::Span)>>>,
+    String,
+) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let spans: std::sync::Arc<std::sync::Mutex<Vec<_>>> = Default::default();
+    let kept = spans.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let kept = kept.clone();
+            async move {
+                let request = ExportTraceServiceRequest::decode(body).unwrap();
+                for rs in request.resource_spans {
+                    let service = rs
+                        .resource
+                        .iter()
+                        .flat_map(|r| &r.attributes)
+                        .find(|a| a.key == "service.name")
+                        .and_then(|a| a.value.as_ref())
+                        .map(|v| format!("{:?}", v.value))
+                        .unwrap_or_default();
+                    for ss in rs.scope_spans {
+                        for span in ss.spans {
+                            kept.lock().unwrap().push((service.clone(), span));
+                        }
+                    }
+                }
+                StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (spans, format!("http://{addr}"))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Traces across the hop, exported to a real OTLP receiver: the API call
+/// continues the caller's trace, its fsync wait is its child, the delivery
+/// attempt is the call's child, and the destination gets the attempt's
+/// own `traceparent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_and_its_delivery_are_spans_of_the_callers_trace() {
+    let (spans, collector) = otlp_receiver().await;
+    let (sink, sink_url) = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tables = format!(
+        "[telemetry]\notlp_endpoint = \"{collector}\"\nservice_name = \"spoold-test\"\n{}",
+        hooks_queue(&sink_url, "")
+    );
+    let spoold = start_with(dir.path(), "", &tables).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller = "00f067aa0ba902b7";
+    let r = client()
+        .post(format!("{}/v1/queues/hooks/messages", spoold.base))
+        .header("traceparent", format!("00-{trace}-{caller}-01"))
+        .body("traced")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let seen = sink.wait_for(1).await;
+    let sent = seen[0].headers["traceparent"].to_str().unwrap().to_owned();
+    let parts: Vec<&str> = sent.split('-').collect();
+    assert_eq!(
+        parts[1], trace,
+        "the destination continues the trace: {sent}"
+    );
+
+    let find = |name: &str| {
+        spans
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(_, s)| s.name == name)
+            .cloned()
+    };
+    let names = [
+        "POST /v1/queues/{q}/messages",
+        "journal.fsync",
+        "delivery.attempt",
+    ];
+    common::eventually(
+        "the spans at the collector",
+        Duration::from_secs(20),
+        async || names.iter().all(|n| find(n).is_some()).then_some(()),
+    )
+    .await;
+    let (service, request) = find(names[0]).unwrap();
+    let (_, fsync) = find(names[1]).unwrap();
+    let (_, attempt) = find(names[2]).unwrap();
+    assert!(service.contains("spoold-test"), "{service}");
+    for s in [&request, &fsync, &attempt] {
+        assert_eq!(hex(&s.trace_id), trace, "{}", s.name);
+    }
+    assert_eq!(
+        hex(&request.parent_span_id),
+        caller,
+        "the call is the caller's child"
+    );
+    assert_eq!(
+        fsync.parent_span_id, request.span_id,
+        "the fsync wait is the call's"
+    );
+    assert_eq!(
+        attempt.parent_span_id, request.span_id,
+        "the attempt is the call's"
+    );
+    assert_eq!(
+        parts[2],
+        hex(&attempt.span_id),
+        "the destination's parent is the attempt"
+    );
+}

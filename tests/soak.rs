@@ -76,6 +76,7 @@ async fn soak_sends_acks_and_compactions_stay_under_max_bytes_and_lose_nothing()
                         request: None,
                         event: None,
                         resent_from: None,
+                        trace: None,
                         body: format!("w{w} n{n} {:0>480}", 0).into_bytes().into(),
                     },
                     ..SendRequest::default()

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{StreamExt, stream};
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
+use tracing::Instrument;
 
 use super::error::ApiError;
 use super::filter::{BulkQuery, take_term};
@@ -110,6 +111,12 @@ fn id_response(engine: &Engine, status: StatusCode, queue: &str, out: SendOutcom
     response
 }
 
+/// The `traceparent` a message stores (`src/telemetry.rs`).
+fn incoming_trace(headers: &HeaderMap) -> Option<String> {
+    let incoming = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    crate::telemetry::to_store(incoming)
+}
+
 /// `POST /v1/queues/{q}/messages`
 #[utoipa::path(
     post, path = "/v1/queues/{q}/messages", operation_id = "sendMessage", tag = "messages", params(QueuePath,
@@ -140,13 +147,19 @@ pub(crate) async fn send(
             request: None,
             event: None,
             resent_from: None,
+            trace: incoming_trace(headers),
             body: read_body(&state, headers, body).await?,
         },
     };
     // Header values are slices of the connection's read buffer: let them go
     // before the fsync wait, so that the buffer can be reused in place.
     drop(parts);
-    let out = engine.send(&queue, request).await?;
+    let out = engine
+        .send(&queue, request)
+        .instrument(crate::telemetry::span(|| {
+            tracing::info_span!("journal.fsync")
+        }))
+        .await?;
     if out.deduplicated {
         let mut response = id_response(engine, StatusCode::OK, &queue, out);
         response
@@ -197,10 +210,16 @@ pub(crate) async fn forward(
             }),
             event: None,
             resent_from: None,
+            trace: incoming_trace(headers),
             body: read_body(&state, headers, body).await?,
         },
     };
-    let out = engine.send(&queue, request).await?;
+    let out = engine
+        .send(&queue, request)
+        .instrument(crate::telemetry::span(|| {
+            tracing::info_span!("journal.fsync")
+        }))
+        .await?;
     let id = engine.tokens().format_id(out.id);
     let status = if out.deduplicated {
         StatusCode::OK

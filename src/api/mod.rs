@@ -35,6 +35,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
+use tracing::Instrument;
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -314,13 +315,27 @@ async fn gate(
     let checked = edge::check(state.config.edge, &request)
         .and_then(|()| auth::check_key(&state.api_keys(), &request))
         .and_then(|()| params::check(request.method(), route, request.uri().query()));
-    let response = match checked {
-        Ok(()) => match in_cluster(&state, request).await {
-            Ok(request) => json_rejection(next.run(request).await).await,
-            Err(answer) => answer,
-        },
-        Err(e) => e.into_response(),
-    };
+    // Each call is a span, continuing the caller's trace (`telemetry.rs`).
+    let span = crate::telemetry::span(|| {
+        tracing::info_span!("http.request", otel.name = %format!("{} {route}", request.method()),
+            http.request.method = %request.method(), http.route = route, otel.kind = "server")
+    });
+    let traceparent = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok());
+    crate::telemetry::continue_trace(&span, traceparent);
+    let response = async {
+        match checked {
+            Ok(()) => match in_cluster(&state, request).await {
+                Ok(request) => json_rejection(next.run(request).await).await,
+                Err(answer) => answer,
+            },
+            Err(e) => e.into_response(),
+        }
+    }
+    .instrument(span)
+    .await;
     crate::metrics::record_http(route, response.status().as_u16(), started.elapsed());
     response
 }

@@ -209,6 +209,7 @@ mod tests {
                 request: None,
                 event: None,
                 resent_from: None,
+                trace: None,
                 body: b"event".to_vec().into(),
             },
             delay_ms: 0,

@@ -13,6 +13,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, Method};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::backoff::{delay_ms, retry_after_ms};
 use super::signing::signature_header;
@@ -316,8 +317,14 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
     // A replica that stops being the primary abandons the attempt at once
     // (the request is dropped mid-flight): its lease is gone, and the new
     // primary delivers the message again without raising its retry count.
+    // A span of its own, a child of the send's (`src/telemetry.rs`).
+    let span = crate::telemetry::span(|| {
+        tracing::info_span!("delivery.attempt", otel.kind = "client", queue = %shared.queue,
+            retry = d.retry_count)
+    });
+    crate::telemetry::continue_trace(&span, d.payload.trace.as_deref());
     let sent = tokio::select! {
-        sent = send(shared, &d) => sent,
+        sent = send(shared, &d).instrument(span) => sent,
         () = shared.engine.until_stepped_down() => {
             tracing::info!(queue = %shared.queue, delivery_id = %shared.engine.tokens().format_id(d.id),
                 "no longer the primary: abandoned the delivery attempt in flight");
@@ -583,6 +590,9 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, SendError> {
         "spooler-retry-count",
         &d.retry_count.to_string(),
     );
+    if let Some(trace) = crate::telemetry::outgoing(d.payload.trace.as_deref()) {
+        put(&mut headers, "traceparent", &trace);
+    }
     if let Some(from) = d.payload.resent_from {
         let from = shared.engine.tokens().format_id(from);
         put(&mut headers, "spooler-resent-from", &from);

@@ -148,6 +148,9 @@ pub struct Payload {
     pub event: Option<EventTag>,
     /// Set when the message is a resend of a delivered one (its id).
     pub resent_from: Option<MessageId>,
+    /// The W3C `traceparent` its delivery attempts continue (a send's or
+    /// forward's; docs/contract.md §8).
+    pub trace: Option<String>,
     /// Shared, not copied: the HTTP layer's buffer goes straight into the
     /// journal record, and a delivery attempt clones a reference.
     pub body: Bytes,

@@ -53,6 +53,9 @@ pub mod kind {
 /// An enqueue's flags: it carries a dedup key hash; a stored request.
 const ENQUEUE_HAS_DEDUP: u8 = 1;
 const ENQUEUE_HAS_REQUEST: u8 = 2;
+/// A `traceparent` str16 follows the payload (at the end, so that a
+/// reader that does not know the bit reads the rest as before).
+const ENQUEUE_HAS_TRACE: u8 = 4;
 /// An event's flags: it carries a dedup key hash; a tenant.
 const EVENT_HAS_DEDUP: u8 = 1;
 const EVENT_HAS_TENANT: u8 = 2;
@@ -122,6 +125,9 @@ impl Record<'_> {
                 if payload.request.is_some() {
                     flags |= ENQUEUE_HAS_REQUEST;
                 }
+                if payload.trace.is_some() {
+                    flags |= ENQUEUE_HAS_TRACE;
+                }
                 out.push(flags);
                 put_u64(out, meta.dedup_hash.unwrap_or(0));
                 put_str16(out, &meta.queue);
@@ -130,6 +136,9 @@ impl Record<'_> {
                     put_request(out, req);
                 }
                 put_bytes32(out, &payload.body);
+                if let Some(trace) = &payload.trace {
+                    put_str16(out, trace);
+                }
             }
             Command::Event(meta) => {
                 let payload = payload.expect("bug: event encoded without its payload");
@@ -533,6 +542,7 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
             request,
             event,
             resent_from: Some(from),
+            trace: None,
             body,
         });
     }
@@ -549,6 +559,7 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
                 tenant: meta.tenant.map(Cow::into_owned),
             }),
             resent_from: None,
+            trace: None,
             body,
         });
     }
@@ -560,11 +571,17 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
         None
     };
     let body = Bytes::copy_from_slice(r.bytes32()?);
+    let trace = if flags & ENQUEUE_HAS_TRACE != 0 {
+        Some(r.str16()?.to_owned())
+    } else {
+        None
+    };
     Ok(Payload {
         content_type,
         request,
         event: None,
         resent_from: None,
+        trace,
         body,
     })
 }
@@ -681,6 +698,7 @@ mod tests {
             }),
             event: None,
             resent_from: None,
+            trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             body: Bytes::from_static(b"{\"a\":1}"),
         };
         let record = Record {
@@ -705,6 +723,7 @@ mod tests {
             request: None,
             event: None,
             resent_from: None,
+            trace: None,
             body: Bytes::from_static(b"{\"invoice\":7}"),
         };
         for tenant in [None, Some(Cow::Borrowed("cus_42"))] {

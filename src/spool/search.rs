@@ -130,6 +130,7 @@ mod tests {
                 tenant: tenant.map(Into::into),
             }),
             resent_from: None,
+            trace: None,
             body: Bytes::copy_from_slice(body.as_bytes()),
         }
     }

@@ -54,6 +54,7 @@ pub fn body(text: &str) -> SendRequest {
             request: None,
             event: None,
             resent_from: None,
+            trace: None,
             body: text.as_bytes().to_vec().into(),
         },
         ..SendRequest::default()

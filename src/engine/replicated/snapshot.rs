@@ -626,6 +626,7 @@ mod tests {
                 request: None,
                 event: None,
                 resent_from: None,
+                trace: None,
                 body: format!("message {i} {}", "x".repeat(i % 700))
                     .into_bytes()
                     .into(),
