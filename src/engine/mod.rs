@@ -300,16 +300,15 @@ impl Engine {
         self.core().spool.state()
     }
 
-    /// The last applied record and a SHA-256 (hex) of the state without
-    /// leases and record locations as of it: replicas compare them.
+    /// The last applied record and a SHA-256 (hex) of the replicated state
+    /// as of it (`Spool::state_digest`): replicas compare them.
     pub fn state_digest(&self) -> (u64, String) {
-        use sha2::Digest;
-        let (applied, state) = {
-            let core = self.core();
-            (core.spool.applied_seq(), core.spool.state())
-        };
-        let hash = sha2::Sha256::digest(format!("{:?}", state.without_locations()).as_bytes());
-        (applied, hash.iter().map(|b| format!("{b:02x}")).collect())
+        let core = self.core();
+        let hash = core.spool.state_digest();
+        (
+            core.spool.applied_seq(),
+            hash.iter().map(|b| format!("{b:02x}")).collect(),
+        )
     }
 
     /// Test hook: while on, durable records wait before they are applied
