@@ -28,6 +28,7 @@ pub mod config;
 pub(crate) mod delivery;
 pub mod engine;
 pub(crate) mod journal;
+pub(crate) mod listen;
 pub(crate) mod metrics;
 pub mod serve;
 pub mod spool;

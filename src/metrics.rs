@@ -18,7 +18,6 @@ use ::metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::engine::Engine;
 
 pub(crate) const MESSAGES_SENT: &str = "spoold_messages_sent_total";
 pub(crate) const MESSAGES_ACKED: &str = "spoold_messages_acked_total";
@@ -53,7 +52,7 @@ pub(crate) const CLUSTER_SNAPSHOT_RECEIVING: &str = "spoold_cluster_snapshot_rec
 pub(crate) const CLUSTER_SNAPSHOT_BYTES: &str = "spoold_cluster_snapshot_received_bytes_total";
 pub(crate) const CLUSTER_SNAPSHOTS_INSTALLED: &str = "spoold_cluster_snapshots_installed_total";
 const EVENTS_TOTAL: &str = "spoold_events_total";
-const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
+pub(crate) const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
 
 pub(crate) const LABEL_QUEUE: &str = "queue";
 pub(crate) const LABEL_STATE: &str = "state";
@@ -338,38 +337,6 @@ pub(crate) fn record_commit(duration: Duration) {
     histogram!(CLUSTER_COMMIT_DURATION).record(duration.as_secs_f64());
 }
 
-/// Replicated mode: role, term and lag, refreshed at scrape time.
-fn refresh_cluster(cluster: &crate::cluster::Cluster) {
-    let status = cluster.status();
-    for role in ["primary", "follower", "candidate", "learner"] {
-        let on = if status.role == role { 1.0 } else { 0.0 };
-        gauge!(CLUSTER_ROLE, LABEL_ROLE => role).set(on);
-    }
-    gauge!(CLUSTER_TERM).set(status.term as f64);
-    gauge!(CLUSTER_APPLIED_INDEX).set(status.applied_index.unwrap_or(0) as f64);
-    let voters = status.members.iter().filter(|m| m.voter).count();
-    gauge!(CLUSTER_MEMBERS, LABEL_VOTER => "true").set(voters as f64);
-    gauge!(CLUSTER_MEMBERS, LABEL_VOTER => "false").set((status.members.len() - voters) as f64);
-    if status.role == "primary" {
-        for m in status
-            .members
-            .iter()
-            .filter(|m| m.node_id != status.node_id)
-        {
-            let peer = m.node_id.to_string();
-            let lag = m.lag_records.unwrap_or(0);
-            gauge!(CLUSTER_REPLICATION_LAG, LABEL_PEER => peer.clone()).set(lag as f64);
-            // A peer never heard from since this replica became primary
-            // is as old as its term here: the scrape interval is no guide,
-            // so report a large age rather than none.
-            let age = m
-                .last_contact
-                .map_or(f64::from(u32::MAX), |d| d.as_secs_f64());
-            gauge!(CLUSTER_PEER_CONTACT_AGE, LABEL_PEER => peer).set(age);
-        }
-    }
-}
-
 /// One fsync (one group commit).
 pub(crate) fn record_fsync(duration: Duration) {
     histogram!(FSYNC_DURATION).record(duration.as_secs_f64());
@@ -513,7 +480,7 @@ pub(crate) fn record_http(route: &str, status: u16, duration: Duration) {
 
 /// The `process_*` metrics (CPU seconds, resident memory, open file
 /// descriptors, threads, start time), as the Go client names them.
-fn process_collector() -> &'static metrics_process::Collector {
+pub(crate) fn process_collector() -> &'static metrics_process::Collector {
     static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
     COLLECTOR.get_or_init(metrics_process::Collector::default)
 }
@@ -544,91 +511,4 @@ pub(crate) fn queue_label(queue: &str) -> String {
         return queue.to_owned();
     }
     OTHER_QUEUES.to_owned()
-}
-
-/// One label's numbers: a queue's, or the sum of those past the limit.
-#[derive(Default)]
-struct QueueNumbers {
-    counters: crate::spool::state::Counters,
-    visible: u64,
-    leased: u64,
-    delayed: u64,
-    retrying: u64,
-    oldest_visible_age_ms: i64,
-    oldest_retrying_age_ms: i64,
-    paused: u64,
-    breaker_open: u64,
-}
-
-impl QueueNumbers {
-    fn add(&mut self, st: &crate::spool::state::QueueStats) {
-        let (a, b) = (&mut self.counters, &st.counters);
-        a.sent += b.sent;
-        a.acked += b.acked;
-        a.nacked += b.nacked;
-        a.failed += b.failed;
-        a.expired += b.expired;
-        a.deduplicated += b.deduplicated;
-        self.visible += st.visible;
-        self.leased += st.leased;
-        self.delayed += st.delayed;
-        self.retrying += st.retrying;
-        let oldest = |now: &mut i64, age: Option<i64>| *now = (*now).max(age.unwrap_or(0));
-        oldest(&mut self.oldest_visible_age_ms, st.oldest_visible_age_ms);
-        oldest(&mut self.oldest_retrying_age_ms, st.oldest_retrying_age_ms);
-        self.paused += u64::from(st.paused);
-        self.breaker_open += u64::from(st.next_probe_at.is_some());
-    }
-}
-
-/// Copies the state machine's counters and gauges into the registry; a
-/// scrape calls it before rendering.
-pub(crate) fn refresh(engine: &Engine) {
-    gauge!(JOURNAL_BYTES).set(engine.journal_bytes() as f64);
-    gauge!(JOURNAL_MAX_BYTES).set(engine.max_bytes() as f64);
-    gauge!(PUSH_DISPATCHERS).set(engine.awake_push_queues() as f64);
-    let mut numbers: std::collections::BTreeMap<String, QueueNumbers> = Default::default();
-    for name in engine.queue_names() {
-        let Ok(stats) = engine.stats(&name) else {
-            continue;
-        };
-        numbers.entry(queue_label(&name)).or_default().add(&stats);
-    }
-    for (label, n) in numbers {
-        let q = || label.clone();
-        let c = n.counters;
-        counter!(MESSAGES_SENT, LABEL_QUEUE => q()).absolute(c.sent);
-        counter!(MESSAGES_ACKED, LABEL_QUEUE => q()).absolute(c.acked);
-        counter!(MESSAGES_RETRIED, LABEL_QUEUE => q()).absolute(c.nacked);
-        counter!(MESSAGES_FAILED, LABEL_QUEUE => q()).absolute(c.failed);
-        counter!(MESSAGES_EXPIRED, LABEL_QUEUE => q()).absolute(c.expired);
-        counter!(MESSAGES_DEDUPLICATED, LABEL_QUEUE => q()).absolute(c.deduplicated);
-        for (state, count) in [
-            ("visible", n.visible),
-            ("leased", n.leased),
-            ("delayed", n.delayed),
-        ] {
-            gauge!(QUEUE_MESSAGES, LABEL_QUEUE => q(), LABEL_STATE => state).set(count as f64);
-        }
-        let secs = |ms: i64| ms as f64 / 1000.0;
-        gauge!(QUEUE_OLDEST_AGE, LABEL_QUEUE => q()).set(secs(n.oldest_visible_age_ms));
-        gauge!(QUEUE_RETRYING, LABEL_QUEUE => q()).set(n.retrying as f64);
-        gauge!(QUEUE_OLDEST_RETRYING_AGE, LABEL_QUEUE => q()).set(secs(n.oldest_retrying_age_ms));
-        gauge!(QUEUE_PAUSED, LABEL_QUEUE => q()).set(n.paused as f64);
-        gauge!(QUEUE_BREAKER_OPEN, LABEL_QUEUE => q()).set(n.breaker_open as f64);
-    }
-}
-
-/// The Prometheus text of everything.
-pub(crate) fn render(engine: Option<&Engine>, cluster: Option<&crate::cluster::Cluster>) -> String {
-    let handle = install();
-    if let Some(engine) = engine {
-        refresh(engine);
-    }
-    if let Some(cluster) = cluster {
-        refresh_cluster(cluster);
-    }
-    process_collector().collect();
-    handle.run_upkeep();
-    handle.render()
 }

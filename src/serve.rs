@@ -17,7 +17,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::api::{ApiConfig, AppState, probe_router, router, server};
+use crate::api::{ApiConfig, AppState, probe_router, router};
+use crate::listen as server;
 use crate::config::{Config, OnCorruption};
 use crate::engine::{Engine, EngineOptions, Origin, QueueError};
 use crate::journal::JournalError;

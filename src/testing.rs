@@ -6,7 +6,7 @@
 
 pub use crate::api::LONG_POLLS_MAX;
 pub use crate::api::forward::resolve_path;
-pub use crate::api::server::HEADER_READ_TIMEOUT;
+pub use crate::listen::HEADER_READ_TIMEOUT;
 pub use crate::delivery::client::install_crypto_provider;
 pub use crate::delivery::target::Destination;
 pub use crate::engine::rebuild::repair;

@@ -21,8 +21,8 @@ pub(crate) mod params;
 pub(crate) mod queues;
 pub(crate) mod rates;
 pub(crate) mod relay;
+pub(crate) mod scrape;
 pub(crate) mod search;
-pub(crate) mod server;
 pub(crate) mod settings;
 pub(crate) mod view;
 
@@ -430,7 +430,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     responses((status = 200, description = "Prometheus text (docs/contract.md §8)", content_type = "text/plain", body = String))
 )]
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = crate::metrics::render(state.engine.get(), state.cluster());
+    let text = scrape::render(state.engine.get(), state.cluster());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

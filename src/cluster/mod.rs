@@ -256,7 +256,7 @@ impl Cluster {
                 }
             });
         }));
-        let limits = crate::api::server::Limits {
+        let limits = crate::listen::Limits {
             connections_max: CONNECTIONS_MAX,
             per_client_max: CONNECTIONS_MAX,
             open_max: 4 * CONNECTIONS_MAX,
@@ -265,7 +265,7 @@ impl Cluster {
             tls: tls.as_ref().map(tls::ClusterTls::acceptor),
             probes: None,
         };
-        let mut tasks = vec![tokio::spawn(crate::api::server::serve(
+        let mut tasks = vec![tokio::spawn(crate::listen::serve(
             listener,
             app,
             std::future::pending(),

@@ -7,7 +7,7 @@
 //! The port faces whatever network the replicas share, so it gives a
 //! stranger nothing:
 //!
-//! - the accept loop is the API's (`api/server.rs`): HTTP/1 only, a
+//! - the accept loop is the API's (`listen.rs`): HTTP/1 only, a
 //!   header timeout, a cap on connections (more wait in the kernel's
 //!   backlog and cost no descriptor here), optionally TLS with client
 //!   certificates;

@@ -5,12 +5,36 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
-use super::sink::{Reply, SendReply};
+use super::error::{SendError, WriteError};
 use crate::spool::queue::failed_queue_name;
 use crate::spool::{Command, MessageId, Record, Spool};
 use crate::time::Millis;
+
+/// The engine's answer to a send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendOutcome {
+    pub id: MessageId,
+    /// True when the idempotency key was seen inside the dedup window and
+    /// nothing new was stored.
+    pub deduplicated: bool,
+}
+
+pub(super) type SendReply = oneshot::Sender<Result<SendOutcome, SendError>>;
+
+/// Who waits for a record, and for what.
+pub(super) enum Reply {
+    /// Records the engine writes on its own (expiries, the epoch).
+    Nobody,
+    /// A send; `dedup` names the pending dedup key it owns.
+    Send {
+        tx: SendReply,
+        dedup: Option<(String, u64)>,
+    },
+    Done(oneshot::Sender<Result<(), WriteError>>),
+    Count(oneshot::Sender<Result<u64, WriteError>>),
+}
 
 /// The mutable state, behind one mutex shared by handlers and the sink.
 pub(super) struct Core {

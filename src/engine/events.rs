@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 
 use super::Engine;
 use super::error::EventError;
-use super::sink::Reply;
+use super::core::Reply;
 use super::write::closed;
 use crate::spool::command::EventMeta;
 use crate::spool::event::{event_type_problem, tenant_problem};

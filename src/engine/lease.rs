@@ -11,7 +11,8 @@ use super::token::LeaseToken;
 use super::{Delivery, Engine, RECEIVE_BATCH_MAX};
 use crate::journal::storage::StorageFile;
 use crate::journal::{JournalError, RecordLoc};
-use crate::spool::record::{DecodeError, decode_payload_of};
+use crate::spool::DecodeError;
+use crate::spool::record::decode_payload_of;
 use crate::spool::{Command, Leased, MessageState, MessageView, Payload, SpoolError};
 use crate::time::Millis;
 

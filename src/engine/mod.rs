@@ -27,6 +27,7 @@
 //! answer), `write.rs`, `rules.rs`, `token.rs`, `error.rs`.
 
 mod awake;
+mod checkpoint;
 pub(crate) mod compact;
 mod core;
 pub(crate) mod error;
@@ -64,7 +65,7 @@ pub use history::{HISTORY_SCAN_MAX, HistoryItem, HistoryPage, HistoryQuery};
 pub use queues::BulkOutcome;
 pub use rules::{Origin, Policy};
 use sink::Entry;
-pub use sink::SendOutcome;
+pub use core::SendOutcome;
 use token::Tokens;
 
 use crate::journal::lock::DirLock;

@@ -16,14 +16,15 @@ use std::time::Instant;
 
 use tokio::sync::{oneshot, watch};
 
-use super::core::{CheckpointOnDisk, Core, FileMeta, Shared};
+use super::checkpoint::{decode_checkpoint, read_checkpoint};
+use super::core::{CheckpointOnDisk, Core, FileMeta, Reply, Shared};
 use super::replicated::Replication;
-use super::sink::{Reply, Sink};
+use super::sink::Sink;
 use super::token::Tokens;
 use super::write::Appender;
 use super::{ARRIVALS_BUFFERED_MAX, Engine, EngineOptions, Inner, ReplayReport, rebuild};
 use crate::journal::atomic::{remove_files, sync_parent};
-use crate::journal::format::{FileId, SpoolIdentity, checkpoint_file_name};
+use crate::journal::format::{FileId, SpoolIdentity};
 use crate::journal::lock::DirLock;
 use crate::journal::prealloc::sweep_temp_files;
 use crate::journal::reader::SegmentReader;
@@ -32,7 +33,7 @@ use crate::journal::storage::Storage;
 use crate::journal::{
     Journal, JournalError, RecordLoc, WriterOptions, load_identity_or, prepare_tail,
 };
-use crate::spool::{CheckpointLoader, CheckpointMeta, Command, Record, Spool};
+use crate::spool::{CheckpointMeta, Command, Record, Spool};
 
 /// The state a directory replays to, and what was found on the way.
 pub(super) struct Loaded {
@@ -188,7 +189,9 @@ impl Engine {
             reader.clone(),
             Sink {
                 shared: shared.clone(),
-                replication: replication.clone(),
+                replication: replication
+                    .clone()
+                    .map(|r| r as Arc<dyn super::sink::PlacedLog>),
             },
         )?;
         let engine = Engine {
@@ -434,72 +437,4 @@ pub(super) fn load(
         applied,
         live,
     })
-}
-
-/// Reads the checkpoint at `seq`, checks every chunk's frame, and decodes
-/// its first chunk (what the journal looked like).
-fn read_checkpoint(
-    storage: &Arc<dyn Storage>,
-    dir: &Path,
-    identity: &SpoolIdentity,
-    seq: u64,
-) -> Result<(scan::CheckpointBytes, CheckpointMeta), JournalError> {
-    let bytes = scan::read_checkpoint(storage, dir, identity.salt, seq)?
-        .map_err(|problem| problem.into_error(dir))?;
-    let bad = |reason: String| JournalError::BadRecord {
-        file: dir.join(checkpoint_file_name(seq)),
-        offset: 0,
-        reason,
-    };
-    let (kind, body) = bytes
-        .chunks()
-        .next()
-        .ok_or_else(|| bad("checkpoint without chunks".into()))?;
-    if kind != crate::spool::checkpoint::kind::BEGIN {
-        return Err(bad("checkpoint does not start with BEGIN".into()));
-    }
-    let meta =
-        crate::spool::checkpoint::read_begin(body).map_err(|e| bad(format!("checkpoint: {e}")))?;
-    if meta.seq != seq || meta.salt != identity.salt || meta.token_key != identity.token_key {
-        return Err(bad(
-            "checkpoint does not match its name or the spool's identity".into(),
-        ));
-    }
-    Ok((bytes, meta))
-}
-
-/// Decodes a checked checkpoint into the state it holds.
-fn decode_checkpoint(
-    dir: &Path,
-    identity: &SpoolIdentity,
-    bytes: &scan::CheckpointBytes,
-) -> Result<Spool, JournalError> {
-    let seq = bytes.info.seq;
-    let mut loader = CheckpointLoader::new();
-    let decoded = bytes
-        .chunks()
-        .try_for_each(|(kind, body)| loader.chunk(kind, body))
-        .and_then(|()| loader.finish());
-    let bad = |reason: String| JournalError::BadRecord {
-        file: dir.join(checkpoint_file_name(seq)),
-        offset: 0,
-        reason: format!("checkpoint: {reason}"),
-    };
-    let (spool, meta) = decoded.map_err(|e| bad(e.to_string()))?;
-    if meta.salt != identity.salt || meta.token_key != identity.token_key {
-        return Err(bad("it belongs to another spool".into()));
-    }
-    Ok(spool)
-}
-
-/// Reads and decodes the checkpoint at `seq`.
-pub(super) fn load_checkpoint(
-    storage: &Arc<dyn Storage>,
-    dir: &Path,
-    identity: &SpoolIdentity,
-    seq: u64,
-) -> Result<(Spool, CheckpointMeta, CheckpointInfo), JournalError> {
-    let (bytes, meta) = read_checkpoint(storage, dir, identity, seq)?;
-    let spool = decode_checkpoint(dir, identity, &bytes)?;
-    Ok((spool, meta, bytes.info))
 }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::open::load_checkpoint;
+use super::checkpoint::load_checkpoint;
 use crate::journal::atomic::{AtomicWriteError, remove_files, write_atomically};
 use crate::journal::files::{write_checkpoint, write_pack};
 use crate::journal::format::{

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use tokio::sync::oneshot;
 
 use super::error::SendError;
-use super::sink::{Reply, SendOutcome, SendReply};
+use super::core::{Reply, SendOutcome, SendReply};
 use super::write::closed;
 use super::{Engine, SendRequest};
 use crate::spool::{Command, EnqueueMeta, Record};

@@ -8,37 +8,12 @@
 
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
 
-use super::core::{Arrival, Core, Shared};
+use super::core::{Arrival, Core, Reply, SendOutcome, SendReply, Shared};
 use super::error::{SendError, WriteError};
 use crate::journal::{BatchFailure, BatchSink, Durable, Placed, RecordLoc};
 use crate::spool::queue::failed_queue_name;
 use crate::spool::{Applied, Command, MessageId, Record};
-
-/// The engine's answer to a send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SendOutcome {
-    pub id: MessageId,
-    /// True when the idempotency key was seen inside the dedup window and
-    /// nothing new was stored.
-    pub deduplicated: bool,
-}
-
-pub(super) type SendReply = oneshot::Sender<Result<SendOutcome, SendError>>;
-
-/// Who waits for a record, and for what.
-pub(super) enum Reply {
-    /// Records the engine writes on its own (expiries, the epoch).
-    Nobody,
-    /// A send; `dedup` names the pending dedup key it owns.
-    Send {
-        tx: SendReply,
-        dedup: Option<(String, u64)>,
-    },
-    Done(oneshot::Sender<Result<(), WriteError>>),
-    Count(oneshot::Sender<Result<u64, WriteError>>),
-}
 
 /// One record of a single node: the record (for apply) and its waiter.
 pub(super) struct Op {
@@ -66,10 +41,16 @@ pub(super) struct Replicated {
     pub done: Option<FlushCallback>,
 }
 
+/// Replicated mode: the Raft log's index of where each entry landed, told
+/// by the sink in log order (`replicated::Replication` implements it).
+pub(super) trait PlacedLog: Send + Sync {
+    fn placed(&self, seq: u64, term: u64, kind: u8, loc: RecordLoc);
+}
+
 pub(super) struct Sink {
     pub shared: Arc<Shared>,
     /// Replicated mode: where each entry of the Raft log landed.
-    pub replication: Option<Arc<super::replicated::Replication>>,
+    pub replication: Option<Arc<dyn PlacedLog>>,
 }
 
 impl BatchSink<Entry> for Sink {

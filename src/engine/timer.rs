@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::Engine;
-use super::sink::Reply;
+use super::core::Reply;
 use crate::spool::Record;
 
 /// Most records the timer writes per tick, so one tick never holds the core

@@ -602,3 +602,14 @@ mod tests {
         assert_ne!(FileId::Segment(5).to_loc(), FileId::Pack(5).to_loc());
     }
 }
+
+/// Where a record lives on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordLoc {
+    /// The file: a log segment or a pack ([`FileId::from_loc`]).
+    pub file: u32,
+    /// Offset of the record's frame in the segment.
+    pub offset: u32,
+    /// Length of the frame (header and body).
+    pub len: u32,
+}

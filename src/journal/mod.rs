@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 pub use error::JournalError;
 pub(crate) use format::SpoolIdentity;
-pub use writer::RecordLoc;
+pub use format::RecordLoc;
 pub(crate) use writer::{
     BatchFailure, BatchSink, Control, Durable, Journal, Placed, Truncate, WriterOptions,
     WriterStats,

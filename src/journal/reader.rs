@@ -9,7 +9,7 @@ use super::error::JournalError;
 use super::format::FileId;
 use super::frames::frame_at;
 use super::storage::{Storage, StorageFile};
-use super::writer::RecordLoc;
+use super::format::RecordLoc;
 
 /// Shared, cheap to clone. Open file handles are cached; a handle stays
 /// usable for as long as a reader holds its `Arc`, even after compaction

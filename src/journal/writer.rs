@@ -32,22 +32,11 @@ use std::time::{Duration, Instant};
 use super::error::JournalError;
 use super::format::{
     FILE_HEADER_BYTES, FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FileId, FrameHeader,
-    SegmentHeader, segment_file_name,
+    RecordLoc, SegmentHeader, segment_file_name,
 };
 use super::prealloc::Preallocator;
 use super::reader::SegmentReader;
 use super::storage::{Storage, StorageFile};
-
-/// Where a record lives on disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RecordLoc {
-    /// The file: a log segment or a pack ([`FileId::from_loc`]).
-    pub file: u32,
-    /// Offset of the record's frame in the segment.
-    pub offset: u32,
-    /// Length of the frame (header and body).
-    pub len: u32,
-}
 
 /// Proof that a batch is on disk: made only by the writer thread, after the
 /// fsync that covers the batch returned (or after the write, when the spool

@@ -26,7 +26,7 @@ use super::codec::{
 };
 use super::command::{FailReason, MessageId};
 use super::queue::{QueueSettings, failed_queue_name, valid_queue_name};
-use super::record::DecodeError;
+use super::codec::DecodeError;
 use super::state::{Delivered, FailInfo, Message, Spool};
 use crate::journal::RecordLoc;
 use crate::time::Millis;

@@ -4,7 +4,11 @@
 //! a [`DecodeError`] instead of a panic.
 
 use super::command::MessageId;
-use super::record::DecodeError;
+
+/// Why a checksummed record body did not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DecodeError(pub String);
 
 pub(crate) fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());

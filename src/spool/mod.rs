@@ -26,6 +26,7 @@ pub(crate) mod state;
 
 pub use checkpoint::SpoolState;
 pub(crate) use checkpoint::{CheckpointLoader, CheckpointMeta};
+pub(crate) use codec::DecodeError;
 pub(crate) use command::{Command, EnqueueMeta, Record};
 pub use command::{FailReason, MessageId, Payload, StoredRequest};
 pub use filter::{DeadLetterFilter, Selection, StatusMatch};

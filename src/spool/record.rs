@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 
-use super::codec::{Reader, put_bytes32, put_i64, put_str16, put_u32, put_u64};
+use super::codec::{DecodeError, Reader, put_bytes32, put_i64, put_str16, put_u32, put_u64};
 use super::command::{
     ATTEMPTS_KEPT, AttemptInfo, Command, EnqueueMeta, EventMeta, EventTag, FailReason, Payload,
     Record, StoredRequest,
@@ -64,10 +64,6 @@ const RESEND_HAS_REQUEST: u8 = 1;
 const RESEND_HAS_EVENT: u8 = 2;
 const RESEND_HAS_TENANT: u8 = 4;
 
-/// Why a checksummed record body did not decode.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct DecodeError(pub String);
 impl Record<'_> {
     pub fn kind(&self) -> u8 {
         match self.command {

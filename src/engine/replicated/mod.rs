@@ -37,7 +37,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Engine;
 use super::error::WriteError;
-use super::sink::{self, Op, Reply};
+use super::core::Reply;
+use super::sink::{self, Op};
 use crate::journal::{Durable, JournalError, RecordLoc};
 use crate::spool::{Applied, Command, Payload, Record};
 pub(crate) use error::{ReplicationError, StreamError};
@@ -139,8 +140,11 @@ impl Replication {
         }
     }
 
+}
+
+impl sink::PlacedLog for Replication {
     /// The writer placed entry `seq` (called by the sink, in order).
-    pub(super) fn placed(&self, seq: u64, term: u64, kind: u8, loc: RecordLoc) {
+    fn placed(&self, seq: u64, term: u64, kind: u8, loc: RecordLoc) {
         let mut index = self.index();
         assert_eq!(
             seq,
@@ -156,6 +160,9 @@ impl Replication {
         }
     }
 
+}
+
+impl Replication {
     pub(super) fn index(&self) -> std::sync::MutexGuard<'_, LogIndex> {
         self.index.lock().expect("bug: index lock poisoned")
     }

@@ -31,7 +31,7 @@ use super::log::RaftLog;
 use crate::engine::Engine;
 use crate::engine::compact::pick_run;
 use crate::engine::core::{CheckpointOnDisk, FileMeta};
-use crate::engine::open::load_checkpoint;
+use crate::engine::checkpoint::load_checkpoint;
 use crate::journal::atomic::{AtomicWriteError, remove_files};
 use crate::journal::files::{frame, write_checkpoint, write_pack};
 use crate::journal::format::{FILE_HEADER_BYTES, FRAME_HEADER_BYTES, FileId, PackHeader};

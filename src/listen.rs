@@ -8,7 +8,7 @@
 //!   connecting, and takes a slot only then: idle connections cost a
 //!   socket for two seconds, never a slot. Its request headers must be
 //!   complete within [`HEADER_READ_TIMEOUT`] (bodies have
-//!   [`super::BODY_READ_TIMEOUT`]).
+//!   [`crate::api::BODY_READ_TIMEOUT`]).
 //! - At most [`CONNECTIONS_MAX`] are active, and at most
 //!   [`CONNECTIONS_PER_CLIENT_MAX`] of them from one client address, so
 //!   that one neighbour cannot take every slot; a connection waits (in
