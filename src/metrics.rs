@@ -18,7 +18,6 @@ use ::metrics::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-
 pub(crate) const MESSAGES_SENT: &str = "spoold_messages_sent_total";
 pub(crate) const MESSAGES_ACKED: &str = "spoold_messages_acked_total";
 pub(crate) const MESSAGES_RETRIED: &str = "spoold_messages_retried_total";

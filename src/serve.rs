@@ -18,10 +18,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::{ApiConfig, AppState, probe_router, router};
-use crate::listen as server;
 use crate::config::{Config, OnCorruption};
 use crate::engine::{Engine, EngineOptions, Origin, QueueError};
 use crate::journal::JournalError;
+use crate::listen as server;
 use crate::spool::QueueSettings;
 
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,6 @@
 
 pub use crate::api::LONG_POLLS_MAX;
 pub use crate::api::forward::resolve_path;
-pub use crate::listen::HEADER_READ_TIMEOUT;
 pub use crate::delivery::client::install_crypto_provider;
 pub use crate::delivery::target::Destination;
 pub use crate::engine::rebuild::repair;
@@ -20,13 +19,12 @@ pub use crate::journal::scan::scan_dir;
 pub use crate::journal::sim::{SimStorage, Tear};
 pub use crate::journal::storage::Storage;
 pub use crate::journal::{JournalError, RecordLoc, load_identity};
-pub use crate::spool::checkpoint::{
-    DedupEntry, EventKeyEntry, MessageEntry, QueueEntry, QueueState,
-};
+pub use crate::listen::HEADER_READ_TIMEOUT;
+pub use crate::spool::command::FailInfo;
 pub use crate::spool::command::IDS_PER_RECORD_MAX;
 pub use crate::spool::command::Record;
 pub use crate::spool::record::{decode_attempts, decode_payload, kind};
-pub use crate::spool::state::FailInfo;
+pub use crate::spool::state::{DedupEntry, EventKeyEntry, MessageEntry, QueueEntry, QueueState};
 
 /// The headers of a replication request signed with `secret`, as node
 /// `from` sends it to node `target` (`body`: `None` for a stream).

@@ -3,23 +3,14 @@
 
 use axum::http::HeaderMap;
 
-/// Headers never stored for forwarding: hop-by-hop ones (RFC 9110 §7.6.1),
-/// `Host`, `Content-Length` (recomputed on delivery) and
-/// `Proxy-Authorization` (credentials for a proxy, never for a third
-/// party). `Spooler-*` headers and the ones `Connection` names are dropped
-/// too.
-const NOT_FORWARDED: &[&str] = &[
-    "proxy-authorization",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "trailer",
-];
+use crate::spool::queue::is_hop_by_hop;
+
+/// Headers never stored for forwarding, besides the hop-by-hop ones
+/// (`spool::queue::HOP_BY_HOP`, `Proxy-Authorization` among them:
+/// credentials for a proxy, never for a third party): `Host` and
+/// `Content-Length` (recomputed on delivery). `Spooler-*` headers and the
+/// ones `Connection` names are dropped too.
+const NOT_FORWARDED: &[&str] = &["host", "content-length"];
 
 /// The headers to store with a forwarded request, in their order.
 pub(crate) fn stored_headers(headers: &HeaderMap) -> Vec<(String, String)> {
@@ -35,7 +26,8 @@ pub(crate) fn stored_headers(headers: &HeaderMap) -> Vec<(String, String)> {
         .iter()
         .filter(|(name, _)| {
             let n = name.as_str();
-            !NOT_FORWARDED.contains(&n)
+            !is_hop_by_hop(n)
+                && !NOT_FORWARDED.contains(&n)
                 && !n.starts_with("spooler-")
                 && !named_by_connection.iter().any(|c| c == n)
         })

@@ -25,6 +25,7 @@ use futures_util::StreamExt;
 
 use super::error::ApiError;
 use crate::cluster::Cluster;
+use crate::spool::queue::is_hop_by_hop;
 
 /// Marks a relayed call, naming the replica that relayed it.
 const FORWARDED_HEADER: &str = "spooler-forwarded";
@@ -35,24 +36,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// (beyond the call's `wait`): a new primary is elected within two.
 const ELECTIONS_PER_RELAY: u32 = 3;
 
-/// Headers of one hop only, never relayed: among them a browser's
-/// `Origin` and `Sec-Fetch-*`, which this replica's edge checked against
-/// its own name (`edge.rs`) and the primary's would refuse.
+/// Headers of one hop only, never relayed: the hop-by-hop ones
+/// (`spool::queue::HOP_BY_HOP`), `Host`, and a browser's `Origin` and
+/// `Sec-Fetch-Site`, which this replica's edge checked against its own name
+/// (`edge.rs`) and the primary's would refuse.
 fn hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-            | "host"
-            | "origin"
-            | "sec-fetch-site"
-    )
+    let name = name.as_str();
+    is_hop_by_hop(name) || matches!(name, "host" | "origin" | "sec-fetch-site")
 }
 
 /// The pooled client a follower relays with.

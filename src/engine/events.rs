@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use tokio::sync::oneshot;
 
 use super::Engine;
-use super::error::EventError;
 use super::core::Reply;
+use super::error::EventError;
 use super::write::closed;
 use crate::spool::command::EventMeta;
 use crate::spool::event::{event_type_problem, tenant_problem};

@@ -7,9 +7,9 @@ use std::borrow::Cow;
 use tokio::sync::oneshot;
 
 use super::Engine;
+use super::core::Reply;
 use super::error::MessageError;
 use super::lease::PinnedFile;
-use super::core::Reply;
 use super::write::closed;
 use crate::journal::RecordLoc;
 use crate::spool::command::AttemptInfo;

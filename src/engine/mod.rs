@@ -57,6 +57,7 @@ use tokio::sync::watch;
 pub use self::awake::PushWake;
 pub use self::core::Arrival;
 use self::core::{Core, Shared};
+pub use core::SendOutcome;
 pub use error::{
     EventError, LeaseError, MessageError, QueueError, ReadError, SendError, SettleError, WriteError,
 };
@@ -65,7 +66,6 @@ pub use history::{HISTORY_SCAN_MAX, HistoryItem, HistoryPage, HistoryQuery};
 pub use queues::BulkOutcome;
 pub use rules::{Origin, Policy};
 use sink::Entry;
-pub use core::SendOutcome;
 use token::Tokens;
 
 use crate::journal::lock::DirLock;

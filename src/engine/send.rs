@@ -5,8 +5,8 @@ use std::borrow::Cow;
 
 use tokio::sync::oneshot;
 
-use super::error::SendError;
 use super::core::{Reply, SendOutcome, SendReply};
+use super::error::SendError;
 use super::write::closed;
 use super::{Engine, SendRequest};
 use crate::spool::{Command, EnqueueMeta, Record};

@@ -7,9 +7,9 @@ use std::borrow::Cow;
 use tokio::sync::oneshot;
 
 use super::Engine;
+use super::core::Reply;
 use super::error::{ReadError, SettleError};
 use super::lease::settle_error;
-use super::core::Reply;
 use super::write::closed;
 use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};
 use crate::spool::queue::origin_queue_name;

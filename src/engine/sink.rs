@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-
 use super::core::{Arrival, Core, Reply, SendOutcome, SendReply, Shared};
 use super::error::{SendError, WriteError};
 use crate::journal::{BatchFailure, BatchSink, Durable, Placed, RecordLoc};

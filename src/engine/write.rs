@@ -6,8 +6,8 @@ use tokio::sync::oneshot;
 
 use super::Engine;
 use super::core::Core;
-use super::error::WriteError;
 use super::core::Reply;
+use super::error::WriteError;
 use super::sink::{Entry, Op};
 use crate::journal::JournalError;
 use crate::spool::{Command, Payload, Record};

@@ -40,8 +40,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use error::JournalError;
-pub(crate) use format::SpoolIdentity;
 pub use format::RecordLoc;
+pub(crate) use format::SpoolIdentity;
 pub(crate) use writer::{
     BatchFailure, BatchSink, Control, Durable, Journal, Placed, Truncate, WriterOptions,
     WriterStats,

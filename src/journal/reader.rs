@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use super::error::JournalError;
 use super::format::FileId;
+use super::format::RecordLoc;
 use super::frames::frame_at;
 use super::storage::{Storage, StorageFile};
-use super::format::RecordLoc;
 
 /// Shared, cheap to clone. Open file handles are cached; a handle stays
 /// usable for as long as a reader holds its `Arc`, even after compaction

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use super::error::JournalError;
 use super::format::{
-    FILE_HEADER_BYTES, FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FileId, FrameHeader,
-    RecordLoc, SegmentHeader, segment_file_name,
+    FILE_HEADER_BYTES, FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FileId, FrameHeader, RecordLoc,
+    SegmentHeader, segment_file_name,
 };
 use super::prealloc::Preallocator;
 use super::reader::SegmentReader;

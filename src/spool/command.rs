@@ -33,6 +33,14 @@ pub struct MessageId(pub u64);
 /// the record size limit (8 bytes an id: 512 KiB).
 pub const IDS_PER_RECORD_MAX: usize = 64 * 1024;
 
+/// Why and when a message reached a failure queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailInfo {
+    pub reason: FailReason,
+    pub last_status: Option<u16>,
+    pub failed_at: Millis,
+}
+
 /// Why a message moved to a failure queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailReason {

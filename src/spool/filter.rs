@@ -5,8 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::command::{FailReason, MessageId};
-use super::state::FailInfo;
+use super::command::{FailInfo, FailReason, MessageId};
 use crate::time::Millis;
 
 /// A last HTTP status to match: one code (`503`) or a class (`5xx`).

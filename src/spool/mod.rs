@@ -24,13 +24,13 @@ pub(crate) mod record;
 pub mod search;
 pub(crate) mod state;
 
-pub use checkpoint::SpoolState;
 pub(crate) use checkpoint::{CheckpointLoader, CheckpointMeta};
 pub(crate) use codec::DecodeError;
 pub(crate) use command::{Command, EnqueueMeta, Record};
 pub use command::{FailReason, MessageId, Payload, StoredRequest};
 pub use filter::{DeadLetterFilter, Selection, StatusMatch};
 pub use queue::{OnExpire, QueueSettings};
+pub use state::SpoolState;
 pub(crate) use state::{Applied, Leased, Spool, SpoolError};
 pub use state::{Delivered, MessageState, MessageView, QueueStats};
 

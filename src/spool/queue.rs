@@ -289,16 +289,37 @@ pub(crate) mod limits {
     pub(crate) const HISTORY_BYTES_DEFAULT: u64 = 64 << 20;
 }
 
+/// Headers of one hop (RFC 9110 §7.6.1, with RFC 7230's proxy pair and the
+/// `Proxy-Connection` old clients send), lowercase: never stored with a
+/// forwarded request, relayed to the primary, or set as a static header.
+/// The one list every path checks (`api/forward.rs`, `api/relay.rs`).
+pub(crate) const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Whether `name` (lowercase, as `http::HeaderName` keeps it) is in
+/// [`HOP_BY_HOP`].
+pub(crate) fn is_hop_by_hop(name: &str) -> bool {
+    HOP_BY_HOP.contains(&name)
+}
+
 /// Names a push queue may not set as static headers, with why: spoold
 /// computes them, they are hop-by-hop, or they are credentials for a proxy.
 pub(crate) fn static_header_refusal(name: &str) -> Option<&'static str> {
     let lower = name.to_ascii_lowercase();
     match lower.as_str() {
-        "connection" | "keep-alive" | "proxy-connection" | "te" | "transfer-encoding"
-        | "upgrade" | "trailer" => Some("a hop-by-hop header is never forwarded"),
+        "proxy-authorization" => Some("credentials for a proxy are never forwarded"),
+        hop if is_hop_by_hop(hop) => Some("a hop-by-hop header is never forwarded"),
         "host" => Some("the host is the destination's"),
         "content-length" => Some("spoold sets the length of each body"),
-        "proxy-authorization" => Some("credentials for a proxy are never forwarded"),
         "webhook-id" | "webhook-timestamp" | "webhook-signature" => {
             Some("spoold signs each attempt itself (signing_secret)")
         }

@@ -36,8 +36,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Engine;
-use super::error::WriteError;
 use super::core::Reply;
+use super::error::WriteError;
 use super::sink::{self, Op};
 use crate::journal::{Durable, JournalError, RecordLoc};
 use crate::spool::{Applied, Command, Payload, Record};
@@ -139,7 +139,6 @@ impl Replication {
             snapshot_trigger: std::sync::OnceLock::new(),
         }
     }
-
 }
 
 impl sink::PlacedLog for Replication {
@@ -159,7 +158,6 @@ impl sink::PlacedLog for Replication {
             unwritten.pop_front();
         }
     }
-
 }
 
 impl Replication {

@@ -1,0 +1,217 @@
+//! Reservations made before a record is appended: leases handed out,
+//! renewed, settled and returned, messages marked while their removal is
+//! written, and dedup lookups. None is journaled; a restart drops them.
+
+use super::Spool;
+use super::queue::{Queue, retry_or_fail};
+use super::types::{Lease, Leased, SpoolError};
+use crate::spool::command::{Command, MessageId};
+use crate::time::Millis;
+
+impl Spool {
+    /// The message a dedup key hash points at, if the key is still inside
+    /// the queue's window at `now`.
+    pub(crate) fn dedup_lookup(&self, queue: &str, hash: u64, now: Millis) -> Option<MessageId> {
+        let q = self.queue(queue)?;
+        let window = q.settings.dedup_window_ms as i64;
+        q.dedup
+            .get(&hash)
+            .filter(|&&(first, _)| first + window > now)
+            .map(|&(_, id)| id)
+    }
+
+    /// Counts a send answered from the dedup window (memory only, like every
+    /// counter that no record carries).
+    pub(crate) fn count_deduplicated(&mut self, queue: &str) {
+        if let Some(q) = self.queue_mut(queue) {
+            q.counters.deduplicated += 1;
+        }
+    }
+
+    /// Leases up to `max` visible messages of `queue`, longest-waiting
+    /// first, until `now + duration_ms`. A paused queue hands out nothing;
+    /// one whose breaker is open only a `probe`.
+    pub(crate) fn lease(
+        &mut self,
+        queue: &str,
+        now: Millis,
+        duration_ms: u64,
+        max: usize,
+        probe: bool,
+    ) -> Result<Vec<Leased>, SpoolError> {
+        let qid = *self.names.get(queue).ok_or(SpoolError::QueueNotFound)?;
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+        let mut out = Vec::new();
+        if q.paused || (q.breaker.is_some() && !probe) {
+            return Ok(out);
+        }
+        let retention_ms = q.settings.retention_ms as i64;
+        let expires_at = now + duration_ms as i64;
+        let mut skipped = Vec::new();
+        while out.len() < max {
+            let Some(&(visible_at, id)) = q.ready.first() else {
+                break;
+            };
+            if visible_at > now {
+                break;
+            }
+            q.ready.pop_first();
+            let message = q.messages[&id];
+            if message.retention_from + retention_ms <= now {
+                // Past retention: the expiry timer takes it, nobody else.
+                skipped.push((visible_at, id));
+                continue;
+            }
+            self.next_lease_serial += 1;
+            let serial = self.next_lease_serial;
+            q.leases.insert(
+                id,
+                Lease {
+                    serial,
+                    expires_at,
+                    settling: false,
+                },
+            );
+            q.lease_expiry.insert((expires_at, id));
+            out.push(Leased {
+                id,
+                serial,
+                expires_at,
+                message,
+                failure: q.failures.get(&id).copied(),
+            });
+        }
+        q.ready.extend(skipped);
+        Ok(out)
+    }
+
+    pub(super) fn valid_lease(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        serial: u64,
+        now: Millis,
+    ) -> Result<&mut Queue, SpoolError> {
+        let q = self.queue_mut(queue).ok_or(SpoolError::QueueNotFound)?;
+        match q.leases.get(&id) {
+            Some(lease) if lease.serial == serial && !lease.settling && now < lease.expires_at => {
+                Ok(q)
+            }
+            _ => Err(SpoolError::StaleLease),
+        }
+    }
+
+    /// Checks a lease and marks it settling: the caller appends the ack (or
+    /// nack) record next. Undo with [`Spool::release`].
+    pub(crate) fn reserve_settle(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        serial: u64,
+        now: Millis,
+    ) -> Result<(), SpoolError> {
+        let q = self.valid_lease(queue, id, serial, now)?;
+        q.leases.get_mut(&id).expect("checked above").settling = true;
+        Ok(())
+    }
+
+    /// Reserves a nack of a valid lease and returns the record to append:
+    /// a retry after `delay_ms`, or a move to the failure queue once the
+    /// retry count would pass `max_retries`, remembering `last_status` (the
+    /// HTTP status of a push worker's last attempt).
+    pub(crate) fn reserve_nack(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        serial: u64,
+        now: Millis,
+        delay_ms: u64,
+        last_status: Option<u16>,
+    ) -> Result<Command<'static>, SpoolError> {
+        self.reserve_settle(queue, id, serial, now)?;
+        let q = self.queue(queue).expect("reserved above");
+        Ok(retry_or_fail(q, id, now + delay_ms as i64, last_status))
+    }
+
+    /// Extends a valid lease to `now` + the queue's current lease timeout.
+    pub(crate) fn renew(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        serial: u64,
+        now: Millis,
+    ) -> Result<Millis, SpoolError> {
+        let q = self.valid_lease(queue, id, serial, now)?;
+        let expires_at = now + q.settings.lease_timeout_ms as i64;
+        let lease = q.leases.get_mut(&id).expect("checked above");
+        q.lease_expiry.remove(&(lease.expires_at, id));
+        lease.expires_at = expires_at;
+        q.lease_expiry.insert((expires_at, id));
+        Ok(expires_at)
+    }
+
+    /// Marks a message pending (out of line, its lease stale) while a record
+    /// that removes or moves it is written.
+    pub(crate) fn reserve_message(&mut self, queue: &str, id: MessageId) -> Result<(), SpoolError> {
+        let q = self.queue_mut(queue).ok_or(SpoolError::QueueNotFound)?;
+        let message = q.messages.get_mut(&id).ok_or(SpoolError::MessageNotFound)?;
+        if message.pending {
+            return Err(SpoolError::MessageNotFound);
+        }
+        message.pending = true;
+        q.ready.remove(&(message.visible_at, id));
+        if let Some(lease) = q.leases.get_mut(&id) {
+            lease.settling = true;
+        }
+        Ok(())
+    }
+
+    /// Undoes a reservation whose record could not be written.
+    pub(crate) fn release(&mut self, queue: &str, id: MessageId) {
+        let Some(q) = self.queue_mut(queue) else {
+            return;
+        };
+        let Some(message) = q.messages.get_mut(&id) else {
+            return;
+        };
+        message.pending = false;
+        match q.leases.get_mut(&id) {
+            Some(lease) => lease.settling = false,
+            None => {
+                q.ready.insert((message.visible_at, id));
+            }
+        }
+    }
+
+    /// Ends a lease without a record and without counting it: the message
+    /// is back in line at its old place, retry count unchanged. For a
+    /// lease whose payload could not be read (the spool's fault, not the
+    /// message's).
+    pub(crate) fn return_lease(&mut self, queue: &str, id: MessageId, serial: u64) {
+        let Some(q) = self.queue_mut(queue) else {
+            return;
+        };
+        if q.leases
+            .get(&id)
+            .is_none_or(|l| l.serial != serial || l.settling)
+        {
+            return;
+        }
+        let lease = q.leases.remove(&id).expect("checked above");
+        q.lease_expiry.remove(&(lease.expires_at, id));
+        let message = q.messages[&id];
+        q.ready.insert((message.visible_at, id));
+    }
+
+    /// Drops every lease (a new epoch): their messages are visible at once,
+    /// in their old place in line, retry counts unchanged.
+    pub(crate) fn drop_leases(&mut self) {
+        for q in self.queues.values_mut() {
+            for (id, _) in q.leases.drain() {
+                let message = q.messages[&id];
+                q.ready.insert((message.visible_at, id));
+            }
+            q.lease_expiry.clear();
+        }
+    }
+}

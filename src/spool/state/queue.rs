@@ -1,0 +1,326 @@
+//! One queue as memory keeps it: its messages by id and in line, its dedup
+//! keys and delivered history, and the rule that sends an unsettled lease
+//! back in line or to the failure queue.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::plain::MessageEntry;
+use super::types::{Counters, Delivered, Lease, Message};
+use crate::journal::RecordLoc;
+use crate::spool::command::FailInfo;
+use crate::spool::command::{Command, FailReason, MessageId};
+use crate::spool::filter::{DeadLetterFilter, Selection};
+use crate::spool::queue::QueueSettings;
+use crate::time::Millis;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct QueueId(pub(super) u32);
+
+/// A map by message id (or dedup hash): SipHash with fixed keys. Its keys
+/// are counters and keyed hashes, nothing a client can aim at one bucket;
+/// and without the random state each map is 16 bytes smaller, which every
+/// one of 100 000 queues (and its failure queue) pays four times.
+pub(super) type IdMap<K, V> =
+    HashMap<K, V, std::hash::BuildHasherDefault<std::hash::DefaultHasher>>;
+
+#[derive(Debug)]
+pub(crate) struct Queue {
+    pub name: String,
+    /// Shared: every failure queue whose queue has the same lease timeout
+    /// and retention has the same settings, one copy of them.
+    pub settings: Arc<QueueSettings>,
+    pub managed_by_config: bool,
+    pub paused: bool,
+    /// The circuit breaker of a push queue is open, and when its next probe
+    /// is due (memory only).
+    pub breaker: Option<Millis>,
+    /// For a failure queue: the queue it belongs to.
+    pub(super) parent: Option<QueueId>,
+    /// For an ordinary queue: its failure queue.
+    pub(super) failed: Option<QueueId>,
+    pub(super) messages: BTreeMap<MessageId, Message>,
+    /// Messages waiting for a lease (visible or delayed), in line order.
+    pub(super) ready: BTreeSet<(Millis, MessageId)>,
+    /// Every message, by the start of its retention.
+    pub(super) retention: BTreeSet<(Millis, MessageId)>,
+    pub(super) leases: IdMap<MessageId, Lease>,
+    pub(super) lease_expiry: BTreeSet<(Millis, MessageId)>,
+    /// Dedup key hash → (first send, message id).
+    pub(super) dedup: IdMap<u64, (Millis, MessageId)>,
+    pub(super) dedup_order: VecDeque<(Millis, u64)>,
+    pub(super) failures: IdMap<MessageId, FailInfo>,
+    /// Messages with a retry count above 0 (not kept in a failure queue).
+    pub(super) retrying: BTreeSet<MessageId>,
+    /// Where the latest delivery-attempt record of a message is (it carries
+    /// the last ten attempts). Only messages a worker has tried have one.
+    pub(super) attempts: IdMap<MessageId, RecordLoc>,
+    /// Delivered messages kept for `history_retention`, and the same by
+    /// delivery time; the bytes of their records.
+    pub(super) history: BTreeMap<MessageId, Delivered>,
+    pub(super) history_order: BTreeSet<(Millis, MessageId)>,
+    pub(super) history_bytes: u64,
+    pub counters: Counters,
+}
+
+impl Queue {
+    pub(super) fn new(
+        name: String,
+        settings: Arc<QueueSettings>,
+        managed_by_config: bool,
+    ) -> Queue {
+        Queue {
+            name,
+            settings,
+            managed_by_config,
+            paused: false,
+            breaker: None,
+            parent: None,
+            failed: None,
+            messages: BTreeMap::new(),
+            ready: BTreeSet::new(),
+            retention: BTreeSet::new(),
+            leases: IdMap::default(),
+            lease_expiry: BTreeSet::new(),
+            dedup: IdMap::default(),
+            dedup_order: VecDeque::new(),
+            failures: IdMap::default(),
+            retrying: BTreeSet::new(),
+            attempts: IdMap::default(),
+            history: BTreeMap::new(),
+            history_order: BTreeSet::new(),
+            history_bytes: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    pub(crate) fn is_failure_queue(&self) -> bool {
+        self.parent.is_some()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Nothing here for the timer: no message, lease, dedup key or
+    /// history entry.
+    pub(super) fn is_idle(&self) -> bool {
+        self.messages.is_empty()
+            && self.leases.is_empty()
+            && self.dedup_order.is_empty()
+            && self.history.is_empty()
+    }
+
+    pub(super) fn insert(&mut self, id: MessageId, message: Message) {
+        self.ready.insert((message.visible_at, id));
+        self.retention.insert((message.retention_from, id));
+        if message.retry_count > 0 && !self.is_failure_queue() {
+            self.retrying.insert(id);
+        }
+        self.messages.insert(id, message);
+    }
+
+    /// Removes a message from every index (its attempts stay: the caller
+    /// moves or forgets them).
+    pub(super) fn take(&mut self, id: MessageId) -> Option<(Message, Option<FailInfo>)> {
+        let message = self.messages.remove(&id)?;
+        self.ready.remove(&(message.visible_at, id));
+        self.retention.remove(&(message.retention_from, id));
+        self.retrying.remove(&id);
+        if let Some(lease) = self.leases.remove(&id) {
+            self.lease_expiry.remove(&(lease.expires_at, id));
+        }
+        Some((message, self.failures.remove(&id)))
+    }
+
+    /// The messages `filter` selects, oldest first: all of them counted,
+    /// up to `max` of those `eligible` picked.
+    pub(super) fn select(
+        &self,
+        filter: &DeadLetterFilter,
+        max: usize,
+        eligible: impl Fn(MessageId, &Message) -> bool,
+    ) -> Selection {
+        let mut selection = Selection::default();
+        let candidates: Box<dyn Iterator<Item = (MessageId, &Message)>> = match &filter.ids {
+            Some(ids) => Box::new(
+                ids.iter()
+                    .filter_map(|id| self.messages.get(id).map(|m| (*id, m))),
+            ),
+            None => Box::new(self.messages.iter().map(|(&id, m)| (id, m))),
+        };
+        for (id, m) in candidates {
+            if !filter.matches(id, self.failures.get(&id)) {
+                continue;
+            }
+            selection.matched += 1;
+            if selection.picked.len() < max && eligible(id, m) {
+                selection.picked.push(id);
+            }
+        }
+        selection
+    }
+
+    /// Every remembered dedup key: (hash, first send, id).
+    pub(crate) fn dedup_entries(&self) -> impl Iterator<Item = (u64, Millis, MessageId)> + '_ {
+        self.dedup
+            .iter()
+            .map(|(&hash, &(first, id))| (hash, first, id))
+    }
+
+    /// Every message as a checkpoint entry, ids ascending.
+    pub(crate) fn message_entries(
+        &self,
+        in_failure_queue: bool,
+    ) -> impl Iterator<Item = MessageEntry> + '_ {
+        self.messages.iter().map(move |(&id, m)| MessageEntry {
+            id,
+            in_failure_queue,
+            enqueued_at: m.enqueued_at,
+            visible_at: m.visible_at,
+            retention_from: m.retention_from,
+            retry_count: m.retry_count,
+            loc: m.loc,
+            shared: m.shared,
+            attempts: self.attempts.get(&id).copied(),
+            failure: self.failures.get(&id).copied(),
+        })
+    }
+
+    /// Every history entry, ids ascending.
+    pub(crate) fn history_entries(&self) -> impl Iterator<Item = (MessageId, &Delivered)> + '_ {
+        self.history.iter().map(|(&id, d)| (id, d))
+    }
+
+    /// One history entry.
+    pub(crate) fn delivered(&self, id: MessageId) -> Option<&Delivered> {
+        self.history.get(&id)
+    }
+
+    /// History entries delivered at or after `since` and before `until`,
+    /// newest first, after the entry `before` (a cursor).
+    pub(crate) fn history_newest_first(
+        &self,
+        since: Option<Millis>,
+        until: Option<Millis>,
+        before: Option<(Millis, MessageId)>,
+    ) -> impl Iterator<Item = (MessageId, &Delivered)> + '_ {
+        let hi = match (until, before) {
+            (Some(u), Some(b)) => std::cmp::min((u, MessageId(0)), b),
+            (Some(u), None) => (u, MessageId(0)),
+            (None, Some(b)) => b,
+            (None, None) => (Millis::MAX, MessageId(0)),
+        };
+        let lo = (since.unwrap_or(Millis::MIN), MessageId(0));
+        let range = if lo < hi {
+            Some(self.history_order.range(lo..hi))
+        } else {
+            None
+        };
+        range
+            .into_iter()
+            .flatten()
+            .rev()
+            .map(|&(_, id)| (id, &self.history[&id]))
+    }
+
+    /// Adds a history entry (a delivery, or from a checkpoint).
+    pub(super) fn remember(&mut self, id: MessageId, d: Delivered) {
+        self.history_bytes += d.bytes();
+        self.history_order.insert((d.delivered_at, id));
+        self.history.insert(id, d);
+    }
+
+    /// Removes a history entry; the caller releases its records.
+    pub(super) fn forget(&mut self, id: MessageId) -> Option<Delivered> {
+        let d = self.history.remove(&id)?;
+        self.history_order.remove(&(d.delivered_at, id));
+        self.history_bytes -= d.bytes();
+        Some(d)
+    }
+
+    /// The oldest history entries beyond the queue's bounds: all of them
+    /// when history is off, else the oldest while the bytes pass
+    /// `history_max_bytes`.
+    pub(super) fn history_over_bounds(&self) -> Vec<MessageId> {
+        if self.settings.history_retention_ms == 0 {
+            return self.history.keys().copied().collect();
+        }
+        let mut bytes = self.history_bytes;
+        let mut out = Vec::new();
+        for &(_, id) in &self.history_order {
+            if bytes <= self.settings.history_max_bytes {
+                break;
+            }
+            bytes -= self.history[&id].bytes();
+            out.push(id);
+        }
+        out
+    }
+
+    pub(super) fn prune_dedup(&mut self, now: Millis) {
+        let window = self.settings.dedup_window_ms as i64;
+        while let Some(&(at, hash)) = self.dedup_order.front() {
+            if at + window > now {
+                break;
+            }
+            self.dedup_order.pop_front();
+            if self.dedup.get(&hash).is_some_and(|&(first, _)| first == at) {
+                self.dedup.remove(&hash);
+            }
+        }
+    }
+}
+
+/// Failure queues' settings, one copy per (lease timeout, retention).
+#[derive(Debug, Default)]
+pub(super) struct FailureSettings(pub(super) HashMap<(u64, u64), Arc<QueueSettings>>);
+
+impl FailureSettings {
+    pub(super) fn of(&mut self, parent: &QueueSettings) -> Arc<QueueSettings> {
+        self.0
+            .entry((parent.lease_timeout_ms, parent.retention_ms))
+            .or_insert_with(|| Arc::new(failure_queue_settings(parent)))
+            .clone()
+    }
+}
+
+/// The settings a failure queue takes from its queue: an ordinary pull queue
+/// with the parent's retention and lease timeout, and no retry limit.
+pub(super) fn failure_queue_settings(parent: &QueueSettings) -> QueueSettings {
+    QueueSettings {
+        lease_timeout_ms: parent.lease_timeout_ms,
+        retention_ms: parent.retention_ms,
+        ..QueueSettings::default()
+    }
+}
+
+/// The record for a lease that ends unsettled or is nacked: back in line at
+/// `visible_at` with one more retry, or to the failure queue once that would
+/// pass `max_retries`. Failure queues have no limit.
+pub(super) fn retry_or_fail(
+    q: &Queue,
+    id: MessageId,
+    visible_at: Millis,
+    last_status: Option<u16>,
+) -> Command<'static> {
+    let retries = q.messages[&id].retry_count;
+    let queue = Cow::Owned(q.name.clone());
+    if q.failed.is_some() && retries.saturating_add(1) > q.settings.max_retries {
+        Command::Fail {
+            queue,
+            id,
+            reason: FailReason::RetriesExhausted,
+            last_status,
+            retry_count: retries,
+        }
+    } else {
+        Command::Retry {
+            queue,
+            id,
+            visible_at,
+            retry_count: retries.saturating_add(1),
+        }
+    }
+}

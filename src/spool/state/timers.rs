@@ -1,0 +1,137 @@
+//! What the timer acts on: expired leases, delays that end, retention and
+//! dedup windows that pass, and when the next of them is due.
+
+use std::borrow::Cow;
+
+use super::Spool;
+use super::queue::{QueueId, retry_or_fail};
+use crate::spool::command::{Command, FailReason, MessageId};
+use crate::spool::queue::OnExpire;
+use crate::time::Millis;
+
+impl Spool {
+    /// Finds what is due at `now` (expired leases, messages past retention),
+    /// reserves each and returns the records to append, at most `max`.
+    /// Also forgets dedup keys that left their window.
+    pub(crate) fn due(&mut self, now: Millis, max: usize) -> Vec<Command<'static>> {
+        let mut out = Vec::new();
+        let qids: Vec<QueueId> = self.busy.iter().copied().collect();
+        for qid in qids {
+            let Some(q) = self.queues.get_mut(&qid) else {
+                // Deleted.
+                self.busy.remove(&qid);
+                continue;
+            };
+            q.prune_dedup(now);
+            if q.is_idle() {
+                self.busy.remove(&qid);
+                continue;
+            }
+            let expired: Vec<MessageId> = q
+                .lease_expiry
+                .range(..=(now, MessageId(u64::MAX)))
+                .map(|&(_, id)| id)
+                .filter(|id| !q.leases[id].settling)
+                .take(max - out.len())
+                .collect();
+            for id in expired {
+                q.leases.get_mut(&id).expect("listed above").settling = true;
+                out.push(retry_or_fail(q, id, now, None));
+            }
+            let retention_ms = q.settings.retention_ms as i64;
+            let past: Vec<MessageId> = q
+                .retention
+                .range(
+                    ..(
+                        now.saturating_sub(retention_ms).saturating_add(1),
+                        MessageId(0),
+                    ),
+                )
+                .map(|&(_, id)| id)
+                .filter(|id| !q.messages[id].pending && !q.leases.contains_key(id))
+                .take(max - out.len())
+                .collect();
+            for id in past {
+                let message = q.messages.get_mut(&id).expect("listed above");
+                message.pending = true;
+                q.ready.remove(&(message.visible_at, id));
+                let queue = Cow::Owned(q.name.clone());
+                out.push(
+                    if q.settings.on_expire == OnExpire::Fail && q.failed.is_some() {
+                        Command::Fail {
+                            queue,
+                            id,
+                            reason: FailReason::Expired,
+                            last_status: None,
+                            retry_count: message.retry_count,
+                        }
+                    } else {
+                        Command::Expire { queue, id }
+                    },
+                );
+            }
+            let keep_ms = q.settings.history_retention_ms as i64;
+            if keep_ms > 0 && out.len() < max {
+                let old: Vec<MessageId> = q
+                    .history_order
+                    .range(..(now.saturating_sub(keep_ms).saturating_add(1), MessageId(0)))
+                    .map(|&(_, id)| id)
+                    .take(crate::spool::command::IDS_PER_RECORD_MAX)
+                    .collect();
+                if !old.is_empty() {
+                    out.push(Command::HistoryDrop {
+                        queue: Cow::Owned(q.name.clone()),
+                        ids: old,
+                    });
+                }
+            }
+            if out.len() >= max {
+                break;
+            }
+        }
+        out
+    }
+
+    /// The earliest moment at which [`Spool::due`] or a delayed message
+    /// could have something new. Only deadlines that can be acted on count:
+    /// a leased message past its retention waits for its lease to end, and
+    /// one being removed or moved (pending) for its record.
+    pub(crate) fn next_deadline(&self, now: Millis) -> Option<Millis> {
+        self.busy
+            .iter()
+            .filter_map(|qid| self.queues.get(qid))
+            .flat_map(|q| {
+                let lease = q
+                    .lease_expiry
+                    .iter()
+                    .find(|(_, id)| !q.leases[id].settling)
+                    .map(|&(t, _)| t);
+                let retention = q
+                    .retention
+                    .iter()
+                    .find(|(_, id)| !q.messages[id].pending && !q.leases.contains_key(id))
+                    .map(|&(t, _)| t + q.settings.retention_ms as i64);
+                let delayed = q
+                    .ready
+                    .range((now + 1, MessageId(0))..)
+                    .next()
+                    .map(|&(t, _)| t);
+                let history = q
+                    .history_order
+                    .first()
+                    .map(|&(t, _)| t + q.settings.history_retention_ms as i64);
+                [lease, retention, delayed, history]
+            })
+            .flatten()
+            .min()
+    }
+
+    /// When the next delayed message of `queue` becomes visible.
+    pub(crate) fn next_visible_at(&self, queue: &str, now: Millis) -> Option<Millis> {
+        let q = self.queue(queue)?;
+        q.ready
+            .range((now + 1, MessageId(0))..)
+            .next()
+            .map(|&(t, _)| t)
+    }
+}
