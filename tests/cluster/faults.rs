@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::common::cluster::{TestCluster, all_ids};
 use crate::common::mount::Mount;
-use crate::common::process::client;
+use crate::common::process::{cli, client};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -104,18 +104,6 @@ async fn nothing_lost(cluster: &TestCluster, i: usize, acknowledged: &BTreeSet<S
 async fn more_sent(load: &Load, n: usize) {
     let from = load.count();
     common::wait_until("more sends acknowledged", async || load.count() >= from + n).await;
-}
-
-/// `spoold --url BASE ARGS…` to its end, off the runtime's threads.
-async fn cli(base: &str, args: &[&str]) -> common::process::Ran {
-    let mut all = vec!["--url".to_owned(), base.to_owned()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = all.iter().map(String::as_str).collect();
-        common::process::run_in(std::env::temp_dir().as_path(), &args)
-    })
-    .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

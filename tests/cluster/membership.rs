@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::{TestCluster, all_ids};
-use crate::common::process::{client, run_in, wait_ready};
+use crate::common::process::{cli, client, wait_ready};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -21,18 +21,6 @@ const QUEUE: &str = "jobs";
 /// Small segments and frequent compaction: snapshots and purges happen.
 const SPOOL: &str = "segment_bytes = \"64KiB\"\ncompaction_interval = \"100ms\"";
 const TABLES: &str = "[queues.jobs]\n";
-
-/// `spoold --url BASE ARGS…` to its end, off the runtime's threads.
-async fn cli(base: &str, args: &[&str]) -> common::process::Ran {
-    let mut all = vec!["--url".to_owned(), base.to_owned()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = all.iter().map(String::as_str).collect();
-        run_in(std::env::temp_dir().as_path(), &args)
-    })
-    .await
-    .unwrap()
-}
 
 /// Starts replica `i` (not a member yet), waits for its API, and adds it
 /// through `base` with `spoold cluster add`, waiting until it is a voter:

@@ -122,6 +122,19 @@ pub fn run_in(cwd: &Path, args: &[&str]) -> Ran {
     }
 }
 
+/// `spoold --url BASE ARGS…` to its end (as [`run_in`], in the temporary
+/// directory), off the runtime's threads.
+pub async fn cli(base: &str, args: &[&str]) -> Ran {
+    let mut all = vec!["--url".to_owned(), base.to_owned()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = all.iter().map(String::as_str).collect();
+        run_in(std::env::temp_dir().as_path(), &args)
+    })
+    .await
+    .unwrap()
+}
+
 /// Runs the binary with `args`, writing `stdin` to its standard input, to
 /// its end (no `NO_COLOR`, no keys from the environment).
 pub fn run_input(args: &[&str], stdin: &str) -> std::process::Output {
