@@ -202,16 +202,19 @@ pub async fn start_command(command: &mut Command) -> Spoold {
 /// 3-replica clusters share two cores took over 30 s in CI twice.
 pub async fn wait_ready(spoold: &Spoold) {
     let client = client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client.get(format!("{}/readyz", spoold.base)).send().await
-            && r.status() == StatusCode::OK
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "spoold never became ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    super::eventually(
+        "spoold to become ready",
+        Duration::from_secs(60),
+        async || {
+            let r = client
+                .get(format!("{}/readyz", spoold.base))
+                .send()
+                .await
+                .ok()?;
+            (r.status() == StatusCode::OK).then_some(())
+        },
+    )
+    .await
 }
 
 /// Starts `command` and returns once it logged the address it listens on

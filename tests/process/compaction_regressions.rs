@@ -353,25 +353,24 @@ async fn a_full_spool_at_the_minimum_size_sends_again_once_settled() {
         assert!(sent < 10_000, "never full");
     }
     churn(&c, &s.base, "q", 0).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = c
-            .post(format!("{}/v1/queues/q/messages", s.base))
-            .body(vec![b'y'; 16 << 10])
-            .send()
-            .await
-            .unwrap();
-        if r.status() == StatusCode::CREATED {
-            break;
-        }
-        assert_eq!(r.status(), StatusCode::INSUFFICIENT_STORAGE);
-        assert!(
-            Instant::now() < deadline,
-            "still full {}s after every message was acked",
-            30
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::eventually(
+        "room to send after every message was acked",
+        Duration::from_secs(30),
+        async || {
+            let r = c
+                .post(format!("{}/v1/queues/q/messages", s.base))
+                .body(vec![b'y'; 16 << 10])
+                .send()
+                .await
+                .unwrap();
+            if r.status() == StatusCode::CREATED {
+                return Some(());
+            }
+            assert_eq!(r.status(), StatusCode::INSUFFICIENT_STORAGE);
+            None
+        },
+    )
+    .await;
     stop(s);
 }
 
@@ -552,18 +551,19 @@ async fn an_io_error_after_compactions_point_of_no_return_loses_nothing() {
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut s = start_traced(dir.path(), SPOOL_KEYS, &args).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let exited = loop {
-        if let Some(status) = s.child.try_wait().unwrap() {
-            assert!(!status.success(), "a fatal error exits non-zero");
-            break true;
-        }
-        if has_file(dir.path(), ".pack") || segment_inodes(dir.path()) != inodes {
-            break false;
-        }
-        assert!(Instant::now() < deadline, "no compaction happened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    // Whether spoold exited, once it did or a compaction happened.
+    let exited = common::eventually(
+        "a compaction to happen",
+        Duration::from_secs(20),
+        async || {
+            if let Some(status) = s.child.try_wait().unwrap() {
+                assert!(!status.success(), "a fatal error exits non-zero");
+                return Some(true);
+            }
+            (has_file(dir.path(), ".pack") || segment_inodes(dir.path()) != inodes).then_some(false)
+        },
+    )
+    .await;
     let c = client();
     if !exited {
         // Give a failing compaction the time to fail and the process the

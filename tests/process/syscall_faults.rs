@@ -30,16 +30,13 @@ fn inject(pid: u32, syscall: &str, error: &str) -> Child {
             .lines()
             .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while !std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .filter_map(Result::ok)
         .all(traced)
     {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "strace never attached"
-        );
+        assert!(Instant::now() < deadline, "strace never attached");
         std::thread::sleep(Duration::from_millis(20));
     }
     child
@@ -96,14 +93,12 @@ async fn enospc_is_rolled_back_and_eio_on_fsync_poisons_and_exits() {
     let (status, body) = send(&client, &base, "in doubt").await;
     assert_eq!(status, 500, "{body}");
     assert_eq!(body["kind"], "operation_unconfirmed");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let code = loop {
-        if let Some(status) = spoold.child.try_wait().unwrap() {
-            break status.code();
-        }
-        assert!(Instant::now() < deadline, "a poisoned spoold kept running");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let code = common::eventually(
+        "the poisoned spoold to exit",
+        Duration::from_secs(20),
+        async || spoold.child.try_wait().unwrap().map(|status| status.code()),
+    )
+    .await;
     assert_eq!(code, Some(1));
     let _ = tracer.kill();
     let _ = tracer.wait();
