@@ -2,7 +2,7 @@
 # Coverage-guided fuzzing with cargo fuzz (libFuzzer), each target for a
 # bounded time. Fails on any crash, panic or failed assertion; the input
 # that caused it is left in fuzz/artifacts/<target>/ and printed here, and
-# becomes a regression test in tests/fuzz.rs.
+# becomes a regression test in tests/engine/fuzz.rs.
 #
 # cargo fuzz wants a nightly compiler for its instrumentation flags;
 # RUSTC_BOOTSTRAP=1 lets the machine's stable toolchain accept them. No

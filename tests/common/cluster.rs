@@ -268,8 +268,7 @@ impl TestCluster {
     /// The running replica that says it is the primary and serves (its
     /// `/readyz` is 200 and a follower names it), waiting up to `within`.
     pub async fn primary(&self, within: Duration) -> usize {
-        let deadline = Instant::now() + within;
-        loop {
+        super::eventually("a primary that serves", within, async || {
             for i in self.running() {
                 if let Some(s) = self.status(i).await
                     && s["role"] == "primary"
@@ -280,13 +279,13 @@ impl TestCluster {
                         .send()
                         .await;
                     if probe.is_ok_and(|r| r.status() == StatusCode::OK) {
-                        return i;
+                        return Some(i);
                     }
                 }
             }
-            assert!(Instant::now() < deadline, "no primary within {within:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            None
+        })
+        .await
     }
 
     /// `GET /v1/cluster?digest=true` of replica `i`: its applied index and

@@ -122,6 +122,19 @@ pub fn run_in(cwd: &Path, args: &[&str]) -> Ran {
     }
 }
 
+/// `spoold --url BASE ARGS…` to its end (as [`run_in`], in the temporary
+/// directory), off the runtime's threads.
+pub async fn cli(base: &str, args: &[&str]) -> Ran {
+    let mut all = vec!["--url".to_owned(), base.to_owned()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = all.iter().map(String::as_str).collect();
+        run_in(std::env::temp_dir().as_path(), &args)
+    })
+    .await
+    .unwrap()
+}
+
 /// Runs the binary with `args`, writing `stdin` to its standard input, to
 /// its end (no `NO_COLOR`, no keys from the environment).
 pub fn run_input(args: &[&str], stdin: &str) -> std::process::Output {
@@ -189,16 +202,19 @@ pub async fn start_command(command: &mut Command) -> Spoold {
 /// 3-replica clusters share two cores took over 30 s in CI twice.
 pub async fn wait_ready(spoold: &Spoold) {
     let client = client();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client.get(format!("{}/readyz", spoold.base)).send().await
-            && r.status() == StatusCode::OK
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "spoold never became ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    super::eventually(
+        "spoold to become ready",
+        Duration::from_secs(60),
+        async || {
+            let r = client
+                .get(format!("{}/readyz", spoold.base))
+                .send()
+                .await
+                .ok()?;
+            (r.status() == StatusCode::OK).then_some(())
+        },
+    )
+    .await
 }
 
 /// Starts `command` and returns once it logged the address it listens on

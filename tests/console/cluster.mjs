@@ -1,7 +1,7 @@
 // The console's cluster page on a replicated spool's primary, in headless
 // Chromium: this replica and its term, each member with its role, match
 // index, lag and last contact, and snapshot catch-up. Prints what it saw
-// as one JSON object (tests/console.rs checks it).
+// as one JSON object (tests/process/console.rs checks it).
 //
 //   SPOOLD_URL       the primary's API (no key: a loopback cluster)
 //   CHROMIUM, SCREENSHOTS   see browser.mjs

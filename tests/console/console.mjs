@@ -3,7 +3,7 @@
 // filtered by status, one dead letter's attempts, a redrive of a selection
 // (with its confirmation), the live tail, a delete of everything matching a
 // filter, pause and resume. Prints what it saw as one JSON
-// object; tests/console.rs checks it and the server's state.
+// object; tests/process/console.rs checks it and the server's state.
 //
 //   SPOOLD_URL, SPOOLD_API_KEY   the server and a key it accepts
 //   CHROMIUM, SCREENSHOTS        see browser.mjs

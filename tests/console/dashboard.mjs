@@ -4,7 +4,7 @@
 // for its next try, "delete" on a delayed one, a dead letter's detail
 // beside the list with times in UTC and its redrive button, the cluster
 // page, the favicon, and the same pages on a phone's screen. Prints what
-// it saw as one JSON object; tests/console.rs checks it and the server.
+// it saw as one JSON object; tests/process/console.rs checks it and the server.
 //
 //   SPOOLD_URL, SPOOLD_API_KEY   the server and a key it accepts
 //   CHROMIUM, SCREENSHOTS        see browser.mjs

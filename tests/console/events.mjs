@@ -2,7 +2,7 @@
 // publish an event from the queue list, search a queue's messages by event
 // type, tenant and a JSON path, then the delivery history of an endpoint:
 // filtered by tenant, one delivery with its attempts, and resent. Prints
-// what it saw as one JSON object; tests/console.rs checks it and, over
+// what it saw as one JSON object; tests/process/console.rs checks it and, over
 // the API, what the destination received.
 //
 //   SPOOLD_URL, SPOOLD_API_KEY   the server and a key it accepts

@@ -1,0 +1,16 @@
+//! Replicated mode: replicas as real `spoold` processes on loopback
+//! (`common::cluster`), some behind proxies the test cuts and delays
+//! (`common::links`): failover and forwarding, membership changes, faults
+//! beyond the nemesis, the Jepsen-style nemesis, and the cluster port
+//! against someone without the secret.
+//!
+//! One module per subject: `cargo test --test cluster nemesis::` runs one.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod failover;
+mod faults;
+mod membership;
+mod nemesis;
+mod port_attacks;

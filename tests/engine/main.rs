@@ -1,0 +1,18 @@
+//! The engine in this test's process, without the server: on the
+//! fault-injecting simulated storage (what is answered only after its
+//! fsync, every row of the recovery table, the model test of every
+//! operation through crashes and power cuts, arbitrary input to replay and
+//! the parsers), and on the real file system (a bounded soak, a spool of
+//! the previous format upgraded).
+//!
+//! One module per subject: `cargo test --test engine model::` runs one.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod end_to_end;
+mod fuzz;
+mod model;
+mod recovery_table;
+mod soak;
+mod upgrade;
