@@ -237,7 +237,7 @@ enum ClusterCommand {
         id: u64,
         addr: String,
         /// How long the new member may take to catch up (default 5m).
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, value_parser = spoold::config::parse_duration)]
         wait: Option<std::time::Duration>,
         #[arg(long)]
         json: bool,

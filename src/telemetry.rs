@@ -47,7 +47,7 @@ impl Telemetry {
         let Some(url) = config.traces_url() else {
             return Ok(None);
         };
-        crate::delivery::client::install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let exporter = SpanExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary)

@@ -6,7 +6,6 @@
 
 pub use crate::api::LONG_POLLS_MAX;
 pub use crate::api::forward::resolve_path;
-pub use crate::delivery::client::install_crypto_provider;
 pub use crate::delivery::target::Destination;
 pub use crate::engine::rebuild::repair;
 pub use crate::engine::token::Tokens;
@@ -25,6 +24,7 @@ pub use crate::spool::command::IDS_PER_RECORD_MAX;
 pub use crate::spool::command::Record;
 pub use crate::spool::record::{decode_attempts, decode_payload, kind};
 pub use crate::spool::state::{DedupEntry, EventKeyEntry, MessageEntry, QueueEntry, QueueState};
+pub use crate::tls::install_crypto_provider;
 
 /// The headers of a replication request signed with `secret`, as node
 /// `from` sends it to node `target` (`body`: `None` for a stream).

@@ -1,14 +1,22 @@
-//! TLS with mutual certificates on the cluster port (`[cluster.tls]`):
-//! every replica presents a certificate its peers check against the
-//! cluster's CA, both ways, on top of the signed requests of
-//! `cluster/auth.rs`. Loaded when the config is checked (so `check-config`
-//! refuses what `run` would) and again when the replica opens.
-//! The certificate must name the address peers dial (a DNS name or an IP
-//! address in its subject alternative names: `cluster.advertise` and
-//! `cluster.peers`); docs/operations.md shows one way to issue them on
-//! Kubernetes.
+//! TLS for spoold: the process-wide crypto provider every rustls config
+//! and reqwest client needs, the one way a TLS file (a certificate, a key,
+//! a CA bundle) is read, and the cluster port's TLS.
+//!
+//! The cluster port (`[cluster.tls]`) has mutual certificates: every
+//! replica presents a certificate its peers check against the cluster's
+//! CA, both ways, on top of the signed requests of `cluster/auth.rs`.
+//! Loaded when the config is checked (so `check-config` refuses what `run`
+//! would) and again when the replica opens. The certificate must name the
+//! address peers dial (a DNS name or an IP address in its subject
+//! alternative names: `cluster.advertise` and `cluster.peers`);
+//! docs/operations.md shows one way to issue them on Kubernetes.
+//!
+//! This module knows file paths, not the config: its callers pass the
+//! paths the config names.
 
-use std::sync::Arc;
+use std::io::Read as _;
+use std::path::Path;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use rustls::RootCertStore;
@@ -16,8 +24,57 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 
-use crate::config::ClusterTlsConfig;
-use crate::engine::rules::read_tls_file;
+static CRYPTO: Once = Once::new();
+
+/// rustls needs one process-wide crypto provider; ring builds with gcc alone.
+/// Any reqwest client in the process needs it, tests' clients included.
+pub fn install_crypto_provider() {
+    CRYPTO.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// Largest TLS file (a CA bundle, a certificate, a key) spoold reads.
+pub(crate) const TLS_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// A TLS file must be a regular file (not a FIFO, a device, a directory)
+/// of at most [`TLS_FILE_BYTES_MAX`].
+pub(crate) fn tls_file(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.len() > TLS_FILE_BYTES_MAX {
+        return Err(format!(
+            "{} has {} bytes: allowed at most {TLS_FILE_BYTES_MAX}",
+            path.display(),
+            meta.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a TLS file after checking it as [`tls_file`] does, never more
+/// than [`TLS_FILE_BYTES_MAX`] bytes.
+pub(crate) fn read_tls_file(path: &Path) -> Result<Vec<u8>, String> {
+    tls_file(path)?;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(TLS_FILE_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > TLS_FILE_BYTES_MAX {
+        return Err(format!(
+            "{} grew past {TLS_FILE_BYTES_MAX} bytes",
+            path.display()
+        ));
+    }
+    Ok(bytes)
+}
+
+fn read(what: &str, path: &str) -> Result<Vec<u8>, String> {
+    read_tls_file(Path::new(path)).map_err(|e| format!("cluster.tls.{what}: {e}"))
+}
 
 /// How long an idle pooled connection to a peer is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -28,14 +85,16 @@ pub(crate) struct ClusterTls {
     client: rustls::ClientConfig,
 }
 
-fn read(what: &str, path: &str) -> Result<Vec<u8>, String> {
-    read_tls_file(std::path::Path::new(path)).map_err(|e| format!("cluster.tls.{what}: {e}"))
-}
-
 impl ClusterTls {
-    /// Reads and checks the three files; the error names the key.
-    pub(crate) fn load(config: &ClusterTlsConfig) -> Result<ClusterTls, String> {
-        crate::delivery::client::install_crypto_provider();
+    /// Reads and checks the three PEM files of `[cluster.tls]`: this
+    /// replica's certificate (and chain), its key, and the CA that signs
+    /// every replica's certificate; the error names the key.
+    pub(crate) fn load(
+        cert_file: &str,
+        key_file: &str,
+        ca_file: &str,
+    ) -> Result<ClusterTls, String> {
+        install_crypto_provider();
         let certs = |what: &str, path: &str| -> Result<Vec<CertificateDer<'static>>, String> {
             let pem = read(what, path)?;
             let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
@@ -46,20 +105,20 @@ impl ClusterTls {
             }
             Ok(certs)
         };
-        let chain = certs("cert", &config.cert)?;
-        let key_pem = read("key", &config.key)?;
+        let chain = certs("cert", cert_file)?;
+        let key_pem = read("key", key_file)?;
         let key = PrivateKeyDer::from_pem_slice(&key_pem)
-            .map_err(|e| format!("cluster.tls.key {}: {e}", config.key))?;
+            .map_err(|e| format!("cluster.tls.key {key_file}: {e}"))?;
         let mut roots = RootCertStore::empty();
-        for ca in certs("ca", &config.ca)? {
+        for ca in certs("ca", ca_file)? {
             roots
                 .add(ca)
-                .map_err(|e| format!("cluster.tls.ca {}: {e}", config.ca))?;
+                .map_err(|e| format!("cluster.tls.ca {ca_file}: {e}"))?;
         }
         let roots = Arc::new(roots);
         let verifier = WebPkiClientVerifier::builder(roots.clone())
             .build()
-            .map_err(|e| format!("cluster.tls.ca {}: {e}", config.ca))?;
+            .map_err(|e| format!("cluster.tls.ca {ca_file}: {e}"))?;
         let mut server = rustls::ServerConfig::builder()
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain.clone(), key.clone_key())
@@ -95,7 +154,7 @@ impl ClusterTls {
 
 /// The client replication requests go out with, without TLS.
 pub(crate) fn plain_client() -> reqwest::Client {
-    crate::delivery::client::install_crypto_provider();
+    install_crypto_provider();
     reqwest::Client::builder()
         .http1_only()
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)

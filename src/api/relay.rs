@@ -63,7 +63,7 @@ fn asked_wait(request: &Request) -> Duration {
 
 impl Relay {
     pub(crate) fn new() -> Relay {
-        crate::delivery::client::install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let client = reqwest::Client::builder()
             .http1_only()
             .connect_timeout(CONNECT_TIMEOUT)

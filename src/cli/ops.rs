@@ -73,7 +73,7 @@ impl Target {
     }
 
     fn client() -> Client {
-        crate::delivery::client::install_crypto_provider();
+        crate::tls::install_crypto_provider();
         Client::new()
     }
 

@@ -39,7 +39,7 @@ use openraft::impls::ProgressResponder;
 use openraft::vote::leader_id_std::CommittedLeaderId;
 use tokio::sync::mpsc;
 
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, ClusterTlsConfig};
 use crate::engine::replicated::Proposal;
 use crate::engine::{Engine, EngineOptions, ReplayReport};
 use crate::journal::JournalError;
@@ -182,7 +182,7 @@ impl Cluster {
         let tls = config
             .tls
             .as_ref()
-            .map(tls::ClusterTls::load)
+            .map(ClusterTlsConfig::load)
             .transpose()
             .map_err(ClusterError::Tls)?;
         options.replicated = Some(files.committed().map_or(0, |c| seq_of(c.index())));

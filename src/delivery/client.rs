@@ -9,27 +9,16 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Once;
 use std::time::Duration;
 
 use reqwest::{Certificate, Client, Identity, redirect, retry};
 
-use crate::engine::rules::read_tls_file;
 use crate::spool::QueueSettings;
+use crate::tls::{install_crypto_provider, read_tls_file};
 
 /// Idle pooled connections are closed after this long.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(10);
-
-static CRYPTO: Once = Once::new();
-
-/// rustls needs one process-wide crypto provider; ring builds with gcc alone.
-/// Any reqwest client in the process needs it, tests' clients included.
-pub fn install_crypto_provider() {
-    CRYPTO.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
 
 /// What sets two push queues' clients apart.
 type TlsKey = (Option<String>, Option<String>, Option<String>);

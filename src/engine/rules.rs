@@ -13,6 +13,7 @@ use std::path::Path;
 use crate::spool::queue::{
     Field, QueueSettings, SettingsError, destination_host, host_allowed, valid_queue_name,
 };
+use crate::tls::tls_file;
 
 /// Who asks for a queue change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,9 +52,6 @@ impl Default for Policy {
     }
 }
 
-/// Largest TLS file (a CA bundle, a certificate, a key) spoold reads.
-pub(crate) const TLS_FILE_BYTES_MAX: u64 = 1 << 20;
-
 /// Why a queue change is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueueRuleError {
@@ -71,7 +69,7 @@ pub enum QueueRuleError {
     #[error("{} can be set only in the config file", .field.json_name())]
     FileOverApi { field: Field },
     /// A TLS file that is not a readable regular file of at most
-    /// [`TLS_FILE_BYTES_MAX`].
+    /// [`TLS_FILE_BYTES_MAX`](crate::tls::TLS_FILE_BYTES_MAX).
     #[error("{}: {problem}", .field.toml_name())]
     File { field: Field, problem: String },
 }
@@ -111,40 +109,4 @@ pub(crate) fn check(
         }
     }
     Ok(())
-}
-
-/// A TLS file must be a regular file (not a FIFO, a device, a directory)
-/// of at most [`TLS_FILE_BYTES_MAX`].
-pub(crate) fn tls_file(path: &Path) -> Result<(), String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
-    }
-    if meta.len() > TLS_FILE_BYTES_MAX {
-        return Err(format!(
-            "{} has {} bytes: allowed at most {TLS_FILE_BYTES_MAX}",
-            path.display(),
-            meta.len()
-        ));
-    }
-    Ok(())
-}
-
-/// Reads a TLS file after checking it as [`tls_file`] does, never more
-/// than [`TLS_FILE_BYTES_MAX`] bytes.
-pub(crate) fn read_tls_file(path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read as _;
-    tls_file(path)?;
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(TLS_FILE_BYTES_MAX + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if bytes.len() as u64 > TLS_FILE_BYTES_MAX {
-        return Err(format!(
-            "{} grew past {TLS_FILE_BYTES_MAX} bytes",
-            path.display()
-        ));
-    }
-    Ok(bytes)
 }

@@ -1,0 +1,236 @@
+//! The checks of a parsed config, table by table, each error naming the
+//! key and its line; the queue tables are held to the engine's own rules
+//! (`engine::rules::check`), so that the config cannot own a queue rule.
+//! Also the exposure check (a key when listening beyond loopback) that
+//! `run` and `check-config` both ask.
+
+use super::lines::{KeyLines, at_line};
+use super::secret_shape;
+use super::shape::Config;
+use super::units::format_duration_ms;
+use crate::engine::rules::{self, Origin, Policy, QueueRuleError};
+use crate::spool::queue::{Field, Naming};
+
+/// Smallest segment size accepted: below it rotation would dominate.
+const SEGMENT_BYTES_MIN: u64 = 64 << 10;
+/// Largest segment size accepted: record offsets are 32-bit, and a segment
+/// is read whole at replay.
+const SEGMENT_BYTES_MAX: u64 = 1 << 30;
+/// Compaction's period: often enough that garbage does not pile up, never
+/// a busy loop.
+const COMPACTION_INTERVAL_MIN_MS: u64 = 10;
+const COMPACTION_INTERVAL_MAX_MS: u64 = 86_400_000;
+/// Bounds of the `[events]` table: an event's record lists every delivery
+/// (about 30 bytes each), and its keys are held in memory for the window.
+const EVENT_SUBSCRIBERS_MAX: usize = 100_000;
+const EVENT_DEDUP_WINDOW_MAX_MS: u64 = 30 * 86_400_000;
+/// The longest `server.shutdown_grace`.
+const SHUTDOWN_GRACE_MAX_MS: u64 = 3_600_000;
+
+impl Config {
+    /// Checks every table; the first mistake is the error, naming its key
+    /// and, from `keys`, its line.
+    pub(super) fn validate(&self, keys: &KeyLines) -> Result<(), String> {
+        self.check_sizes(keys)?;
+        self.check_events(keys)?;
+        self.check_telemetry(keys)?;
+        self.check_periods(keys)?;
+        self.check_server(keys)?;
+        if let Some(cluster) = &self.cluster {
+            cluster.validate(keys)?;
+        }
+        self.check_queues(keys)
+    }
+
+    /// Segments within their bounds, and room for four of them.
+    fn check_sizes(&self, keys: &KeyLines) -> Result<(), String> {
+        let seg = self.spool.segment_bytes;
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&seg) {
+            return Err(format!(
+                "{}spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN} (64KiB) to {SEGMENT_BYTES_MAX} (1GiB)",
+                keys.at(&["spool", "segment_bytes"])
+            ));
+        }
+        let min_max = 4 * seg;
+        if self.spool.max_bytes < min_max {
+            return Err(format!(
+                "{}spool.max_bytes = {} is too small for segment_bytes = {seg}: \
+                 allowed at least 4 × segment_bytes = {min_max}, so that acks, nacks and \
+                 compaction always fit",
+                keys.at(&["spool", "max_bytes"]),
+                self.spool.max_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_events(&self, keys: &KeyLines) -> Result<(), String> {
+        let subscribers = self.events.max_subscribers;
+        if !(1..=EVENT_SUBSCRIBERS_MAX).contains(&subscribers) {
+            return Err(format!(
+                "{}events.max_subscribers = {subscribers} is out of range: allowed 1 to {EVENT_SUBSCRIBERS_MAX}",
+                keys.at(&["events", "max_subscribers"])
+            ));
+        }
+        if self.events.dedup_window_ms > EVENT_DEDUP_WINDOW_MAX_MS {
+            return Err(format!(
+                "{}events.dedup_window = {} is out of range: allowed 0 to 30d",
+                keys.at(&["events", "dedup_window"]),
+                format_duration_ms(self.events.dedup_window_ms)
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_telemetry(&self, keys: &KeyLines) -> Result<(), String> {
+        if let Some(endpoint) = &self.telemetry.otlp_endpoint {
+            let parsed = url::Url::parse(endpoint);
+            if !parsed.is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()) {
+                return Err(format!(
+                    "{}telemetry.otlp_endpoint = {endpoint:?} is not an http or https URL \
+                     (a collector's OTLP/HTTP address, such as http://otel-collector:4318)",
+                    keys.at(&["telemetry", "otlp_endpoint"])
+                ));
+            }
+        }
+        if self.telemetry.service_name.trim().is_empty() {
+            return Err(format!(
+                "{}telemetry.service_name is empty",
+                keys.at(&["telemetry", "service_name"])
+            ));
+        }
+        Ok(())
+    }
+
+    /// A compaction period that is neither a busy loop nor forever, and a
+    /// shutdown grace a pod's termination period can cover.
+    fn check_periods(&self, keys: &KeyLines) -> Result<(), String> {
+        let every = self.spool.compaction_interval_ms;
+        if !(COMPACTION_INTERVAL_MIN_MS..=COMPACTION_INTERVAL_MAX_MS).contains(&every) {
+            return Err(format!(
+                "{}spool.compaction_interval = {} is out of range: allowed 10ms to 1d",
+                keys.at(&["spool", "compaction_interval"]),
+                format_duration_ms(every)
+            ));
+        }
+        if self.server.shutdown_grace_ms > SHUTDOWN_GRACE_MAX_MS {
+            return Err(format!(
+                "{}server.shutdown_grace = {} is out of range: allowed 0 to 1h (a Kubernetes \
+                 pod's terminationGracePeriodSeconds should exceed it)",
+                keys.at(&["server", "shutdown_grace"]),
+                format_duration_ms(self.server.shutdown_grace_ms)
+            ));
+        }
+        Ok(())
+    }
+
+    /// API keys of a secret's shape, and header names to redact.
+    fn check_server(&self, keys: &KeyLines) -> Result<(), String> {
+        if let Some((i, why)) = self
+            .server
+            .api_keys
+            .iter()
+            .enumerate()
+            .find_map(|(i, k)| secret_shape(k).err().map(|why| (i, why)))
+        {
+            return Err(format!(
+                "{}server.api_keys: key {}: {why}",
+                keys.at(&["server", "api_keys"]),
+                i + 1
+            ));
+        }
+        for header in &self.server.redact_headers {
+            if header.is_empty() || header.bytes().any(|b| b.is_ascii_whitespace() || b == b':') {
+                return Err(format!(
+                    "{}server.redact_headers: {header:?} is not a header name",
+                    keys.at(&["server", "redact_headers"])
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each queue table against the engine's rules, as if the queue were
+    /// created from the config at start-up; the error names the setting
+    /// with its TOML name, on its line (or its table's).
+    fn check_queues(&self, keys: &KeyLines) -> Result<(), String> {
+        let policy = self.policy();
+        for (name, queue) in &self.queues {
+            let Err(e) = rules::check(name, &queue.settings(), Origin::Config, &policy) else {
+                continue;
+            };
+            let field = match &e {
+                QueueRuleError::Settings(s) => Some(s.field),
+                QueueRuleError::File { field, .. } => Some(*field),
+                QueueRuleError::DestinationNotAllowed { .. } => Some(Field::Destination),
+                QueueRuleError::Name { .. } | QueueRuleError::FileOverApi { .. } => None,
+            };
+            let mut path = vec!["queues", name.as_str()];
+            path.extend(field.iter().flat_map(|f| f.toml_name().split('.')));
+            let at = at_line(keys.nearest_line(&path));
+            let detail = match &e {
+                QueueRuleError::Settings(s) => s.describe(Naming::Toml),
+                other => other.to_string(),
+            };
+            return Err(format!("{at}queues.{name}.{detail}"));
+        }
+        Ok(())
+    }
+
+    /// What the server allows any queue, from `[server]`.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            allowed_destinations: self.server.allowed_destinations.clone(),
+            max_event_subscribers: self.events.max_subscribers,
+            event_dedup_window_ms: self.events.dedup_window_ms,
+        }
+    }
+
+    /// The API keys in force: the config's and those of `SPOOLD_API_KEYS`
+    /// (comma-separated); an empty key is refused.
+    pub fn api_keys(&self, env_api_keys: Option<&str>) -> Result<Vec<String>, String> {
+        let mut keys = self.server.api_keys.clone();
+        let from_env: Vec<String> = env_api_keys
+            .filter(|env| !env.trim().is_empty())
+            .map(|env| env.split(',').map(|k| k.trim().to_string()).collect())
+            .unwrap_or_default();
+        if from_env.iter().any(String::is_empty) {
+            return Err(
+                "SPOOLD_API_KEYS holds an empty key (two commas, or a trailing one): \
+                 an empty key would let anyone in"
+                    .into(),
+            );
+        }
+        keys.extend(from_env);
+        Ok(keys)
+    }
+
+    /// Refuses to serve beyond loopback without a key (unless
+    /// `allow_unauthenticated`): `run` and `check-config` both ask this.
+    pub fn check_exposure(&self, env_api_keys: Option<&str>) -> Result<(), String> {
+        let keys = self.api_keys(env_api_keys)?;
+        if keys.is_empty()
+            && !self.server.allow_unauthenticated
+            && !is_loopback(&self.server.listen)
+        {
+            return Err(format!(
+                "{}server.listen = {:?}: refusing to listen beyond loopback without an API \
+                 key: set server.api_keys or SPOOLD_API_KEYS, listen on a loopback address, \
+                 or set server.allow_unauthenticated = true",
+                at_line(self.listen_line),
+                self.server.listen
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `listen` (an address or `host:port`) is loopback: an IP literal
+/// that is, or `localhost`. A name that might resolve elsewhere is not.
+pub(crate) fn is_loopback(listen: &str) -> bool {
+    if let Ok(addr) = listen.parse::<std::net::SocketAddr>() {
+        return addr.ip().is_loopback();
+    }
+    let host = listen.rsplit_once(':').map_or(listen, |(h, _)| h);
+    host.eq_ignore_ascii_case("localhost")
+}

@@ -1,0 +1,108 @@
+//! Configuration: the only home of defaults and limits.
+//!
+//! The file is TOML (docs/contract.md §7). Durations are strings like `"30s"`, `"250ms"`,
+//! `"10m"`, `"7d"`; sizes are strings like `"64MiB"` or plain byte counts.
+//! Unknown keys and bad values are errors that name the key and the line.
+//! With no file, spoold runs on [`Config::default`].
+//!
+//! A file goes through the rooms of this module in turn:
+//!
+//! - `shape`: the serde structs of its tables, and the defaults of every
+//!   key it may leave out;
+//! - `units`: durations and sizes, read and spelled in one grammar (the
+//!   command line's durations too);
+//! - `lines`: where each key is written, from the spans `toml` records as
+//!   it parses, so that every error can name its line;
+//! - `check`: the checks of the parsed tables (queue tables by the
+//!   engine's own rules), and the exposure check `run` and `check-config`
+//!   share;
+//! - `cluster`: the `[cluster]` table and its checks;
+//! - `effective`: the effective config as TOML, what `check-config`
+//!   prints.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::de::DeTable;
+
+mod check;
+mod cluster;
+mod effective;
+mod lines;
+mod shape;
+#[cfg(test)]
+mod tests;
+mod units;
+
+pub(crate) use check::is_loopback;
+pub use cluster::{ClusterConfig, ClusterTlsConfig};
+pub use shape::{
+    BackoffConfig, Config, EventsConfig, LogConfig, LogFormat, OnCorruption, QueueConfig,
+    ServerConfig, SpoolConfig, TelemetryConfig,
+};
+pub use units::parse_duration;
+pub(crate) use units::parse_duration_ms;
+
+use lines::KeyLines;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {reason}", path.display())]
+    Read { path: PathBuf, reason: String },
+    /// The TOML is malformed, a key is unknown or a value is out of range;
+    /// the message names the key and the line.
+    #[error("{}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".into(),
+                std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+                _ => e.to_string(),
+            },
+        })?;
+        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses and validates config text; the error names key and line.
+    ///
+    /// The text is parsed once, into `toml`'s document of spanned keys and
+    /// values: the lines of its keys are taken from it (as far as it could
+    /// be read, when it is malformed) before it becomes a [`Config`].
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let (document, errors) = DeTable::parse_recoverable(text);
+        let keys = KeyLines::new(text, document.get_ref());
+        if let Some(e) = errors.first() {
+            return Err(keys.describe(e));
+        }
+        let mut config = Config::deserialize(toml::de::Deserializer::from(document))
+            .map_err(|e| keys.describe(&e))?;
+        config.validate(&keys)?;
+        config.listen_line = keys.line(&["server", "listen"]);
+        Ok(config)
+    }
+}
+
+/// A secret (an API key, the cluster secret) is not blank and has no
+/// whitespace at either end: a pasted line break or a placeholder of
+/// spaces is a mistake, never a key.
+fn secret_shape(secret: &str) -> Result<(), String> {
+    if secret.trim().is_empty() {
+        return Err("is empty or only whitespace: it would protect nothing".into());
+    }
+    if secret.trim() != secret {
+        return Err("begins or ends with whitespace (a pasted line break?)".into());
+    }
+    if secret.chars().any(char::is_control) {
+        return Err("holds a control character".into());
+    }
+    Ok(())
+}
