@@ -1,5 +1,5 @@
 //! How a `replay` fuzz input becomes the bytes of segment 1. Shared by
-//! `fuzz/fuzz_targets/replay.rs` and `tests/fuzz.rs` (which replays every
+//! `fuzz/fuzz_targets/replay.rs` and `tests/engine/fuzz.rs` (which replays every
 //! input that once crashed), so both build exactly the same file.
 //!
 //! The first input byte picks how the rest becomes segment 1:

@@ -58,20 +58,22 @@ impl Clock for ManualClock {
 }
 
 /// Formats a timestamp as RFC 3339 UTC with milliseconds
-/// (`2026-01-02T03:04:05.678Z`), the form the API uses everywhere.
+/// (`2026-01-02T03:04:05.678Z`), the form the API uses everywhere. Times
+/// outside years 0–9999 are clamped to them: RFC 3339 has four-digit years.
 pub fn format_rfc3339(ms: Millis) -> String {
-    let secs = ms.div_euclid(1000);
-    let milli = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z",
-        sod / 3600,
-        (sod % 3600) / 60,
-        sod % 60
-    )
+    const FORMAT: &[time::format_description::BorrowedFormatItem<'_>] = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    let ms = ms.clamp(RFC3339_MS_MIN, RFC3339_MS_MAX);
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .expect("bug: clamped to years 0-9999")
+        .format(FORMAT)
+        .expect("bug: a UTC time in years 0-9999 formats")
 }
+
+/// 0000-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z.
+const RFC3339_MS_MIN: Millis = -62_167_219_200_000;
+const RFC3339_MS_MAX: Millis = 253_402_300_799_999;
 
 /// Parses an RFC 3339 time (`2026-01-02T03:04:05Z`, fractions and offsets
 /// allowed) to milliseconds since the epoch.
@@ -79,20 +81,6 @@ pub fn parse_rfc3339(text: &str) -> Option<Millis> {
     let t =
         time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
-}
-
-/// Howard Hinnant's `civil_from_days`: days since 1970-01-01 to (y, m, d).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 #[cfg(test)]
@@ -113,6 +101,9 @@ mod tests {
 
     #[test]
     fn rfc3339_formats_known_instants() {
+        assert_eq!(format_rfc3339(i64::MIN), "0000-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339(i64::MAX), "9999-12-31T23:59:59.999Z");
+        assert_eq!(format_rfc3339(-1), "1969-12-31T23:59:59.999Z");
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(format_rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(

@@ -6,7 +6,7 @@ text/template, Helm's engine) on the result.
 
     deploy/helm/render.py [-f values.yaml]... [--name RELEASE] [--json]
 
---json prints the manifests as one JSON list (for tests/helm.rs).
+--json prints the manifests as one JSON list (for tests/process/helm.rs).
 Needs python3 with PyYAML and go.
 """
 import argparse

@@ -3,7 +3,7 @@
 //! quarantine; none may panic.
 //!
 //! How an input becomes segment 1 is in `fuzz/replay_input.rs`, which
-//! `tests/fuzz.rs` shares to replay the inputs that once crashed.
+//! `tests/engine/fuzz.rs` shares to replay the inputs that once crashed.
 #![no_main]
 
 #[path = "../replay_input.rs"]

@@ -9,24 +9,18 @@
 
 use axum::extract::Request;
 use axum::http::header;
+use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-
-/// Compares without an early exit on the first differing byte.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for (i, x) in a.iter().enumerate() {
-        diff |= usize::from(x ^ b.get(i).copied().unwrap_or(0));
-    }
-    diff == 0
-}
 
 /// True if `presented` is one of `keys`. Every key is compared, so the time
 /// taken does not tell which one matched.
 pub(crate) fn key_matches(keys: &[String], presented: &str) -> bool {
-    keys.iter().fold(false, |found, k| {
-        constant_time_eq(k.as_bytes(), presented.as_bytes()) | found
-    })
+    keys.iter()
+        .fold(subtle::Choice::from(0), |found, k| {
+            found | k.as_bytes().ct_eq(presented.as_bytes())
+        })
+        .into()
 }
 
 /// Whether `request` may pass: anything outside `/v1` and `/metrics` (the

@@ -111,7 +111,7 @@ impl ApiError {
     }
 }
 
-// Every engine error, mapped to its kind and status (docs/api.md, errors):
+// Every engine error, mapped to its kind and status (docs/contract.md §4, errors):
 // the one place that knows the mapping.
 
 impl From<WriteError> for ApiError {

@@ -1,5 +1,5 @@
 //! What the OpenAPI document needs beyond what the handlers' annotations
-//! say, so that clients generate from it (`tests/openapi.rs` runs
+//! say, so that clients generate from it (`tests/http/openapi.rs` runs
 //! openapi-python-client and openapi-typescript on it):
 //!
 //! - payloads as binary strings (`type: string, format: binary`,

@@ -237,7 +237,7 @@ pub(crate) struct BulkQueryParams {
 
 // The forward route takes any method and a path of any depth, which a
 // `#[utoipa::path]` cannot register; it is described here and routed in
-// `super::router` (`tests/openapi.rs` checks both agree). A `//` comment:
+// `super::router` (`tests/http/openapi.rs` checks both agree). A `//` comment:
 // a doc comment would become the operations' summary.
 #[utoipa::path(
     method(get, post, put, patch, delete),

@@ -1,7 +1,7 @@
 //! What each operation of the engine can answer besides success: one enum
 //! per kind of operation (the redb pattern), each variant a case the caller
 //! can act on. The HTTP layer maps every variant to a kind of the API
-//! (`docs/api.md`, errors) in one place (`api/error.rs`).
+//! (`docs/contract.md` §4, errors) in one place (`api/error.rs`).
 
 use crate::journal::JournalError;
 

@@ -13,6 +13,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
+use subtle::ConstantTimeEq;
 
 use crate::spool::MessageId;
 
@@ -75,12 +76,8 @@ impl Tokens {
             return None;
         }
         let expected = self.mac(&bytes[..TOKEN_PLAIN_BYTES]);
-        // Constant-time comparison: no early exit on the first differing byte.
-        let diff = expected
-            .iter()
-            .zip(&bytes[TOKEN_PLAIN_BYTES..])
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        if diff != 0 {
+        // No early exit on the first differing byte.
+        if !bool::from(expected.ct_eq(&bytes[TOKEN_PLAIN_BYTES..])) {
             return None;
         }
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));

@@ -28,3 +28,11 @@ export async function openConsole(out) {
   page.on("pageerror", (e) => { out.pageErrors = [...(out.pageErrors || []), String(e)]; });
   return { browser, page, shot, dialogs };
 }
+
+// Goes to a queue's page and waits until it shows that queue: the hash
+// changes at once, while the previous page's rows stay until the new
+// page's answers arrive (a selector could match those).
+export async function showQueue(page, url, queue) {
+  await page.goto(`${url}/ui#/queue/${encodeURIComponent(queue)}`);
+  await page.waitForFunction((q) => document.querySelector("#main h1")?.textContent === q, queue);
+}

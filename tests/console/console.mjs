@@ -7,7 +7,7 @@
 //
 //   SPOOLD_URL, SPOOLD_API_KEY   the server and a key it accepts
 //   CHROMIUM, SCREENSHOTS        see browser.mjs
-import { openConsole } from "./browser.mjs";
+import { openConsole, showQueue } from "./browser.mjs";
 
 const url = process.env.SPOOLD_URL;
 const key = process.env.SPOOLD_API_KEY;
@@ -68,7 +68,7 @@ try {
   await shot("tail");
 
   // Delete everything matching a filter (the 404), confirmed with its count.
-  await page.goto(`${url}/ui#/queue/hooks.failed`);
+  await showQueue(page, url, "hooks.failed");
   await page.waitForSelector("form.filters");
   await page.fill("input[name=status]", "");
   await page.selectOption("select[name=reason]", "permanent_status");

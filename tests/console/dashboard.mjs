@@ -8,7 +8,7 @@
 //
 //   SPOOLD_URL, SPOOLD_API_KEY   the server and a key it accepts
 //   CHROMIUM, SCREENSHOTS        see browser.mjs
-import { openConsole } from "./browser.mjs";
+import { openConsole, showQueue } from "./browser.mjs";
 
 const url = process.env.SPOOLD_URL;
 const key = process.env.SPOOLD_API_KEY;
@@ -41,7 +41,7 @@ try {
   await shot("dashboard");
 
   // A push queue: its destination, its chart, its settings as fields.
-  await page.goto(`${url}/ui#/queue/hooks`);
+  await showQueue(page, url, "hooks");
   await page.waitForSelector("p.destination");
   out.destination = await page.textContent("p.destination");
   out.queueChart = await page.$$eval("svg.chart polyline", (ls) => ls.length);
@@ -59,14 +59,14 @@ try {
   await statusStartsWith("visible now");
 
   // A pull queue: a delayed message deleted from its row.
-  await page.goto(`${url}/ui#/queue/jobs`);
+  await showQueue(page, url, "jobs");
   await page.waitForSelector("tr[data-id] button[data-action=delete-one]");
   out.deleted = await page.$eval("tr[data-id]:has(button[data-action=delete-one])", (r) => r.dataset.id);
   await page.click(`tr[data-id='${out.deleted}'] button[data-action=delete-one]`);
   await statusStartsWith("deleted");
 
   // A dead letter: its detail beside the list, in UTC, redriven from there.
-  await page.goto(`${url}/ui#/queue/jobs.failed`);
+  await showQueue(page, url, "jobs.failed");
   await page.waitForSelector("tbody tr[data-id]");
   const dead = await page.$eval("tbody tr[data-id]", (r) => r.dataset.id);
   await page.click(`tbody tr[data-id='${dead}']`);
@@ -98,7 +98,7 @@ try {
     columns: document.querySelectorAll("main table thead th").length,
   }));
   await shot("phone-dashboard");
-  await page.goto(`${url}/ui#/queue/jobs`);
+  await showQueue(page, url, "jobs");
   await page.waitForSelector("tbody tr[data-id]");
   await page.click("tbody tr[data-id]");
   await page.waitForSelector(".detail");

@@ -7,7 +7,7 @@
 //
 //   SPOOLD_URL, SPOOLD_API_KEY   the server and a key it accepts
 //   CHROMIUM, SCREENSHOTS        see browser.mjs
-import { openConsole } from "./browser.mjs";
+import { openConsole, showQueue } from "./browser.mjs";
 
 const url = process.env.SPOOLD_URL;
 const key = process.env.SPOOLD_API_KEY;
@@ -37,7 +37,7 @@ try {
   await shot("events-publish");
 
   // Search the pull queue that takes every event.
-  await page.goto(`${url}/ui#/queue/audit`);
+  await showQueue(page, url, "audit");
   await page.waitForSelector("form.filters input[name=type]");
   out.all = await ids(page);
   await page.fill("form.filters input[name=type]", "order.created");
@@ -54,7 +54,7 @@ try {
   await shot("events-search");
 
   // The endpoint's delivery history, by tenant; one delivery; resend it.
-  await page.goto(`${url}/ui#/queue/cus-1`);
+  await showQueue(page, url, "cus-1");
   await page.waitForSelector("#crumbs a[href='#/history/cus-1']");
   await page.click("#crumbs a[href='#/history/cus-1']");
   await page.waitForSelector("form.filters input[name=tenant]");

@@ -20,24 +20,33 @@ use serde_json::{Value, json};
 /// messages failed with 500, 500, 404, 503, 500, oldest first; the
 /// destination answers 200 from then on. Returns the ids in send order.
 async fn five_dead_letters(toml: &str) -> (Server, Sink, Vec<String>) {
+    five_dead_letters_in("hooks", toml).await
+}
+
+/// [`five_dead_letters`] in a queue of another name.
+async fn five_dead_letters_in(queue: &str, toml: &str) -> (Server, Sink, Vec<String>) {
     let (sink, dest) = Sink::start().await;
     sink.script([500, 500, 404, 503, 500].map(|s| (s, Vec::new())));
     let server = Server::temp(toml).await;
     server
         .queue(
-            "hooks",
+            queue,
             json!({"destination": dest, "concurrency": 1, "maxRetries": 0}),
         )
         .await;
     let mut ids = Vec::new();
     for i in 0..5 {
-        let r = server.forward("hooks", "/in", &format!("event {i}")).await;
+        let r = server.forward(queue, "/in", &format!("event {i}")).await;
         assert_eq!(r.status(), StatusCode::ACCEPTED);
         let v: Value = r.json().await.unwrap();
         ids.push(v["id"].as_str().unwrap().to_string());
     }
     common::wait_until("five dead letters", async || {
-        failed_ids(&server, "").await.len() == 5
+        server
+            .message_ids(&format!("{queue}.failed"), "")
+            .await
+            .len()
+            == 5
     })
     .await;
     (server, sink, ids)
@@ -47,59 +56,65 @@ async fn failed_ids(server: &Server, query: &str) -> Vec<String> {
     server.message_ids("hooks.failed", query).await
 }
 
+/// The failed ids of `alerts` (the queue whose failures the metrics
+/// test counts: no other test of this binary fails a delivery on it).
+async fn alerts_failed(server: &Server, query: &str) -> Vec<String> {
+    server.message_ids("alerts.failed", query).await
+}
+
 fn pick(ids: &[String], places: &[usize]) -> Vec<String> {
     places.iter().map(|&i| ids[i].clone()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filters_select_dead_letters_for_peek_redrive_and_purge() {
-    let (server, sink, ids) = five_dead_letters("").await;
+    let (server, sink, ids) = five_dead_letters_in("alerts", "").await;
 
     assert_eq!(
-        failed_ids(&server, "&status=5xx").await,
+        alerts_failed(&server, "&status=5xx").await,
         pick(&ids, &[0, 1, 3, 4])
     );
     assert_eq!(
-        failed_ids(&server, "&status=500").await,
+        alerts_failed(&server, "&status=500").await,
         pick(&ids, &[0, 1, 4])
     );
     assert_eq!(
-        failed_ids(&server, "&reason=permanent_status").await,
+        alerts_failed(&server, "&reason=permanent_status").await,
         pick(&ids, &[2])
     );
     assert_eq!(
-        failed_ids(&server, "&reason=retries_exhausted&status=503").await,
+        alerts_failed(&server, "&reason=retries_exhausted&status=503").await,
         pick(&ids, &[3])
     );
     assert_eq!(
-        failed_ids(&server, &format!("&id={}&id={}", ids[4], ids[0])).await,
+        alerts_failed(&server, &format!("&id={}&id={}", ids[4], ids[0])).await,
         pick(&ids, &[0, 4])
     );
     assert_eq!(
-        failed_ids(&server, "&until=2000-01-01T00:00:00Z").await,
+        alerts_failed(&server, "&until=2000-01-01T00:00:00Z").await,
         Vec::<String>::new()
     );
     assert_eq!(
-        failed_ids(&server, "&since=2000-01-01T00:00:00%2B02:00")
+        alerts_failed(&server, "&since=2000-01-01T00:00:00%2B02:00")
             .await
             .len(),
         5
     );
     assert_eq!(
-        failed_ids(&server, "&since=2999-01-01T00:00:00Z")
+        alerts_failed(&server, "&since=2999-01-01T00:00:00Z")
             .await
             .len(),
         0
     );
 
     for (path, word) in [
-        ("/v1/queues/hooks.failed/messages?reason=tired", "reason"),
-        ("/v1/queues/hooks.failed/messages?status=5x", "status"),
-        ("/v1/queues/hooks.failed/messages?since=yesterday", "since"),
-        ("/v1/queues/hooks.failed/messages?id=nope", "id"),
+        ("/v1/queues/alerts.failed/messages?reason=tired", "reason"),
+        ("/v1/queues/alerts.failed/messages?status=5x", "status"),
+        ("/v1/queues/alerts.failed/messages?since=yesterday", "since"),
+        ("/v1/queues/alerts.failed/messages?id=nope", "id"),
         // Only dead letters have a reason.
         (
-            "/v1/queues/hooks/messages?reason=expired",
+            "/v1/queues/alerts/messages?reason=expired",
             "not a failure queue",
         ),
     ] {
@@ -110,7 +125,7 @@ async fn filters_select_dead_letters_for_peek_redrive_and_purge() {
         assert!(e["message"].as_str().unwrap().contains(word), "{path}: {e}");
     }
     let r = server
-        .call(Method::DELETE, "/v1/queues/hooks/messages?status=500")
+        .call(Method::DELETE, "/v1/queues/alerts/messages?status=500")
         .await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 
@@ -118,7 +133,7 @@ async fn filters_select_dead_letters_for_peek_redrive_and_purge() {
     let dry: Value = server
         .call(
             Method::POST,
-            "/v1/queues/hooks/redrive?status=500&max=2&dryRun=true",
+            "/v1/queues/alerts/redrive?status=500&max=2&dryRun=true",
         )
         .await
         .json()
@@ -128,13 +143,13 @@ async fn filters_select_dead_letters_for_peek_redrive_and_purge() {
         dry,
         json!({"moved": 2, "matched": 3, "remaining": 1, "dryRun": true})
     );
-    assert_eq!(failed_ids(&server, "").await.len(), 5);
+    assert_eq!(alerts_failed(&server, "").await.len(), 5);
 
     // Named by the failure queue, as SQS users do: the two oldest 500s.
     let moved: Value = server
         .call(
             Method::POST,
-            "/v1/queues/hooks.failed/redrive?status=500&max=2",
+            "/v1/queues/alerts.failed/redrive?status=500&max=2",
         )
         .await
         .json()
@@ -144,7 +159,7 @@ async fn filters_select_dead_letters_for_peek_redrive_and_purge() {
         moved,
         json!({"moved": 2, "matched": 3, "remaining": 1, "dryRun": false})
     );
-    assert_eq!(failed_ids(&server, "").await, pick(&ids, &[2, 3, 4]));
+    assert_eq!(alerts_failed(&server, "").await, pick(&ids, &[2, 3, 4]));
     let seen = sink.wait_for(7).await;
     let redelivered: Vec<String> = seen[5..]
         .iter()
@@ -160,7 +175,7 @@ async fn filters_select_dead_letters_for_peek_redrive_and_purge() {
     let purged: Value = server
         .call(
             Method::DELETE,
-            "/v1/queues/hooks.failed/messages?reason=permanent_status",
+            "/v1/queues/alerts.failed/messages?reason=permanent_status",
         )
         .await
         .json()
@@ -170,14 +185,18 @@ async fn filters_select_dead_letters_for_peek_redrive_and_purge() {
         purged,
         json!({"purged": 1, "matched": 1, "remaining": 0, "dryRun": false})
     );
-    assert_eq!(failed_ids(&server, "").await, pick(&ids, &[3, 4]));
+    assert_eq!(alerts_failed(&server, "").await, pick(&ids, &[3, 4]));
 
     // The stats say what is retrying; metrics label the last retry a failure.
     let metrics = server.text("/metrics").await;
     // (One series per status class the attempts got.)
     let failures: f64 = metrics
         .lines()
-        .filter(|l| l.starts_with("spoold_deliveries_total") && l.contains("outcome=\"failure\""))
+        .filter(|l| {
+            l.starts_with("spoold_deliveries_total{")
+                && l.contains("queue=\"alerts\"")
+                && l.contains("outcome=\"failure\"")
+        })
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum();
     assert_eq!(failures, 5.0, "every attempt moved its message: {metrics}");

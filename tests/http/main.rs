@@ -4,11 +4,9 @@
 //! the API and with the binary's command line), push delivery to a local
 //! sink, the OpenAPI document against the routes, and overload.
 //!
-//! Every server of this binary shares the process's metrics registry, and
-//! `dead_letters::filters_select_dead_letters_for_peek_redrive_and_purge`
-//! counts every failed delivery of a queue named `hooks` in it: it relies
-//! on starting (tests start in name order) before any other test here
-//! fails a delivery on a queue of that name.
+//! Every server of this binary shares the process's metrics registry: a
+//! test that counts a metric counts it for a queue name no other test of
+//! this binary uses (`dead_letters`' `alerts`).
 //!
 //! One module per subject: `cargo test --test http push_delivery::` runs
 //! one.

@@ -1,5 +1,5 @@
 // Renders deploy/helm/spoold the way `helm template` does, for the
-// chart's tests where Helm cannot be installed (tests/helm.rs): Go's
+// chart's tests where Helm cannot be installed (tests/process/helm.rs): Go's
 // text/template (Helm's engine) with the Sprig and Helm functions the
 // chart uses. It reads one JSON object on stdin,
 // {"Values": …, "Chart": …, "Release": …}, and writes the manifests.
