@@ -42,6 +42,18 @@ impl<W: Write> Terminal<W> {
     pub fn new(inner: W, raw: bool) -> Terminal<W> {
         Terminal { inner, raw }
     }
+
+    /// `text` as it will reach the terminal: escaped unless `raw`. For
+    /// layouts that measure text before writing it (tables), so that an
+    /// escape widens its column instead of pushing a row out of line; what
+    /// is escaped already passes through the writer unchanged.
+    pub fn shown<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        if self.raw {
+            Cow::Borrowed(text)
+        } else {
+            escape_controls(text)
+        }
+    }
 }
 
 impl<W: Write> Write for Terminal<W> {
@@ -86,5 +98,11 @@ mod tests {
         let mut raw = Terminal::new(Vec::new(), true);
         write!(raw, "\x1b").unwrap();
         assert_eq!(raw.inner, b"\x1b");
+        // A table escapes its cells before it measures them; the writer
+        // then leaves them as they are.
+        assert_eq!(out.shown("a\x1bb"), "a\\u001bb");
+        assert_eq!(raw.shown("a\x1bb"), "a\x1bb");
+        let shown = out.shown("a\x1bb").into_owned();
+        assert_eq!(escape_controls(&shown), shown);
     }
 }
