@@ -24,7 +24,7 @@
 //! - On shutdown the listener closes at once; open connections finish the
 //!   request in flight (idle keep-alive ones close) within the grace period.
 //!
-//! The replication listener (`cluster/mod.rs`) is served by the same loop
+//! The replication listener (`cluster/listener.rs`) is served by the same loop
 //! with tighter [`Limits`] and optionally TLS: a port that faces the
 //! network gets no more trust than the API.
 

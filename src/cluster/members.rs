@@ -279,7 +279,7 @@ impl Cluster {
     /// heartbeats (`Inner::silence`).
     fn answers(&self, m: &openraft::RaftMetrics<TypeConfig>, id: u64) -> bool {
         id == self.inner.node_id
-            || super::heard_ago(m, id).is_some_and(|ago| ago < self.inner.silence)
+            || super::status::heard_ago(m, id).is_some_and(|ago| ago < self.inner.silence)
     }
 }
 

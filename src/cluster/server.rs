@@ -24,7 +24,7 @@
 //! - for the longest election timeout after it starts, a replica grants no
 //!   vote: openraft keeps no vote lease across a restart, and a primary
 //!   still counts on this replica's last acknowledgement for its leader
-//!   lease (`mod.rs`);
+//!   lease (`tasks.rs`);
 //! - one snapshot is received at a time, and an upload that stops making
 //!   progress is dropped.
 //!

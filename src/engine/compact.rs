@@ -98,7 +98,7 @@ impl Engine {
         if self.is_replicated() {
             // In replicated mode every checkpoint is a Raft snapshot that
             // openraft must know of: compaction runs as its snapshot
-            // builder (`snapshot.rs`), asked for by the compactor.
+            // builder (`replicated/snapshot/build.rs`), asked for by the compactor.
             return Ok(None);
         }
         self.compact(force, false)

@@ -1,7 +1,7 @@
 //! The Raft side's handle on the engine: the journal as openraft's log
 //! store and the spool as its state machine (`cluster/store.rs` drives
 //! it). A [`RaftLog`] reads and writes entries of the Raft log, applies
-//! committed ones, and takes and installs snapshots (`snapshot.rs`); the
+//! committed ones, and takes and installs snapshots (`snapshot/`); the
 //! primary's side (proposals, serving, stepping down) stays on the engine
 //! (`mod.rs`).
 

@@ -4,7 +4,7 @@
 //!
 //! - the engine, for the primary's side: proposing what it decided,
 //!   answering proposals, serving and stepping down (this file);
-//! - a [`RaftLog`] (`log.rs`, `snapshot.rs`), for openraft's storage: the
+//! - a [`RaftLog`] (`log.rs`, `snapshot/`), for openraft's storage: the
 //!   entries of the log, applying committed ones, snapshots.
 //!
 //! A write on the primary still starts at the one door (`write.rs`): the
