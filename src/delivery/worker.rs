@@ -18,8 +18,8 @@ use tracing::Instrument;
 use super::backoff::{delay_ms, retry_after_ms};
 use super::signing::signature_header;
 use super::target::Destination;
-use crate::engine::settle::{Outcome, Settled};
-use crate::engine::{Delivery, Engine, LeaseError};
+use crate::engine::settle::{Outcome, SettleWait, Settled};
+use crate::engine::{Engine, LeaseError, PushDelivery};
 use crate::metrics::{AttemptClass, DeliveryMetrics, DeliveryOutcome};
 use crate::spool::QueueSettings;
 use crate::spool::command::AttemptInfo;
@@ -124,7 +124,7 @@ impl QueueShared {
     /// secret headers and every static header's (static headers are
     /// credentials more often than not). Short ones are left alone: hiding
     /// "1" would garble everything.
-    fn secrets(&self, d: &Delivery) -> Vec<String> {
+    fn secrets(&self, d: &PushDelivery) -> Vec<String> {
         const SECRET_BYTES_MIN: usize = 4;
         let secret_name = |name: &str| {
             let lower = name.to_ascii_lowercase();
@@ -283,17 +283,25 @@ pub(crate) async fn dispatch(
 /// A worker: delivers `first`, then the queue's next visible messages one
 /// after the other, until none is visible, the breaker opens, or `stop`
 /// (unless draining).
+///
+/// An attempt's settle records go to disk while the next attempt's request
+/// is out: until they are durable the message stays reserved, and the
+/// worker waits for them before it takes another message after that.
 async fn work(
     shared: &Arc<QueueShared>,
-    first: Delivery,
+    first: PushDelivery,
     stop: &watch::Receiver<bool>,
     drain: bool,
 ) {
     let mut next = Some(first);
+    let mut settling: Option<SettleWait> = None;
     while let Some(d) = next.take() {
-        deliver(shared, d, false).await;
+        let attempted = deliver(shared, d, false).await;
+        if let Some(before) = std::mem::replace(&mut settling, attempted.settling) {
+            durable(shared, before).await;
+        }
         if (*stop.borrow() && !drain) || shared.breaker_seen_open.load(Ordering::Acquire) {
-            return;
+            break;
         }
         if let Some(limiter) = &shared.limiter {
             limiter.until_ready().await;
@@ -307,13 +315,32 @@ async fn work(
             Err(_) => None,
         };
     }
+    if let Some(last) = settling {
+        durable(shared, last).await;
+    }
 }
 
-/// Sends one delivery and settles it. Returns whether it was delivered.
-async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
+/// Waits for a settle's records; a failure is the engine's to undo (the
+/// reservation is released) and only logged here.
+async fn durable(shared: &QueueShared, settling: SettleWait) {
+    if let Err(e) = settling.durable().await {
+        tracing::warn!(queue = %shared.queue, error = %e, "could not settle a delivery");
+    }
+}
+
+/// How an attempt ended.
+struct Attempted {
+    delivered: bool,
+    /// Its settle, appended (`None` when it could not be, or the attempt
+    /// was abandoned).
+    settling: Option<SettleWait>,
+}
+
+/// Sends one delivery and settles it by the answer.
+async fn deliver(shared: &Arc<QueueShared>, d: PushDelivery, probe: bool) -> Attempted {
     let started_at = shared.engine_now_ms();
     let started = Instant::now();
-    let secrets = shared.secrets(&d);
+    let id = shared.engine.tokens().format_id(d.lease.id);
     // A replica that stops being the primary abandons the attempt at once
     // (the request is dropped mid-flight): its lease is gone, and the new
     // primary delivers the message again without raising its retry count.
@@ -324,30 +351,55 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
     });
     crate::telemetry::continue_trace(&span, d.payload.trace.as_deref());
     let sent = tokio::select! {
-        sent = send(shared, &d).instrument(span) => sent,
+        sent = send(shared, &d, &id).instrument(span) => sent,
         () = shared.engine.until_stepped_down() => {
-            tracing::info!(queue = %shared.queue, delivery_id = %shared.engine.tokens().format_id(d.id),
+            tracing::info!(queue = %shared.queue, delivery_id = %id,
                 "no longer the primary: abandoned the delivery attempt in flight");
-            return false;
+            return Attempted { delivered: false, settling: None };
         }
     };
-    let result = sent
-        .map(|answer| Answer {
-            body: scrub(answer.body, &secrets),
-            ..answer
-        })
-        .map_err(|error| SendError {
-            text: scrub(error.text, &secrets),
-            ..error
-        });
     let duration_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
-    let settings = &shared.settings;
-    let backoff = delay_ms(&settings.backoff, d.retry_count, rand::random::<f64>());
-    let class;
-    let (attempt, outcome) = match result {
+    let sent = scrubbed(sent, &shared.secrets(&d));
+    let (outcome, class) = classify(
+        &sent,
+        &shared.settings,
+        d.retry_count,
+        shared.engine_now(),
+        rand::random::<f64>(),
+    );
+    let attempt = attempt_info(sent, started_at, duration_ms);
+    settle(shared, &d, &id, attempt, outcome, class, probe)
+}
+
+/// An answer or error with every secret value the delivery carried
+/// replaced (what an attempt records is shown to operators).
+fn scrubbed(sent: Result<Answer, SendError>, secrets: &[String]) -> Result<Answer, SendError> {
+    sent.map(|answer| Answer {
+        body: scrub(answer.body, secrets),
+        ..answer
+    })
+    .map_err(|error| SendError {
+        text: scrub(error.text, secrets),
+        ..error
+    })
+}
+
+/// What an attempt's answer means for its message (docs/contract.md §3,
+/// §5), and its class for the metrics: 2xx delivered; a permanent status
+/// to the failure queue; anything else retried after the backoff of
+/// `retry_count` (with `jitter` in 0..1) or the destination's
+/// `Retry-After` as of `now`.
+fn classify(
+    sent: &Result<Answer, SendError>,
+    settings: &QueueSettings,
+    retry_count: u32,
+    now: SystemTime,
+    jitter: f64,
+) -> (Outcome, AttemptClass) {
+    let backoff = delay_ms(&settings.backoff, retry_count, jitter);
+    match sent {
         Ok(answer) => {
             let status = answer.status;
-            class = AttemptClass::Status(status);
             let outcome = if (200..300).contains(&status) {
                 Outcome::Delivered
             } else if settings.permanent_failure_statuses.contains(&status) {
@@ -356,31 +408,47 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
                 let delay = answer
                     .retry_after
                     .as_deref()
-                    .and_then(|v| retry_after_ms(v, shared.engine_now(), settings.backoff.max_ms))
+                    .and_then(|v| retry_after_ms(v, now, settings.backoff.max_ms))
                     .unwrap_or(backoff);
                 Outcome::Retry { delay_ms: delay }
             };
-            let attempt = AttemptInfo {
-                at: started_at,
-                status: Some(status),
-                error: String::new(),
-                duration_ms,
-                response: answer.body,
-            };
-            (attempt, outcome)
+            (outcome, AttemptClass::Status(status))
         }
-        Err(error) => {
-            class = error.class;
-            let attempt = AttemptInfo {
-                at: started_at,
-                status: None,
-                error: error.text,
-                duration_ms,
-                response: String::new(),
-            };
-            (attempt, Outcome::Retry { delay_ms: backoff })
-        }
-    };
+        Err(error) => (Outcome::Retry { delay_ms: backoff }, error.class),
+    }
+}
+
+/// The attempt as its record keeps it.
+fn attempt_info(sent: Result<Answer, SendError>, at: i64, duration_ms: u32) -> AttemptInfo {
+    match sent {
+        Ok(answer) => AttemptInfo {
+            at,
+            status: Some(answer.status),
+            error: String::new(),
+            duration_ms,
+            response: answer.body,
+        },
+        Err(error) => AttemptInfo {
+            at,
+            status: None,
+            error: error.text,
+            duration_ms,
+            response: String::new(),
+        },
+    }
+}
+
+/// Settles an attempt in the engine, then counts it: its metrics, and the
+/// failures in a row that open the breaker.
+fn settle(
+    shared: &Arc<QueueShared>,
+    d: &PushDelivery,
+    id: &str,
+    attempt: AttemptInfo,
+    outcome: Outcome,
+    class: AttemptClass,
+    probe: bool,
+) -> Attempted {
     let delivered = outcome == Outcome::Delivered;
     let retryable = matches!(outcome, Outcome::Retry { .. });
     let mut labelled = match outcome {
@@ -388,42 +456,42 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
         Outcome::Permanent { .. } => DeliveryOutcome::Failure,
         _ => DeliveryOutcome::Retry,
     };
-    let event_id = shared.engine.tokens().format_id(d.id);
+    let duration = Duration::from_millis(u64::from(attempt.duration_ms));
     if delivered {
-        tracing::debug!(queue = %shared.queue, delivery_id = %event_id, status = attempt.status,
-            duration_ms, retry = d.retry_count, outcome = labelled.as_str(), "delivery");
+        tracing::debug!(queue = %shared.queue, delivery_id = %id, status = attempt.status,
+            duration_ms = attempt.duration_ms, retry = d.retry_count, outcome = labelled.as_str(), "delivery");
     } else {
-        tracing::info!(queue = %shared.queue, delivery_id = %event_id, status = attempt.status,
-            error = %attempt.error, duration_ms, retry = d.retry_count, outcome = labelled.as_str(), "delivery");
+        tracing::info!(queue = %shared.queue, delivery_id = %id, status = attempt.status,
+            error = %attempt.error, duration_ms = attempt.duration_ms, retry = d.retry_count,
+            outcome = labelled.as_str(), "delivery");
     }
     let outcome = match outcome {
         // A failed probe does not raise the message's retry count.
         Outcome::Retry { .. } if probe => Outcome::ProbeFailed { delay_ms: 0 },
         other => other,
     };
-    match shared
+    let settling = match shared
         .engine
-        .settle_delivery(&shared.queue, &d.token, attempt, outcome)
-        .await
+        .settle_delivery(&shared.queue, d.lease, attempt, outcome)
     {
-        // The label says what happened: the last retry moved the message
-        // to the failure queue.
-        Ok(Settled::Failed) => labelled = DeliveryOutcome::Failure,
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(queue = %shared.queue, error = %e, "could not settle a delivery")
+        Ok(settling) => {
+            // The label says what happened: the last retry moved the
+            // message to the failure queue.
+            if settling.settled == Settled::Failed {
+                labelled = DeliveryOutcome::Failure;
+            }
+            Some(settling)
         }
-    }
+        Err(e) => {
+            tracing::warn!(queue = %shared.queue, error = %e, "could not settle a delivery");
+            None
+        }
+    };
     let latency = delivered.then(|| {
         let ms = shared.engine_now_ms().saturating_sub(d.enqueued_at).max(0);
         Duration::from_millis(ms as u64)
     });
-    shared.metrics.record(
-        labelled,
-        class,
-        Duration::from_millis(u64::from(duration_ms)),
-        latency,
-    );
+    shared.metrics.record(labelled, class, duration, latency);
     if delivered {
         shared.consecutive_failures.store(0, Ordering::Release);
     } else if retryable {
@@ -432,7 +500,10 @@ async fn deliver(shared: &Arc<QueueShared>, d: Delivery, probe: bool) -> bool {
             open_breaker(shared);
         }
     }
-    delivered
+    Attempted {
+        delivered,
+        settling,
+    }
 }
 
 impl QueueShared {
@@ -497,7 +568,13 @@ async fn probe(shared: Arc<QueueShared>, mut stop: watch::Receiver<bool>) {
             .await
             .map(|mut one| one.pop());
         let closed = match leased {
-            Ok(Some(d)) => deliver(&shared, d, true).await,
+            Ok(Some(d)) => {
+                let attempted = deliver(&shared, d, true).await;
+                if let Some(settling) = attempted.settling {
+                    durable(&shared, settling).await;
+                }
+                attempted.delivered
+            }
             // Nothing to probe with: resume and let the next failures
             // decide.
             Ok(None) => true,
@@ -539,8 +616,8 @@ impl From<String> for SendError {
     }
 }
 
-/// Sends the request of one delivery.
-async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, SendError> {
+/// Sends the request of one delivery (`id`: its external id).
+async fn send(shared: &QueueShared, d: &PushDelivery, id: &str) -> Result<Answer, SendError> {
     let settings = &shared.settings;
     let request = d.payload.request.as_ref();
     let url = shared
@@ -578,13 +655,12 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, SendError> {
             headers.insert(n, v);
         }
     }
-    let id = shared.engine.tokens().format_id(d.id);
     let put = |headers: &mut HeaderMap, name: &'static str, value: &str| {
         if let Ok(v) = HeaderValue::from_str(value) {
             headers.insert(name, v);
         }
     };
-    put(&mut headers, "spooler-delivery-id", &id);
+    put(&mut headers, "spooler-delivery-id", id);
     put(
         &mut headers,
         "spooler-retry-count",
@@ -607,8 +683,8 @@ async fn send(shared: &QueueShared, d: &Delivery) -> Result<Answer, SendError> {
     }
     if let Some(secrets) = &settings.signing_secret {
         let timestamp = shared.engine_now_ms().div_euclid(1000);
-        let signature = signature_header(secrets, &id, timestamp, &d.payload.body)?;
-        put(&mut headers, "webhook-id", &id);
+        let signature = signature_header(secrets, id, timestamp, &d.payload.body)?;
+        put(&mut headers, "webhook-id", id);
         put(&mut headers, "webhook-timestamp", &timestamp.to_string());
         put(&mut headers, "webhook-signature", &signature);
     }
@@ -663,4 +739,86 @@ fn describe(e: reqwest::Error) -> SendError {
         source = s.source();
     }
     SendError { class, text }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spool::queue::Backoff;
+
+    fn answer(status: u16, retry_after: Option<&str>) -> Result<Answer, SendError> {
+        Ok(Answer {
+            status,
+            retry_after: retry_after.map(str::to_owned),
+            body: String::new(),
+        })
+    }
+
+    #[test]
+    fn an_answer_is_classified_by_status_retry_after_and_backoff() {
+        let settings = QueueSettings {
+            backoff: Backoff {
+                initial_ms: 1_000,
+                multiplier: 2.0,
+                max_ms: 60_000,
+                jitter: 0.0,
+            },
+            ..QueueSettings::default()
+        };
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let classify =
+            |sent: &Result<Answer, SendError>, retry| classify(sent, &settings, retry, now, 0.5);
+        assert_eq!(
+            classify(&answer(204, None), 0),
+            (Outcome::Delivered, AttemptClass::Status(204))
+        );
+        assert_eq!(
+            classify(&answer(404, None), 3),
+            (
+                Outcome::Permanent { status: 404 },
+                AttemptClass::Status(404)
+            )
+        );
+        // Backoff by the retry count, unless the destination says when.
+        assert_eq!(
+            classify(&answer(503, None), 2).0,
+            Outcome::Retry { delay_ms: 4_000 }
+        );
+        assert_eq!(
+            classify(&answer(503, Some("7")), 2).0,
+            Outcome::Retry { delay_ms: 7_000 }
+        );
+        assert_eq!(
+            classify(&answer(429, Some("86400")), 0).0,
+            Outcome::Retry { delay_ms: 60_000 },
+            "never past the backoff's maximum"
+        );
+        let timeout = Err(SendError {
+            class: AttemptClass::Timeout,
+            text: "timeout".into(),
+        });
+        assert_eq!(
+            classify(&timeout, 1),
+            (Outcome::Retry { delay_ms: 2_000 }, AttemptClass::Timeout)
+        );
+    }
+
+    #[test]
+    fn secrets_are_scrubbed_from_answers_and_errors() {
+        let secrets = vec!["s3cret-token".to_owned()];
+        let sent = scrubbed(
+            Ok(Answer {
+                status: 401,
+                retry_after: None,
+                body: "bad key s3cret-token".into(),
+            }),
+            &secrets,
+        );
+        assert_eq!(sent.ok().unwrap().body, "bad key <redacted>");
+        let sent = scrubbed(
+            Err(SendError::from("tls: s3cret-token".to_owned())),
+            &secrets,
+        );
+        assert_eq!(sent.err().unwrap().text, "tls: <redacted>");
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::error::{LeaseError, ReadError, SettleError};
 use super::token::LeaseToken;
-use super::{Delivery, Engine, RECEIVE_BATCH_MAX};
+use super::{Delivery, Engine, PushDelivery, RECEIVE_BATCH_MAX};
 use crate::journal::storage::StorageFile;
 use crate::journal::{JournalError, RecordLoc};
 use crate::spool::DecodeError;
@@ -39,22 +39,58 @@ impl Engine {
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Delivery>, LeaseError> {
-        self.lease_inner(queue, max, wait, Consumer::Pull).await
+        let leased = self.lease_inner(queue, max, wait, Consumer::Pull).await?;
+        Ok(leased
+            .into_iter()
+            .map(|(l, payload)| Delivery {
+                id: l.id,
+                token: self.inner.tokens.encode(self.lease_token(&l)),
+                expires_at: l.expires_at,
+                retry_count: l.message.retry_count,
+                enqueued_at: l.message.enqueued_at,
+                payload,
+                view: MessageView {
+                    id: l.id,
+                    state: MessageState::Leased,
+                    message: l.message,
+                    failure: l.failure,
+                },
+            })
+            .collect())
     }
 
     /// Leases up to `max` messages of a push queue for delivery, each for
     /// the queue's `timeout` + 5 s, waiting up to `wait` for the first.
     /// With `probe`, an open circuit breaker does not stop it (the
     /// breaker's probe).
-    pub async fn lease_for_delivery(
+    pub(crate) async fn lease_for_delivery(
         &self,
         queue: &str,
         max: usize,
         wait: Duration,
         probe: bool,
-    ) -> Result<Vec<Delivery>, LeaseError> {
-        self.lease_inner(queue, max, wait, Consumer::Worker { probe })
-            .await
+    ) -> Result<Vec<PushDelivery>, LeaseError> {
+        let leased = self
+            .lease_inner(queue, max, wait, Consumer::Worker { probe })
+            .await?;
+        Ok(leased
+            .into_iter()
+            .map(|(l, payload)| PushDelivery {
+                lease: self.lease_token(&l),
+                retry_count: l.message.retry_count,
+                enqueued_at: l.message.enqueued_at,
+                payload,
+            })
+            .collect())
+    }
+
+    /// What a lease handed out now names.
+    fn lease_token(&self, l: &Leased) -> LeaseToken {
+        LeaseToken {
+            epoch: self.epoch(),
+            id: l.id,
+            serial: l.serial,
+        }
     }
 
     async fn lease_inner(
@@ -63,7 +99,7 @@ impl Engine {
         max: usize,
         wait: Duration,
         consumer: Consumer,
-    ) -> Result<Vec<Delivery>, LeaseError> {
+    ) -> Result<Vec<(Leased, Payload)>, LeaseError> {
         let deadline = tokio::time::Instant::now() + wait;
         let max = max.clamp(1, RECEIVE_BATCH_MAX);
         let not_found = || LeaseError::QueueNotFound {
@@ -116,7 +152,7 @@ impl Engine {
                 (pinned, next)
             };
             if !leased.is_empty() {
-                return Ok(self.deliveries(queue, leased));
+                return Ok(self.read_leased(queue, leased));
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
@@ -133,28 +169,17 @@ impl Engine {
         }
     }
 
-    fn deliveries(&self, queue: &str, leased: Vec<(Leased, PinnedFile)>) -> Vec<Delivery> {
+    /// The payloads of what was leased; a message whose record cannot be
+    /// read goes back in line.
+    fn read_leased(
+        &self,
+        queue: &str,
+        leased: Vec<(Leased, PinnedFile)>,
+    ) -> Vec<(Leased, Payload)> {
         leased
             .into_iter()
             .filter_map(|(l, file)| match self.read_pinned(file, l.message.loc) {
-                Ok(payload) => Some(Delivery {
-                    id: l.id,
-                    token: self.inner.tokens.encode(LeaseToken {
-                        epoch: self.epoch(),
-                        id: l.id,
-                        serial: l.serial,
-                    }),
-                    expires_at: l.expires_at,
-                    retry_count: l.message.retry_count,
-                    enqueued_at: l.message.enqueued_at,
-                    payload,
-                    view: MessageView {
-                        id: l.id,
-                        state: MessageState::Leased,
-                        message: l.message,
-                        failure: l.failure,
-                    },
-                }),
+                Ok(payload) => Some((l, payload)),
                 Err(e) => {
                     // The spool's fault, not the message's: back in line
                     // at once with its retry count unchanged. Damage that

@@ -163,6 +163,17 @@ pub struct SendRequest {
     pub dedup_key: Option<String>,
 }
 
+/// A message leased to a push queue's worker: the lease as the engine
+/// issued it, typed (a worker's lease never leaves the process, so there
+/// is no token to sign and check again), and what to send.
+#[derive(Debug)]
+pub(crate) struct PushDelivery {
+    pub lease: token::LeaseToken,
+    pub retry_count: u32,
+    pub enqueued_at: Millis,
+    pub payload: Payload,
+}
+
 /// A leased message with its payload.
 #[derive(Debug, Clone)]
 pub struct Delivery {

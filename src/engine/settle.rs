@@ -8,8 +8,9 @@ use tokio::sync::oneshot;
 
 use super::Engine;
 use super::core::Reply;
-use super::error::{ReadError, SettleError};
+use super::error::{ReadError, SettleError, WriteError};
 use super::lease::settle_error;
+use super::token::LeaseToken;
 use super::write::closed;
 use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};
 use crate::spool::queue::origin_queue_name;
@@ -18,7 +19,7 @@ use crate::spool::{Command, FailReason, MessageId, Record};
 
 /// What a delivery attempt means for its message (docs/contract.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// 2xx: ack.
     Delivered,
     /// Retryable: nack with this delay (to the failure queue once past
@@ -66,18 +67,24 @@ impl Engine {
         }
     }
 
-    /// Settles a worker's lease by the outcome of `attempt`: what became of
-    /// the message, once the records are durable. A stale lease (expired,
-    /// or the message was cancelled meanwhile) is `StaleLease`, and nothing
-    /// is written.
-    pub async fn settle_delivery(
+    /// Settles a worker's lease by the outcome of `attempt`: reserves the
+    /// message and appends the records, and says what becomes of the
+    /// message once they are durable ([`SettleWait`]). The worker need not
+    /// wait for that before its next attempt: until the records are
+    /// durable the message is reserved (no one else can lease it), and if
+    /// they fail the reservation is undone. A stale lease (expired, or the
+    /// message was cancelled meanwhile) is `StaleLease`, and nothing is
+    /// written.
+    pub(crate) fn settle_delivery(
         &self,
         queue: &str,
-        token: &str,
+        lease: LeaseToken,
         attempt: AttemptInfo,
         outcome: Outcome,
-    ) -> Result<Settled, SettleError> {
-        let lease = self.lease_of(token)?;
+    ) -> Result<SettleWait, SettleError> {
+        if lease.epoch != self.epoch() {
+            return Err(SettleError::StaleLease);
+        }
         let id = lease.id;
         let last_status = attempt.status;
         // A delivered message's attempts are kept only by a queue that
@@ -163,14 +170,32 @@ impl Engine {
                 return Err(e.into());
             }
         }
-        rx.await.map_err(|_| closed())??;
-        Ok(settled)
+        Ok(SettleWait {
+            settled,
+            durable: rx,
+        })
+    }
+}
+
+/// A settle whose records are appended: what it does to the message, once
+/// they are durable.
+#[derive(Debug)]
+pub(crate) struct SettleWait {
+    pub settled: Settled,
+    durable: oneshot::Receiver<Result<(), WriteError>>,
+}
+
+impl SettleWait {
+    /// Waits until the records are durable (or refused).
+    pub(crate) async fn durable(self) -> Result<Settled, SettleError> {
+        self.durable.await.map_err(|_| closed())??;
+        Ok(self.settled)
     }
 }
 
 /// What a settled delivery did to its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
+pub(crate) enum Settled {
     /// Acked: gone for good.
     Delivered,
     /// Back in line, to be tried again.
