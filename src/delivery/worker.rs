@@ -5,7 +5,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
@@ -18,21 +18,18 @@ use tracing::Instrument;
 use super::backoff::{delay_ms, retry_after_ms};
 use super::signing::signature_header;
 use super::target::Destination;
-use crate::engine::settle::{Outcome, SettleWait, Settled};
+use crate::engine::settle::{
+    Outcome, PROBE_INTERVAL_FIRST, PROBE_INTERVAL_MAX, SettleWait, Settled,
+};
 use crate::engine::{Engine, LeaseError, PushDelivery};
 use crate::metrics::{AttemptClass, DeliveryMetrics, DeliveryOutcome};
 use crate::spool::QueueSettings;
 use crate::spool::command::AttemptInfo;
 use crate::spool::queue::static_header_refusal;
+use crate::spool::state::BreakerTurn;
 
 /// How much of a response body an attempt keeps.
 const RESPONSE_KEPT_BYTES: usize = 1024;
-/// The breaker's first probe waits this long; each failed probe doubles it
-/// up to [`PROBE_INTERVAL_MAX`].
-const PROBE_INTERVAL_FIRST: Duration = Duration::from_secs(5);
-const PROBE_INTERVAL_MAX: Duration = Duration::from_secs(300);
-/// How often a dispatcher looks again while its queue's breaker is open.
-const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// How often a follower's dispatcher looks whether its replica became the
 /// primary (replicated mode): a new primary delivers this soon after it
 /// serves.
@@ -54,16 +51,13 @@ pub(crate) struct QueueShared {
     pub client: Client,
     limiter: Option<DefaultDirectRateLimiter>,
     metrics: DeliveryMetrics,
-    /// Retryable failures in a row (permanent statuses do not count).
-    consecutive_failures: AtomicU32,
-    /// Whether this pool's probe task runs. The breaker itself is the
-    /// engine's (`Engine::breaker`): an operator closes it, or asks for a
-    /// probe now, through the API, and a pool that replaces this one
-    /// (settings changed) finds it open and probes with its own settings.
+    /// Whether this pool's probe task runs. The breaker itself (failures
+    /// in a row, when it probes) is the engine's (`Engine::breaker`): the
+    /// settle that fails once too often opens it, an operator closes it or
+    /// asks for a probe now through the API, and a pool that replaces this
+    /// one (settings changed) finds it open and probes with its own
+    /// settings.
     probing: AtomicBool,
-    /// The breaker as the dispatcher last saw it (or this pool opened it):
-    /// what a worker checks after each delivery, without the engine's lock.
-    breaker_seen_open: AtomicBool,
     /// The pool's stop: set when the queue's settings change or the
     /// server stops.
     stop: watch::Receiver<bool>,
@@ -112,9 +106,7 @@ impl QueueShared {
             settings,
             client,
             limiter,
-            consecutive_failures: AtomicU32::new(0),
             probing: AtomicBool::new(false),
-            breaker_seen_open: AtomicBool::new(false),
             stop,
             secret_headers: redact_headers,
         })
@@ -175,29 +167,24 @@ pub(crate) async fn dispatch(
 ) {
     let slots = Arc::new(Semaphore::new(shared.settings.concurrency.max(1) as usize));
     let mut in_flight = JoinSet::new();
-    // A pool that starts while the breaker is open (its settings changed)
-    // probes with its own settings; after that only this pool's workers
-    // open it, so the engine is asked only while it is open.
-    let mut was_open = false;
-    shared.breaker_seen_open.store(
-        shared.engine.breaker(&shared.queue).is_some(),
-        Ordering::Release,
-    );
+    let signal = shared.engine.queue_signal(&shared.queue);
     loop {
         while in_flight.try_join_next().is_some() {}
         let stopping = *stop.borrow();
         if stopping && !drain {
             break;
         }
-        let open = shared.breaker_seen_open.load(Ordering::Acquire)
-            && shared.engine.breaker(&shared.queue).is_some();
-        shared.breaker_seen_open.store(open, Ordering::Release);
-        if was_open && !open {
-            // Closed, by a probe or by an operator: count afresh.
-            shared.consecutive_failures.store(0, Ordering::Release);
-        }
-        was_open = open;
-        if open {
+        if shared.engine.breaker(&shared.queue).is_some() {
+            // Armed, then looked at again: a close that comes after the
+            // second look wakes the wait below. (Armed only here: an armed
+            // waiter takes its share of the queue's wake-ups, which the
+            // lease below waits for.)
+            let changed = signal.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if shared.engine.breaker(&shared.queue).is_none() {
+                continue;
+            }
             // The probe task owns the queue until the breaker closes. A
             // pool that finds it open (its settings changed while it was)
             // probes at once, with its own settings.
@@ -209,7 +196,7 @@ pub(crate) async fn dispatch(
             }
             tokio::select! {
                 _ = stop.changed(), if !stopping => {}
-                () = tokio::time::sleep(IDLE_WAIT) => {}
+                () = changed => {}
             }
             continue;
         }
@@ -300,7 +287,7 @@ async fn work(
         if let Some(before) = std::mem::replace(&mut settling, attempted.settling) {
             durable(shared, before).await;
         }
-        if (*stop.borrow() && !drain) || shared.breaker_seen_open.load(Ordering::Acquire) {
+        if (*stop.borrow() && !drain) || attempted.breaker_open {
             break;
         }
         if let Some(limiter) = &shared.limiter {
@@ -331,6 +318,8 @@ async fn durable(shared: &QueueShared, settling: SettleWait) {
 /// How an attempt ended.
 struct Attempted {
     delivered: bool,
+    /// The queue's breaker is open after it: the worker stops.
+    breaker_open: bool,
     /// Its settle, appended (`None` when it could not be, or the attempt
     /// was abandoned).
     settling: Option<SettleWait>,
@@ -355,7 +344,7 @@ async fn deliver(shared: &Arc<QueueShared>, d: PushDelivery, probe: bool) -> Att
         () = shared.engine.until_stepped_down() => {
             tracing::info!(queue = %shared.queue, delivery_id = %id,
                 "no longer the primary: abandoned the delivery attempt in flight");
-            return Attempted { delivered: false, settling: None };
+            return Attempted { delivered: false, breaker_open: false, settling: None };
         }
     };
     let duration_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
@@ -450,7 +439,6 @@ fn settle(
     probe: bool,
 ) -> Attempted {
     let delivered = outcome == Outcome::Delivered;
-    let retryable = matches!(outcome, Outcome::Retry { .. });
     let mut labelled = match outcome {
         Outcome::Delivered => DeliveryOutcome::Success,
         Outcome::Permanent { .. } => DeliveryOutcome::Failure,
@@ -492,16 +480,17 @@ fn settle(
         Duration::from_millis(ms as u64)
     });
     shared.metrics.record(labelled, class, duration, latency);
-    if delivered {
-        shared.consecutive_failures.store(0, Ordering::Release);
-    } else if retryable {
-        let failures = shared.consecutive_failures.fetch_add(1, Ordering::AcqRel) + 1;
-        if !probe && failures >= shared.settings.breaker_failures.max(1) {
-            open_breaker(shared);
+    let breaker_open = match settling.as_ref().map(|s| s.breaker) {
+        Some(BreakerTurn::Opened) => {
+            breaker_opened(shared);
+            true
         }
-    }
+        Some(BreakerTurn::Unchanged { open }) => open,
+        None => false,
+    };
     Attempted {
         delivered,
+        breaker_open,
         settling,
     }
 }
@@ -519,17 +508,15 @@ impl QueueShared {
     }
 }
 
-/// Opens the breaker (once) and starts its probe.
-fn open_breaker(shared: &Arc<QueueShared>) {
+/// This pool's failures opened the breaker (in the engine, where its
+/// state lives): start its probe, once.
+fn breaker_opened(shared: &Arc<QueueShared>) {
     if shared.probing.swap(true, Ordering::AcqRel) {
         return;
     }
-    let first = shared.engine_now_ms() + PROBE_INTERVAL_FIRST.as_millis() as i64;
-    shared.engine.set_breaker(&shared.queue, Some(first));
-    shared.breaker_seen_open.store(true, Ordering::Release);
     tracing::warn!(
         queue = %shared.queue,
-        failures = shared.consecutive_failures.load(Ordering::Acquire),
+        failures = shared.settings.breaker_failures,
         "circuit breaker open: delivery paused, probing"
     );
     // The pool's stop: a probe of a pool whose settings were replaced
@@ -542,9 +529,9 @@ fn open_breaker(shared: &Arc<QueueShared>) {
 /// now" moves it) comes, delivers one message; on success closes the
 /// breaker, else waits twice as long (up to [`PROBE_INTERVAL_MAX`]). Ends
 /// when the breaker is closed (here or by an operator) or the pool stops.
+/// It waits on the engine's word of a change, not on a timer's look.
 async fn probe(shared: Arc<QueueShared>, mut stop: watch::Receiver<bool>) {
-    /// How often the probe looks whether its due time moved.
-    const LOOK_EVERY: Duration = Duration::from_millis(200);
+    let signal = shared.engine.queue_signal(&shared.queue);
     let mut interval = PROBE_INTERVAL_FIRST;
     loop {
         if *stop.borrow() || shared.engine.is_poisoned() {
@@ -555,9 +542,18 @@ async fn probe(shared: Arc<QueueShared>, mut stop: watch::Receiver<bool>) {
         };
         let now = shared.engine_now_ms();
         if now < due {
-            let wait = Duration::from_millis((due - now) as u64).min(LOOK_EVERY);
+            // Armed, then looked at again: a move of the probe (or a
+            // close) after the second look wakes the wait.
+            let changed = signal.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if shared.engine.breaker(&shared.queue) != Some(due) {
+                continue;
+            }
+            let wait = Duration::from_millis((due - now) as u64);
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
+                () = changed => {}
                 _ = stop.changed() => {}
             }
             continue;
@@ -582,7 +578,6 @@ async fn probe(shared: Arc<QueueShared>, mut stop: watch::Receiver<bool>) {
             Err(_) => break,
         };
         if closed {
-            shared.consecutive_failures.store(0, Ordering::Release);
             shared.engine.set_breaker(&shared.queue, None);
             tracing::info!(queue = %shared.queue, "circuit breaker closed: delivery resumed");
             break;

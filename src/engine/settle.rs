@@ -3,6 +3,7 @@
 
 use crate::time::Millis;
 use std::borrow::Cow;
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
@@ -15,7 +16,14 @@ use super::write::closed;
 use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};
 use crate::spool::queue::origin_queue_name;
 use crate::spool::record::decode_attempts;
+use crate::spool::state::{AttemptEffect, BreakerTurn};
 use crate::spool::{Command, FailReason, MessageId, Record};
+
+/// An open breaker's first probe comes this long after it opens; each
+/// failed probe doubles the wait up to [`PROBE_INTERVAL_MAX`]
+/// (`delivery/worker.rs` probes).
+pub(crate) const PROBE_INTERVAL_FIRST: Duration = Duration::from_secs(5);
+pub(crate) const PROBE_INTERVAL_MAX: Duration = Duration::from_secs(300);
 
 /// What a delivery attempt means for its message (docs/contract.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,18 +61,27 @@ impl Engine {
     /// When the open circuit breaker of `queue` probes next; `None` while
     /// it is closed (or the queue is gone).
     pub fn breaker(&self, queue: &str) -> Option<Millis> {
-        self.core().spool.queue(queue).and_then(|q| q.breaker)
+        self.core()
+            .spool
+            .queue(queue)
+            .and_then(|q| q.breaker.next_probe)
     }
 
-    /// Opens or closes a push queue's circuit breaker.
+    /// Opens a push queue's circuit breaker, moves its next probe, or
+    /// closes it. Whoever waits on the queue looks again: its dispatcher
+    /// and probe (`delivery/worker.rs`) wait for this, not for a timer.
     pub fn set_breaker(&self, queue: &str, next_probe: Option<Millis>) {
         let mut core = self.core();
         core.spool.set_breaker(queue, next_probe);
-        if next_probe.is_none() {
-            // Like a resume: whoever waits for the queue's messages looks
-            // again.
-            core.wake_all(queue);
-        }
+        core.wake_all(queue);
+    }
+
+    /// What a push queue's dispatcher or probe waits on: woken when the
+    /// queue's breaker changes, and when a message becomes visible. Take
+    /// it (and enable its `notified()`) before looking at the state, so
+    /// that no change falls between the look and the wait.
+    pub(crate) fn queue_signal(&self, queue: &str) -> std::sync::Arc<tokio::sync::Notify> {
+        self.core().notify_for(queue)
     }
 
     /// Settles a worker's lease by the outcome of `attempt`: reserves the
@@ -106,6 +123,7 @@ impl Engine {
         }
         let (tx, rx) = oneshot::channel();
         let settled;
+        let breaker;
         {
             let mut core = self.core();
             let now = self.now(&mut core);
@@ -142,6 +160,17 @@ impl Engine {
             };
             core.spool
                 .count_delivery(queue, outcome == Outcome::Delivered);
+            let effect = match outcome {
+                Outcome::Delivered => AttemptEffect::Delivered,
+                Outcome::Permanent { .. } => AttemptEffect::Permanent,
+                Outcome::Retry { .. } => AttemptEffect::Retryable { probe: false },
+                Outcome::ProbeFailed { .. } => AttemptEffect::Retryable { probe: true },
+            };
+            breaker = core.spool.count_attempt(
+                queue,
+                effect,
+                now + PROBE_INTERVAL_FIRST.as_millis() as i64,
+            );
             settled = match &settle {
                 Command::Ack { .. } => Settled::Delivered,
                 Command::Fail { .. } => Settled::Failed,
@@ -172,6 +201,7 @@ impl Engine {
         }
         Ok(SettleWait {
             settled,
+            breaker,
             durable: rx,
         })
     }
@@ -182,6 +212,8 @@ impl Engine {
 #[derive(Debug)]
 pub(crate) struct SettleWait {
     pub settled: Settled,
+    /// What the attempt did to the queue's breaker.
+    pub breaker: BreakerTurn,
     durable: oneshot::Receiver<Result<(), WriteError>>,
 }
 

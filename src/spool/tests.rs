@@ -520,3 +520,44 @@ fn the_state_digest_covers_replicated_state_and_not_a_nodes_own_counters() {
     nack(&mut a, 30, &leased[0], 60_000);
     assert_ne!(a.state_digest(), c.state_digest());
 }
+
+#[test]
+fn the_breaker_opens_on_the_nth_retryable_failure_in_a_row_and_closing_counts_afresh() {
+    use super::state::{AttemptEffect, BreakerTurn};
+    let mut spool = with_queue(QueueSettings {
+        breaker_failures: 3,
+        ..QueueSettings::default()
+    });
+    let retry = AttemptEffect::Retryable { probe: false };
+    let closed = BreakerTurn::Unchanged { open: false };
+    assert_eq!(spool.count_attempt("q", retry, 100), closed);
+    // A permanent status says nothing of the destination's health; a
+    // delivery ends the run.
+    assert_eq!(
+        spool.count_attempt("q", AttemptEffect::Permanent, 100),
+        closed
+    );
+    assert_eq!(
+        spool.count_attempt("q", AttemptEffect::Delivered, 100),
+        closed
+    );
+    assert_eq!(spool.count_attempt("q", retry, 100), closed);
+    assert_eq!(spool.count_attempt("q", retry, 100), closed);
+    assert_eq!(spool.count_attempt("q", retry, 500), BreakerTurn::Opened);
+    assert_eq!(spool.queue("q").unwrap().breaker.next_probe, Some(500));
+    // Open: more failures, a probe's among them, move nothing.
+    let open = BreakerTurn::Unchanged { open: true };
+    assert_eq!(spool.count_attempt("q", retry, 900), open);
+    let probe = AttemptEffect::Retryable { probe: true };
+    assert_eq!(spool.count_attempt("q", probe, 900), open);
+    assert_eq!(spool.queue("q").unwrap().breaker.next_probe, Some(500));
+    // Closed (by a probe or an operator): the count starts again.
+    spool.set_breaker("q", None);
+    assert_eq!(spool.queue("q").unwrap().breaker.failures, 0);
+    assert_eq!(spool.count_attempt("q", retry, 100), closed);
+    assert_eq!(
+        spool.count_attempt("missing", retry, 100),
+        closed,
+        "a queue that is gone has no breaker"
+    );
+}

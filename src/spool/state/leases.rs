@@ -42,7 +42,7 @@ impl Spool {
         let qid = *self.names.get(queue).ok_or(SpoolError::QueueNotFound)?;
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         let mut out = Vec::new();
-        if q.paused || (q.breaker.is_some() && !probe) {
+        if q.paused || (q.breaker.next_probe.is_some() && !probe) {
             return Ok(out);
         }
         let retention_ms = q.settings.retention_ms as i64;

@@ -31,7 +31,7 @@ mod views;
 pub use plain::{DedupEntry, EventKeyEntry, MessageEntry, QueueEntry, QueueState, SpoolState};
 pub(crate) use queue::Queue;
 use queue::{FailureSettings, QueueId};
-pub(crate) use types::{Applied, EventSeen, Leased, SpoolError};
+pub(crate) use types::{Applied, AttemptEffect, BreakerTurn, EventSeen, Leased, SpoolError};
 pub(crate) use types::{Counters, Message};
 pub use types::{Delivered, MessageState, MessageView, QueueStats};
 
@@ -197,11 +197,48 @@ impl Spool {
     }
 
     /// Opens a queue's circuit breaker until a probe due at `next_probe`
-    /// closes it, or closes it (`None`); memory only. While open, workers
-    /// get no leases except an explicit probe.
+    /// closes it (or moves its probe), or closes it (`None`), counting
+    /// failures afresh; memory only. While open, workers get no leases
+    /// except an explicit probe.
     pub(crate) fn set_breaker(&mut self, queue: &str, next_probe: Option<Millis>) {
         if let Some(q) = self.queue_mut(queue) {
-            q.breaker = next_probe;
+            q.breaker.next_probe = next_probe;
+            if next_probe.is_none() {
+                q.breaker.failures = 0;
+            }
+        }
+    }
+
+    /// Counts a settled attempt in its queue's breaker: a delivery ends a
+    /// run of failures; a retryable failure adds to it, and the
+    /// `breaker_failures`-th in a row opens the breaker with its first
+    /// probe at `first_probe` (a probe's own failure only counts: the
+    /// breaker is open already). A permanent status says nothing about the
+    /// destination's health.
+    pub(crate) fn count_attempt(
+        &mut self,
+        queue: &str,
+        attempt: AttemptEffect,
+        first_probe: Millis,
+    ) -> BreakerTurn {
+        let Some(q) = self.queue_mut(queue) else {
+            return BreakerTurn::Unchanged { open: false };
+        };
+        let threshold = q.settings.breaker_failures.max(1);
+        let b = &mut q.breaker;
+        match attempt {
+            AttemptEffect::Delivered => b.failures = 0,
+            AttemptEffect::Permanent => {}
+            AttemptEffect::Retryable { probe } => {
+                b.failures = b.failures.saturating_add(1);
+                if !probe && b.next_probe.is_none() && b.failures >= threshold {
+                    b.next_probe = Some(first_probe);
+                    return BreakerTurn::Opened;
+                }
+            }
+        }
+        BreakerTurn::Unchanged {
+            open: b.next_probe.is_some(),
         }
     }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::plain::MessageEntry;
-use super::types::{Counters, Delivered, Lease, Message};
+use super::types::{Breaker, Counters, Delivered, Lease, Message};
 use crate::journal::RecordLoc;
 use crate::spool::command::FailInfo;
 use crate::spool::command::{Command, FailReason, MessageId};
@@ -33,9 +33,8 @@ pub(crate) struct Queue {
     pub settings: Arc<QueueSettings>,
     pub managed_by_config: bool,
     pub paused: bool,
-    /// The circuit breaker of a push queue is open, and when its next probe
-    /// is due (memory only).
-    pub breaker: Option<Millis>,
+    /// The push queue's circuit breaker (memory only).
+    pub breaker: Breaker,
     /// For a failure queue: the queue it belongs to.
     pub(super) parent: Option<QueueId>,
     /// For an ordinary queue: its failure queue.
@@ -75,7 +74,7 @@ impl Queue {
             settings,
             managed_by_config,
             paused: false,
-            breaker: None,
+            breaker: Breaker::default(),
             parent: None,
             failed: None,
             messages: BTreeMap::new(),

@@ -175,3 +175,34 @@ pub(crate) enum SpoolError {
     #[error("lease is no longer valid")]
     StaleLease,
 }
+
+/// A push queue's circuit breaker, the one place its state lives (memory
+/// only: a restart closes it): the retryable failures in a row, and while
+/// it is open, when its next probe is due.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Breaker {
+    pub failures: u32,
+    pub next_probe: Option<Millis>,
+}
+
+/// What one settled attempt did to its queue's breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BreakerTurn {
+    /// Nothing it did changed whether the breaker is open.
+    Unchanged { open: bool },
+    /// This attempt's failure was one too many: the breaker opened.
+    Opened,
+}
+
+/// An attempt as the breaker counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptEffect {
+    Delivered,
+    /// A status the queue lists as permanent.
+    Permanent,
+    /// Anything else: a status to retry, no answer; `probe` for the
+    /// breaker's own probe.
+    Retryable {
+        probe: bool,
+    },
+}

@@ -121,7 +121,7 @@ impl Spool {
                 .first()
                 .map(|id| now - q.messages[id].enqueued_at),
             paused: q.paused,
-            next_probe_at: q.breaker,
+            next_probe_at: q.breaker.next_probe,
         })
     }
 
