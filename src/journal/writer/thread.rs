@@ -5,7 +5,7 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::segment::ActiveSegment;
 use super::{BatchFailure, BatchSink, Control, Durable, Placed, Shared, WriterOptions};
@@ -13,6 +13,7 @@ use crate::journal::error::JournalError;
 use crate::journal::format::{
     FILE_HEADER_BYTES, FRAME_FLAG_BATCH_END, FileId, FrameHeader, RecordLoc, segment_file_name,
 };
+use crate::journal::storage::StorageFile;
 
 pub(super) struct Writer<E, S> {
     pub(super) shared: Arc<Shared<E>>,
@@ -69,15 +70,60 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         }
     }
 
+    /// Writes one batch and tells the sink how it went: durable, with a
+    /// receipt and where each record lies, or failed. `frames` holds
+    /// (start in `buf`, kind, term) of each record, one per entry.
     pub(super) fn commit(&mut self, buf: &mut [u8], frames: &[(usize, u8, u64)], entries: Vec<E>) {
+        let first_seq = self.next_seq;
+        let (base, fsync_duration) = match self.write_durably(buf, frames, first_seq) {
+            Ok(written) => written,
+            Err(failure) => {
+                self.sink.failed(&failure, entries);
+                return;
+            }
+        };
+        self.count_in(buf.len() as u64, first_seq, frames.len() as u64);
+        let placed = self.placements(entries, frames, buf.len(), base, first_seq);
+        let receipt = Durable {
+            last_seq: self.next_seq - 1,
+            fsync_duration,
+        };
+        self.sink.durable(&receipt, placed);
+        self.shared.durable_seq.send_replace(self.next_seq - 1);
+    }
+
+    /// Puts the batch on disk: sealed, in a segment with room for it,
+    /// written at the segment's end and synced. Returns the offset it starts
+    /// at and how long the fsync took; a failure says whether any of the
+    /// batch may be on disk (see [`BatchFailure`]). Changes no count: only
+    /// [`Self::count_in`] does, once the batch is durable.
+    fn write_durably(
+        &mut self,
+        buf: &mut [u8],
+        frames: &[(usize, u8, u64)],
+        first_seq: u64,
+    ) -> Result<(u64, Duration), BatchFailure> {
         if self.shared.poisoned.load(Ordering::Acquire) {
             // Appended after the fsync failure: never written, so rejected
             // rather than in doubt.
-            let failure = BatchFailure::RolledBack(io::Error::other("journal is poisoned"));
-            self.sink.failed(&failure, entries);
-            return;
+            return Err(BatchFailure::RolledBack(io::Error::other(
+                "journal is poisoned",
+            )));
         }
-        let first_seq = self.next_seq;
+        self.seal_frames(buf, frames, first_seq);
+        self.make_room(buf.len() as u64, first_seq)?;
+        let base = self.segment.len;
+        let file = self.segment.file().clone();
+        self.write_or_roll_back(&file, buf, base)?;
+        let fsync_duration = self.sync(&file)?;
+        Ok((base, fsync_duration))
+    }
+
+    /// Stamps every frame's header: its sequence number, term, kind, place
+    /// in the batch and checksum. Only the last frame ends the batch, so
+    /// replay can tell which batch a write was cut short in (a torn tail)
+    /// from damage anywhere else.
+    fn seal_frames(&self, buf: &mut [u8], frames: &[(usize, u8, u64)], first_seq: u64) {
         let last = frames.len() - 1;
         for (i, &(start, kind, term)) in frames.iter().enumerate() {
             let end = frames.get(i + 1).map_or(buf.len(), |f| f.0);
@@ -94,9 +140,17 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
                 },
             );
         }
+    }
 
+    /// Gives the batch a segment to go to: the next one when `batch_bytes`
+    /// would grow the active one past `segment_bytes` (a segment holding
+    /// only its header takes any batch, so an oversized batch still goes
+    /// somewhere), or the active one again when a truncation removed it.
+    /// A segment that cannot be created rejects the batch: none of it was
+    /// written.
+    fn make_room(&mut self, batch_bytes: u64, first_seq: u64) -> Result<(), BatchFailure> {
         let full = self.segment.len > FILE_HEADER_BYTES as u64
-            && self.segment.len + buf.len() as u64 > self.options.segment_bytes;
+            && self.segment.len + batch_bytes > self.options.segment_bytes;
         // After a truncation removed the segment it would append to.
         let missing = self.segment.file.is_none();
         if full || missing {
@@ -105,63 +159,76 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
             } else {
                 self.segment.id + 1
             };
-            match self.segment.create(id, first_seq, false) {
-                Ok(added) => {
-                    self.shared.disk_bytes.fetch_add(added, Ordering::Relaxed);
-                    self.shared
-                        .active_file_bytes
-                        .store(self.segment.file_len, Ordering::Relaxed);
-                    self.shared
-                        .active_segment
-                        .store(self.segment.id, Ordering::Release);
-                }
-                Err(e) => {
-                    let failure = BatchFailure::RolledBack(io::Error::other(e.to_string()));
-                    self.sink.failed(&failure, entries);
-                    return;
-                }
-            }
+            let added = self
+                .segment
+                .create(id, first_seq, false)
+                .map_err(|e| BatchFailure::RolledBack(io::Error::other(e.to_string())))?;
+            self.shared.disk_bytes.fetch_add(added, Ordering::Relaxed);
+            self.shared
+                .active_file_bytes
+                .store(self.segment.file_len, Ordering::Relaxed);
+            self.shared
+                .active_segment
+                .store(self.segment.id, Ordering::Release);
         }
+        Ok(())
+    }
 
-        let base = self.segment.len;
-        let file = self.segment.file().clone();
-        if let Err(e) = file.write_all_at(buf, base) {
-            // Roll back: truncate what the write appended past the old end
-            // of the file, zero what it changed inside preallocated space,
-            // and make that durable, so that no byte of a write answered 503
-            // can come back after a crash.
-            let end = base + buf.len() as u64;
-            let keep_len = self.segment.file_len.max(base);
-            let rollback = file
-                .set_len(keep_len)
-                .and_then(|()| match (end.min(keep_len) - base) as usize {
-                    0 => Ok(()),
-                    n => file.write_all_at(&vec![0u8; n], base),
-                })
-                .and_then(|()| file.sync_data());
-            let failure = match rollback {
-                Ok(()) => BatchFailure::RolledBack(e),
-                Err(rollback) => {
-                    self.shared.poisoned.store(true, Ordering::Release);
-                    BatchFailure::Unconfirmed(io::Error::new(
-                        rollback.kind(),
-                        format!("write failed ({e}) and its rollback failed ({rollback})"),
-                    ))
-                }
-            };
-            self.sink.failed(&failure, entries);
-            return;
-        }
+    /// Writes the batch at `base`. A failed write is rolled back: truncate
+    /// what it appended past the old end of the file, zero what it changed
+    /// inside preallocated space, and make that durable, so that no byte of
+    /// a write answered 503 can come back after a crash. When the rollback
+    /// fails too, the batch is in doubt and the journal is poisoned.
+    fn write_or_roll_back(
+        &self,
+        file: &Arc<dyn StorageFile>,
+        buf: &[u8],
+        base: u64,
+    ) -> Result<(), BatchFailure> {
+        let Err(e) = file.write_all_at(buf, base) else {
+            return Ok(());
+        };
+        let end = base + buf.len() as u64;
+        let keep_len = self.segment.file_len.max(base);
+        let rollback = file
+            .set_len(keep_len)
+            .and_then(|()| match (end.min(keep_len) - base) as usize {
+                0 => Ok(()),
+                n => file.write_all_at(&vec![0u8; n], base),
+            })
+            .and_then(|()| file.sync_data());
+        Err(match rollback {
+            Ok(()) => BatchFailure::RolledBack(e),
+            Err(rollback) => {
+                self.shared.poisoned.store(true, Ordering::Release);
+                BatchFailure::Unconfirmed(io::Error::new(
+                    rollback.kind(),
+                    format!("write failed ({e}) and its rollback failed ({rollback})"),
+                ))
+            }
+        })
+    }
+
+    /// Makes the written batch durable (unless the spool runs with
+    /// `fsync = false`) and says how long that took. A failed fsync is never
+    /// retried, as the kernel may have dropped the dirty pages: the batch is
+    /// in doubt and the journal is poisoned.
+    fn sync(&self, file: &Arc<dyn StorageFile>) -> Result<Duration, BatchFailure> {
         let fsync_started = Instant::now();
         if self.options.fsync
             && let Err(e) = file.sync_data()
         {
             self.shared.poisoned.store(true, Ordering::Release);
-            self.sink.failed(&BatchFailure::Unconfirmed(e), entries);
-            return;
+            return Err(BatchFailure::Unconfirmed(e));
         }
-        let fsync_duration = fsync_started.elapsed();
-        self.segment.len += buf.len() as u64;
+        Ok(fsync_started.elapsed())
+    }
+
+    /// Counts a durable batch in: the segment's length (and its file's, when
+    /// the write went past preallocated space, which adds bytes on disk),
+    /// the next sequence number, the batch and record counters.
+    fn count_in(&mut self, batch_bytes: u64, first_seq: u64, n_records: u64) {
+        self.segment.len += batch_bytes;
         if self.segment.len > self.segment.file_len {
             self.shared
                 .disk_bytes
@@ -171,19 +238,28 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
                 .active_file_bytes
                 .store(self.segment.file_len, Ordering::Relaxed);
         }
-        self.next_seq = first_seq + frames.len() as u64;
+        self.next_seq = first_seq + n_records;
         self.shared.batches.fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .records
-            .fetch_add(frames.len() as u64, Ordering::Relaxed);
+        self.shared.records.fetch_add(n_records, Ordering::Relaxed);
+    }
 
+    /// Where each record of the durable batch written at `base` lies, with
+    /// its entry and sequence number: what the sink keeps to read it again.
+    fn placements(
+        &self,
+        entries: Vec<E>,
+        frames: &[(usize, u8, u64)],
+        batch_bytes: usize,
+        base: u64,
+        first_seq: u64,
+    ) -> Vec<Placed<E>> {
         let file_id = FileId::Segment(self.segment.id).to_loc();
-        let placed = entries
+        entries
             .into_iter()
             .enumerate()
             .map(|(i, entry)| {
                 let start = frames[i].0;
-                let end = frames.get(i + 1).map_or(buf.len(), |f| f.0);
+                let end = frames.get(i + 1).map_or(batch_bytes, |f| f.0);
                 let offset = base + start as u64;
                 assert!(
                     offset + ((end - start) as u64) <= u32::MAX as u64,
@@ -199,13 +275,7 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
                     },
                 }
             })
-            .collect();
-        let receipt = Durable {
-            last_seq: self.next_seq - 1,
-            fsync_duration,
-        };
-        self.sink.durable(&receipt, placed);
-        self.shared.durable_seq.send_replace(self.next_seq - 1);
+            .collect()
     }
 
     /// Cuts the log after `keep_seq`. Never rewrites a byte in place:
