@@ -90,6 +90,33 @@ struct Plan {
     old_checkpoint: Option<CheckpointOnDisk>,
 }
 
+impl Plan {
+    /// A snapshot asked for with no file to compact and nothing applied
+    /// since the checkpoint on disk: there is nothing to write.
+    fn repeats_checkpoint(&self) -> bool {
+        self.run.is_empty() && self.old_checkpoint.as_ref().map(|c| c.seq) == Some(self.seq)
+    }
+
+    /// Bytes of the files to compact, read from their pinned handles.
+    fn bytes_before(&self) -> u64 {
+        self.handles
+            .values()
+            .map(|h| h.size_bytes().unwrap_or(0))
+            .sum::<u64>()
+    }
+
+    /// The new checkpoint as the core knows it once written (`bytes` long).
+    /// Takes the plan's replica set: nothing needs it afterwards.
+    fn checkpoint_on_disk(&mut self, bytes: u64) -> CheckpointOnDisk {
+        CheckpointOnDisk {
+            seq: self.seq,
+            term: self.term,
+            bytes,
+            cluster_config: self.cluster_config.take(),
+        }
+    }
+}
+
 impl Engine {
     /// Runs one compaction if some file is worth it (or, with `force`, if
     /// any candidate holds garbage at all). Returns `None` when there was
@@ -121,108 +148,29 @@ impl Engine {
             // Closed: the directory may already belong to another engine.
             return Ok(None);
         }
-        let Some(plan) = self.plan(force, snapshot)? else {
+        let Some(mut plan) = self.plan(force, snapshot)? else {
             return Ok(None);
         };
-        if plan.run.is_empty() && plan.old_checkpoint.as_ref().map(|c| c.seq) == Some(plan.seq) {
+        if plan.repeats_checkpoint() {
             // A snapshot asked for with nothing applied since the last one.
             return Ok(Some(CompactReport {
                 checkpoint_seq: plan.seq,
                 ..CompactReport::default()
             }));
         }
-        let storage = &self.inner.storage;
-        let dir = &self.inner.dir;
-        let salt = self.inner.identity.salt;
 
         // Step 2: the pack, then the checkpoint.
-        let mut pack = None;
-        if !plan.moves.is_empty() {
-            let reader = &self.inner.reader;
-            let frames = plan.moves.iter().filter(|m| m.copy).map(|m| {
-                reader
-                    .read_frame_from(&plan.handles[&m.from.file], m.from)
-                    .map_err(|e| std::io::Error::other(e.to_string()))
-            });
-            let header = PackHeader {
-                pack_id: plan.pack_id,
-                checkpoint_seq: plan.seq,
-            };
-            match write_pack(storage, dir, salt, header, frames) {
-                Ok(written) => pack = Some(written),
-                // Nothing points at the pack: whether or not its name
-                // survives, start-up deletes it as obsolete.
-                Err(e) => return Err(e.into_inner()),
-            }
-        }
-        let written = write_checkpoint(storage, dir, salt, plan.seq, plan.term, &plan.chunks);
-        let checkpoint_bytes = match written {
-            Ok(n) => n,
-            Err(AtomicWriteError::NotInstalled(e)) => {
-                if pack.is_some() {
-                    let _ = remove_files(storage, dir, &[FileId::Pack(plan.pack_id).file_name()]);
-                }
-                return Err(e);
-            }
-            Err(AtomicWriteError::InDoubt(e)) => {
-                return Err(self.fatal(format!("compaction's checkpoint is in doubt: {e}")));
-            }
-        };
+        let pack = self.write_new_pack(&plan)?;
+        let checkpoint_bytes = self.write_new_checkpoint(&plan, pack.is_some())?;
 
         // Step 3: point memory at the new files.
-        let bytes_before = plan
-            .handles
-            .values()
-            .map(|h| h.size_bytes().unwrap_or(0))
-            .sum::<u64>();
+        let bytes_before = plan.bytes_before();
         let pack_bytes = pack.as_ref().map_or(0, |(_, len)| *len);
-        let old_checkpoint_bytes = {
-            let mut core = self.core();
-            if let Some((handle, len)) = pack {
-                let file = FileId::Pack(plan.pack_id);
-                self.inner.reader.register(file, handle);
-                core.files.insert(file.to_loc(), FileMeta { bytes: len });
-            }
-            for m in &plan.moves {
-                if m.attempts {
-                    core.spool.relocate_attempts(&m.queue, m.id, m.from, m.to);
-                } else {
-                    core.spool.relocate(&m.queue, m.id, m.from, m.to);
-                }
-            }
-            for &f in &plan.run {
-                core.files.remove(&f);
-                self.inner.reader.unregister(FileId::from_loc(f));
-            }
-            debug_assert!(
-                core.spool
-                    .referenced_files()
-                    .all(|f| !plan.run.contains(&f)),
-                "bug: a message still points into a compacted file"
-            );
-            let old = core.checkpoint.replace(CheckpointOnDisk {
-                seq: plan.seq,
-                term: plan.term,
-                bytes: checkpoint_bytes,
-                cluster_config: plan.cluster_config,
-            });
-            old.map_or(0, |c| c.bytes)
-        };
+        let checkpoint = plan.checkpoint_on_disk(checkpoint_bytes);
+        let old_checkpoint_bytes = self.swap(&plan, pack, checkpoint);
 
         // Step 4: delete what the checkpoint replaced.
-        let mut obsolete: Vec<String> = plan
-            .run
-            .iter()
-            .map(|&f| FileId::from_loc(f).file_name())
-            .collect();
-        if let Some(old) = &plan.old_checkpoint
-            && old.seq != plan.seq
-        {
-            obsolete.push(checkpoint_file_name(old.seq));
-        }
-        if let Err(e) = remove_files(storage, dir, &obsolete) {
-            return Err(self.fatal(format!("compaction could not delete replaced files: {e}")));
-        }
+        let obsolete = self.delete_replaced(&plan)?;
         let added = pack_bytes + checkpoint_bytes;
         let removed = bytes_before + old_checkpoint_bytes;
         self.inner
@@ -320,6 +268,118 @@ impl Engine {
             cluster_config: core.spool.cluster_config().map(<[u8]>::to_vec),
             old_checkpoint: core.checkpoint.clone(),
         }))
+    }
+
+    /// Step 2, the pack: every record the plan moves, copied from the
+    /// pinned handles (once each, however many messages point at it) and
+    /// checked again, through temp file, fsync, rename, directory fsync.
+    /// Returns its handle and length; `None` when nothing moves.
+    fn write_new_pack(
+        &self,
+        plan: &Plan,
+    ) -> Result<Option<(Arc<dyn StorageFile>, u64)>, JournalError> {
+        if plan.moves.is_empty() {
+            return Ok(None);
+        }
+        let reader = &self.inner.reader;
+        let frames = plan.moves.iter().filter(|m| m.copy).map(|m| {
+            reader
+                .read_frame_from(&plan.handles[&m.from.file], m.from)
+                .map_err(|e| std::io::Error::other(e.to_string()))
+        });
+        let header = PackHeader {
+            pack_id: plan.pack_id,
+            checkpoint_seq: plan.seq,
+        };
+        let salt = self.inner.identity.salt;
+        match write_pack(&self.inner.storage, &self.inner.dir, salt, header, frames) {
+            Ok(written) => Ok(Some(written)),
+            // Nothing points at the pack: whether or not its name
+            // survives, start-up deletes it as obsolete.
+            Err(e) => Err(e.into_inner()),
+        }
+    }
+
+    /// Step 2, the checkpoint `<seq>.ckpt`, whose rename is the point of no
+    /// return; returns its length. Not installed: nothing changed, and the
+    /// pack just written (if `wrote_pack`) is removed, best effort (nobody
+    /// points at it, so the next start deletes it anyway). In doubt: memory
+    /// cannot know which journal the disk holds, so it is fatal.
+    fn write_new_checkpoint(&self, plan: &Plan, wrote_pack: bool) -> Result<u64, JournalError> {
+        let storage = &self.inner.storage;
+        let dir = &self.inner.dir;
+        let salt = self.inner.identity.salt;
+        let written = write_checkpoint(storage, dir, salt, plan.seq, plan.term, &plan.chunks);
+        match written {
+            Ok(n) => Ok(n),
+            Err(AtomicWriteError::NotInstalled(e)) => {
+                if wrote_pack {
+                    let _ = remove_files(storage, dir, &[FileId::Pack(plan.pack_id).file_name()]);
+                }
+                Err(e)
+            }
+            Err(AtomicWriteError::InDoubt(e)) => {
+                Err(self.fatal(format!("compaction's checkpoint is in doubt: {e}")))
+            }
+        }
+    }
+
+    /// Step 3, under the core lock: registers the new pack, points every
+    /// moved message at it, forgets the compacted files and notes the new
+    /// checkpoint. No file I/O happens under the lock. Returns the bytes of
+    /// the checkpoint it replaced.
+    fn swap(
+        &self,
+        plan: &Plan,
+        pack: Option<(Arc<dyn StorageFile>, u64)>,
+        checkpoint: CheckpointOnDisk,
+    ) -> u64 {
+        let mut core = self.core();
+        if let Some((handle, len)) = pack {
+            let file = FileId::Pack(plan.pack_id);
+            self.inner.reader.register(file, handle);
+            core.files.insert(file.to_loc(), FileMeta { bytes: len });
+        }
+        for m in &plan.moves {
+            if m.attempts {
+                core.spool.relocate_attempts(&m.queue, m.id, m.from, m.to);
+            } else {
+                core.spool.relocate(&m.queue, m.id, m.from, m.to);
+            }
+        }
+        for &f in &plan.run {
+            core.files.remove(&f);
+            self.inner.reader.unregister(FileId::from_loc(f));
+        }
+        debug_assert!(
+            core.spool
+                .referenced_files()
+                .all(|f| !plan.run.contains(&f)),
+            "bug: a message still points into a compacted file"
+        );
+        let old = core.checkpoint.replace(checkpoint);
+        old.map_or(0, |c| c.bytes)
+    }
+
+    /// Step 4: deletes the compacted files and the old checkpoint (unless
+    /// this run wrote its checkpoint under the same name). It comes after
+    /// the point of no return: a failure is fatal. Returns the names of the
+    /// files deleted.
+    fn delete_replaced(&self, plan: &Plan) -> Result<Vec<String>, JournalError> {
+        let mut obsolete: Vec<String> = plan
+            .run
+            .iter()
+            .map(|&f| FileId::from_loc(f).file_name())
+            .collect();
+        if let Some(old) = &plan.old_checkpoint
+            && old.seq != plan.seq
+        {
+            obsolete.push(checkpoint_file_name(old.seq));
+        }
+        if let Err(e) = remove_files(&self.inner.storage, &self.inner.dir, &obsolete) {
+            return Err(self.fatal(format!("compaction could not delete replaced files: {e}")));
+        }
+        Ok(obsolete)
     }
 
     /// Something failed after a point of no return: memory and disk may

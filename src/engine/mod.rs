@@ -39,6 +39,7 @@ mod open;
 mod queues;
 pub mod rates;
 pub(crate) mod rebuild;
+mod replay;
 pub(crate) mod replicated;
 pub(crate) mod rules;
 mod send;

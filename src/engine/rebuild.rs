@@ -22,7 +22,7 @@ use crate::journal::format::{
     segment_file_name,
 };
 use crate::journal::frames::frame_at;
-use crate::journal::scan::{self, Problem, list_files, scan_dir};
+use crate::journal::scan::{self, Listing, Problem, ScanSummary, list_files, scan_dir};
 use crate::journal::storage::Storage;
 use crate::journal::{JournalError, RecordLoc, v1};
 use crate::spool::checkpoint::LocUse;
@@ -118,38 +118,100 @@ pub fn repair(
     dir: &Path,
     identity: &SpoolIdentity,
 ) -> Result<RebuildReport, JournalError> {
-    let salt = identity.salt;
     let mut report = RebuildReport::default();
     let listing = list_files(storage.as_ref(), dir)?;
-
-    // The checkpoint, whole or what is left of it.
-    let (mut spool, meta) = match listing.checkpoints.last() {
-        None => (Spool::new(), None),
-        Some(&seq) => match load_checkpoint(storage, dir, identity, seq) {
-            Ok((spool, meta, _)) => (spool, Some(meta)),
-            Err(JournalError::Corrupt { reason, .. } | JournalError::BadRecord { reason, .. }) => {
-                let name = checkpoint_file_name(seq);
-                report.problems.push(format!("{name}: {reason}"));
-                report
-                    .quarantined
-                    .push(quarantine_whole(storage, dir, &name)?);
-                let mut loader = CheckpointLoader::lenient();
-                scan::salvage_checkpoint(storage, dir, salt, seq, |kind, body| {
-                    let _ = loader.chunk(kind, body);
-                })?;
-                let (spool, meta, skipped) = loader.finish_lenient();
-                report
-                    .lost
-                    .extend(skipped.into_iter().map(|s| format!("checkpoint {s}")));
-                (spool, meta)
-            }
-            Err(other) => return Err(other),
-        },
-    };
+    let (mut spool, meta) = newest_checkpoint(storage, dir, identity, &listing, &mut report)?;
     let checkpoint_seq = meta.as_ref().map_or(0, |m| m.seq);
+    let summary = apply_good_records(
+        storage,
+        dir,
+        identity.salt,
+        checkpoint_seq,
+        &mut spool,
+        &mut report,
+    )?;
+    quarantine_problems(storage, dir, &summary.problems, &mut report)?;
+    spool.raise_applied_seq(summary.last_seq);
+    drop_unreadable(storage, dir, identity.salt, &mut spool, &mut report);
+    let next = NextIds::after(&listing, meta.as_ref());
+    let copy = Reframe {
+        len_added: 0,
+        read: &|loc: RecordLoc| read_at(storage, dir, loc),
+    };
+    write_out(
+        storage,
+        dir,
+        identity,
+        &spool,
+        next.segment_id,
+        next.pack_id,
+        &copy,
+    )?;
+    report.messages = spool.message_count();
+    Ok(report)
+}
 
-    // Every good record after the checkpoint, gaps and all.
-    let summary = scan_dir(storage, dir, salt, checkpoint_seq, |rec| {
+/// The newest checkpoint's state, whole or what is left of it (see
+/// [`salvage_damaged_checkpoint`]), and its first chunk if that could be read.
+/// Without a checkpoint: a new spool.
+fn newest_checkpoint(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    identity: &SpoolIdentity,
+    listing: &Listing,
+    report: &mut RebuildReport,
+) -> Result<(Spool, Option<CheckpointMeta>), JournalError> {
+    let Some(&seq) = listing.checkpoints.last() else {
+        return Ok((Spool::new(), None));
+    };
+    match load_checkpoint(storage, dir, identity, seq) {
+        Ok((spool, meta, _)) => Ok((spool, Some(meta))),
+        Err(JournalError::Corrupt { reason, .. } | JournalError::BadRecord { reason, .. }) => {
+            salvage_damaged_checkpoint(storage, dir, identity.salt, seq, &reason, report)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// A damaged checkpoint: copied whole to a quarantine file, then read
+/// leniently, chunk by chunk. Every chunk that cannot be read is reported
+/// lost.
+fn salvage_damaged_checkpoint(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    salt: u64,
+    seq: u64,
+    reason: &str,
+    report: &mut RebuildReport,
+) -> Result<(Spool, Option<CheckpointMeta>), JournalError> {
+    let name = checkpoint_file_name(seq);
+    report.problems.push(format!("{name}: {reason}"));
+    report
+        .quarantined
+        .push(quarantine_whole(storage, dir, &name)?);
+    let mut loader = CheckpointLoader::lenient();
+    scan::salvage_checkpoint(storage, dir, salt, seq, |kind, body| {
+        let _ = loader.chunk(kind, body);
+    })?;
+    let (spool, meta, skipped) = loader.finish_lenient();
+    report
+        .lost
+        .extend(skipped.into_iter().map(|s| format!("checkpoint {s}")));
+    Ok((spool, meta))
+}
+
+/// Applies every good record after the checkpoint to `spool`, gaps and
+/// all: a repair keeps what can be kept. A record that does not decode is
+/// reported and skipped.
+fn apply_good_records(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    salt: u64,
+    checkpoint_seq: u64,
+    spool: &mut Spool,
+    report: &mut RebuildReport,
+) -> Result<ScanSummary, JournalError> {
+    scan_dir(storage, dir, salt, checkpoint_seq, |rec| {
         if !rec.applies || rec.seq <= spool.applied_seq() {
             return Ok(());
         }
@@ -169,8 +231,19 @@ pub fn repair(
         spool.apply_upgrading(&record, rec.seq, loc);
         report.records += 1;
         Ok(())
-    })?;
-    for problem in &summary.problems {
+    })
+}
+
+/// Reports every problem the scan found, and copies its damaged bytes to a
+/// quarantine file: a bad span, or the whole file when its header is bad.
+/// The other problems have no bytes of their own to keep.
+fn quarantine_problems(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    problems: &[Problem],
+    report: &mut RebuildReport,
+) -> Result<(), JournalError> {
+    for problem in problems {
         let (file, offset) = problem.location(dir);
         report.problems.push(format!(
             "{} offset {offset}: {}",
@@ -201,9 +274,19 @@ pub fn repair(
             | Problem::SequenceGap { .. } => {}
         }
     }
-    spool.raise_applied_seq(summary.last_seq);
+    Ok(())
+}
 
-    // Messages whose records cannot be read back are lost; say which.
+/// Messages whose records cannot be read back are lost; say which. A
+/// message whose newest attempt record is unreadable only loses its
+/// attempts.
+fn drop_unreadable(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    salt: u64,
+    spool: &mut Spool,
+    report: &mut RebuildReport,
+) {
     let mut unreadable = Vec::new();
     {
         let mut probe = |u: LocUse<'_>| {
@@ -227,32 +310,31 @@ pub fn repair(
                 .push(format!("message {} of queue {queue}", id.0));
         }
     }
+}
 
-    let next_segment_id = listing
-        .segments
-        .last()
-        .map_or(1, |id| id + 1)
-        .max(meta.as_ref().map_or(1, |m| m.next_segment_id));
-    let next_pack_id = listing
-        .packs
-        .last()
-        .map_or(1, |id| id + 1)
-        .max(meta.as_ref().map_or(1, |m| m.next_pack_id));
-    let copy = Reframe {
-        len_added: 0,
-        read: &|loc: RecordLoc| read_at(storage, dir, loc),
-    };
-    write_out(
-        storage,
-        dir,
-        identity,
-        &spool,
-        next_segment_id,
-        next_pack_id,
-        &copy,
-    )?;
-    report.messages = spool.message_count();
-    Ok(report)
+/// The ids the rebuilt journal goes on from: past every file on disk, and
+/// never below what the checkpoint recorded (files deleted since leave
+/// nothing to count from).
+struct NextIds {
+    segment_id: u64,
+    pack_id: u64,
+}
+
+impl NextIds {
+    fn after(listing: &Listing, meta: Option<&CheckpointMeta>) -> NextIds {
+        NextIds {
+            segment_id: listing
+                .segments
+                .last()
+                .map_or(1, |id| id + 1)
+                .max(meta.map_or(1, |m| m.next_segment_id)),
+            pack_id: listing
+                .packs
+                .last()
+                .map_or(1, |id| id + 1)
+                .max(meta.map_or(1, |m| m.next_pack_id)),
+        }
+    }
 }
 
 /// Reads the bytes at a record location, by path.
