@@ -16,10 +16,20 @@
 //! The public surface is small on purpose: what the binary runs
 //! ([`config`], [`serve`], [`cli`]), the engine's door ([`engine`], with
 //! the state-machine types its answers use in [`spool`], and [`time`]),
-//! and [`testing`], the internals that integration tests, benchmarks and
+//! and `testing`, the internals that integration tests, benchmarks and
 //! fuzz targets reach for. Everything else is `pub(crate)`.
+//!
+//! `testing`, the simulated storage (`journal::sim`) and the applier hold
+//! (`Engine::hold_apply`) exist only with the `testing` feature (and in
+//! unit tests): tests, benchmarks and examples get it through the crate's
+//! dev-dependency on itself, the fuzz crate asks for it, and
+//! `cargo build --release` leaves it out.
 #![deny(unsafe_code)]
-#![warn(unreachable_pub)]
+// Checked where `testing` exists (unit tests, and every target of
+// `cargo clippy --all-targets`, which the self dev-dependency builds with
+// the feature): without it, the items `testing` re-exports are `pub` for
+// no outside caller, which is what this lint would flag.
+#![cfg_attr(any(test, feature = "testing"), warn(unreachable_pub))]
 
 pub(crate) mod api;
 pub mod cli;
@@ -33,6 +43,7 @@ pub(crate) mod metrics;
 pub mod serve;
 pub mod spool;
 pub mod telemetry;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
 pub(crate) mod tls;

@@ -3,6 +3,11 @@
 //! format and frame walker, the record codec, and pieces of the HTTP layer
 //! that have properties of their own. Not a stable API: it moves with the
 //! code it exposes.
+//!
+//! Only built with the `testing` feature (and for unit tests): the crate's
+//! dev-dependency on itself turns it on for tests, benchmarks and
+//! examples, `fuzz/Cargo.toml` asks for it, and the release binary is
+//! built without it.
 
 pub use crate::api::LONG_POLLS_MAX;
 pub use crate::api::forward::resolve_path;

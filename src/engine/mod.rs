@@ -326,7 +326,9 @@ impl Engine {
 
     /// Test hook: while on, durable records wait before they are applied
     /// (see `journal::writer`), so a test can run compaction while records
-    /// are on disk but not yet in the state.
+    /// are on disk but not yet in the state. Only with the `testing`
+    /// feature, which the release binary is built without.
+    #[cfg(any(test, feature = "testing"))]
     pub fn hold_apply(&self, on: bool) {
         self.inner.journal.hold_apply(on);
     }

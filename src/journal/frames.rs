@@ -129,6 +129,8 @@ pub struct Walk<'a> {
     done: bool,
 }
 
+// Only part of what `testing` exports: nothing in the crate calls it.
+#[cfg(any(test, feature = "testing"))]
 impl Walk<'_> {
     /// Where the walk stopped: the end of the last intact frame or damaged
     /// span (the free space of a preallocated file starts here).

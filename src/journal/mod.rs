@@ -19,8 +19,8 @@
 //! - [`files`]: writing packs and checkpoints, and deleting what they replace.
 //!
 //! All I/O goes through [`storage::Storage`], so tests run the same code on
-//! [`sim::SimStorage`], which loses unsynced bytes, tears writes and fails
-//! fsyncs on demand.
+//! `sim::SimStorage`, which loses unsynced bytes, tears writes and fails
+//! fsyncs on demand (compiled only for tests and the `testing` feature).
 
 pub(crate) mod atomic;
 pub(crate) mod error;
@@ -31,6 +31,7 @@ pub(crate) mod lock;
 pub(crate) mod prealloc;
 pub(crate) mod reader;
 pub(crate) mod scan;
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod sim;
 pub(crate) mod storage;
 pub(crate) mod v1;

@@ -1,4 +1,5 @@
-//! A fault-injecting, in-memory [`Storage`] for tests.
+//! A fault-injecting, in-memory [`Storage`] for tests (compiled only for
+//! unit tests and with the `testing` feature: never in a release binary).
 //!
 //! It models what a crash keeps and nothing more: a file's bytes survive only
 //! up to its last `sync_data`, and a directory entry (creation, rename,

@@ -3,8 +3,9 @@
 //!
 //! The trait is deliberately small (positional reads and writes, `fdatasync`,
 //! truncate, rename, directory sync) so that a fault-injecting implementation
-//! ([`super::sim::SimStorage`]) can model exactly what a crash keeps: only
-//! bytes and directory entries that were synced.
+//! (`journal::sim::SimStorage`, built for tests and the `testing` feature)
+//! can model exactly what a crash keeps: only bytes and directory entries
+//! that were synced.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};

@@ -275,7 +275,7 @@ impl Record<'_> {
     }
 
     /// Decodes a record body. Strings borrow from `body`; an enqueue's
-    /// payload is skipped (see [`decode_payload`]).
+    /// payload is skipped (`decode_payload_of` reads it).
     pub fn decode(kind: u8, body: &[u8]) -> Result<Record<'_>, DecodeError> {
         let mut r = Reader { buf: body, pos: 0 };
         let at = r.i64()?;
@@ -494,7 +494,9 @@ pub fn decode_attempts(body: &[u8]) -> Result<Vec<AttemptInfo>, DecodeError> {
 }
 
 /// Decodes the on-disk part of an enqueue body: content type, stored
-/// request and payload bytes.
+/// request and payload bytes. For tests and fuzz targets (`testing`): the
+/// engine reads payloads with `decode_payload_of`.
+#[cfg(any(test, feature = "testing"))]
 pub fn decode_payload(body: &[u8]) -> Result<Payload, DecodeError> {
     decode_payload_of(kind::ENQUEUE, body)
 }

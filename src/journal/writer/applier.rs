@@ -1,26 +1,29 @@
 //! The applier thread: takes durable batches from the writer while the
 //! writer goes on with the next one, and hands them to the sink in order.
-//! A test can hold it ([`ApplyHold`]) to keep records durable but not yet
-//! applied.
+//! A test can hold it (`ApplyHold`, only built for tests and with the
+//! `testing` feature) to keep records durable but not yet applied.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::{BatchFailure, BatchSink, Durable, Outcome, Placed};
 
 /// Lets a test keep durable batches from being applied, so that it can
 /// run compaction (or anything else) while records are durable but not yet
 /// in the state: every outcome then goes through the applier thread, which
-/// waits while the hold is on.
+/// waits while the hold is on. A test hook only: without the `testing`
+/// feature neither it nor the writer's check of it is compiled.
+#[cfg(any(test, feature = "testing"))]
 #[derive(Default)]
 pub(super) struct ApplyHold {
     pub(super) on: Mutex<bool>,
-    pub(super) changed: Condvar,
+    pub(super) changed: std::sync::Condvar,
     /// Mirrors `on` for the writer's cheap check.
-    pub(super) active: AtomicBool,
+    pub(super) active: std::sync::atomic::AtomicBool,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl ApplyHold {
     pub(super) fn set(&self, on: bool) {
         *self.on.lock().expect("hold lock poisoned") = on;
@@ -49,6 +52,7 @@ pub(super) struct ToApplier<E, S> {
     pub(super) sink: Arc<Mutex<S>>,
     /// Outcomes sent to the applier and not yet applied.
     pub(super) queued: Arc<AtomicUsize>,
+    #[cfg(any(test, feature = "testing"))]
     pub(super) hold: Arc<ApplyHold>,
 }
 
@@ -57,7 +61,7 @@ impl<E: Send + 'static, S: BatchSink<E>> ToApplier<E, S> {
         // Acquire pairs with the applier's Release after applying: at 0,
         // every queued outcome has been applied, so applying here keeps
         // journal order.
-        if self.queued.load(Ordering::Acquire) == 0 && !self.hold.active.load(Ordering::Acquire) {
+        if self.queued.load(Ordering::Acquire) == 0 && !self.held() {
             apply(&self.sink, outcome);
             return;
         }
@@ -65,6 +69,20 @@ impl<E: Send + 'static, S: BatchSink<E>> ToApplier<E, S> {
         // The applier only stops after the writer; a send cannot fail
         // unless the applier panicked, which the join reports.
         let _ = self.tx.send(outcome);
+    }
+
+    /// A test holds the applier: outcomes go through its thread, which
+    /// waits.
+    #[cfg(any(test, feature = "testing"))]
+    fn held(&self) -> bool {
+        self.hold.active.load(Ordering::Acquire)
+    }
+
+    /// Without the `testing` feature nothing can hold the applier: the
+    /// writer's check is a constant.
+    #[cfg(not(any(test, feature = "testing")))]
+    fn held(&self) -> bool {
+        false
     }
 }
 

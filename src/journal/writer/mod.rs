@@ -39,7 +39,9 @@ mod applier;
 mod segment;
 mod thread;
 
-use applier::{APPLY_QUEUE_BATCHES_MAX, ApplyHold, ToApplier, apply};
+#[cfg(any(test, feature = "testing"))]
+use applier::ApplyHold;
+use applier::{APPLY_QUEUE_BATCHES_MAX, ToApplier, apply};
 use segment::ActiveSegment;
 use thread::Writer;
 
@@ -137,6 +139,7 @@ struct Shared<E> {
     records: AtomicU64,
     /// Tests hold durable batches back from the sink (see
     /// [`Journal::hold_apply`]).
+    #[cfg(any(test, feature = "testing"))]
     hold: Arc<ApplyHold>,
     /// Sequence number of the last durable record (replicated mode waits
     /// on it: apply, the vote, truncation).
@@ -237,6 +240,7 @@ impl<E: Send + 'static> Journal<E> {
             active_file_bytes: AtomicU64::new(segment.file_len),
             batches: AtomicU64::new(0),
             records: AtomicU64::new(0),
+            #[cfg(any(test, feature = "testing"))]
             hold: Arc::default(),
             durable_seq: tokio::sync::watch::Sender::new(start.next_seq.saturating_sub(1)),
         });
@@ -252,14 +256,17 @@ impl<E: Send + 'static> Journal<E> {
                 tx,
                 sink: sink.clone(),
                 queued: queued.clone(),
+                #[cfg(any(test, feature = "testing"))]
                 hold: shared.hold.clone(),
             },
         };
+        #[cfg(any(test, feature = "testing"))]
         let hold = shared.hold.clone();
         let applier = std::thread::Builder::new()
             .name("journal-applier".into())
             .spawn(move || {
                 for outcome in rx {
+                    #[cfg(any(test, feature = "testing"))]
                     hold.wait_released();
                     apply(&sink, outcome);
                     queued.fetch_sub(1, Ordering::Release);
@@ -371,7 +378,8 @@ impl<E: Send + 'static> Journal<E> {
 
     /// Test hook: while on, durable batches wait before being applied (the
     /// writer goes on writing up to a few batches ahead). See
-    /// [`ApplyHold`].
+    /// [`ApplyHold`]. Only with the `testing` feature (and in unit tests).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn hold_apply(&self, on: bool) {
         self.shared.hold.set(on);
     }
