@@ -117,6 +117,9 @@ impl Plan {
     }
 }
 
+/// A pack on disk: its handle and length.
+type WrittenPack = (Arc<dyn StorageFile>, u64);
+
 impl Engine {
     /// Runs one compaction if some file is worth it (or, with `force`, if
     /// any candidate holds garbage at all). Returns `None` when there was
@@ -274,10 +277,7 @@ impl Engine {
     /// pinned handles (once each, however many messages point at it) and
     /// checked again, through temp file, fsync, rename, directory fsync.
     /// Returns its handle and length; `None` when nothing moves.
-    fn write_new_pack(
-        &self,
-        plan: &Plan,
-    ) -> Result<Option<(Arc<dyn StorageFile>, u64)>, JournalError> {
+    fn write_new_pack(&self, plan: &Plan) -> Result<Option<WrittenPack>, JournalError> {
         if plan.moves.is_empty() {
             return Ok(None);
         }

@@ -43,7 +43,7 @@ mod visit;
 mod walk;
 
 pub(crate) use checkpoint::{CheckpointBytes, CheckpointInfo, read_checkpoint, salvage_checkpoint};
-pub(crate) use listing::{list_files, obsolete_files, read_header, read_whole};
+pub(crate) use listing::{Listing, list_files, obsolete_files, read_header, read_whole};
 pub use visit::scan_dir;
 
 /// One valid record of a log segment or pack, borrowed from the scan buffer.
