@@ -1,17 +1,16 @@
-//! The `spoold` binary: parse the command line, load the config, set up
-//! logging, and hand over to the library.
+//! The `spoold` binary: the command line, and one function per command
+//! (`spoold::cli::commands` does the work). What belongs to the process
+//! itself stays here: the global allocator and the panic hook.
 
-use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use spoold::cli::ops::{self, DeadLetterArgs};
+use spoold::cli::commands::{self, on_server};
+use spoold::cli::ops::{self, DeadLetterArgs, Target};
 use spoold::cli::term::Terminal;
-use spoold::config::{Config, LogFormat};
-use spoold::serve::Outcome;
 
 #[derive(Parser)]
 #[command(
@@ -364,356 +363,197 @@ enum JournalCommand {
 fn main() -> ExitCode {
     crash_on_panic();
     let cli = Cli::parse();
-    RAW.store(cli.raw, std::sync::atomic::Ordering::Relaxed);
-    let target = ops::Target::new(&cli.url, cli.api_key.clone());
-    let result = match cli.command.unwrap_or(Command::Run(cli.run)) {
+    RAW.store(cli.raw, Ordering::Relaxed);
+    let target = Target::new(&cli.url, cli.api_key.clone());
+    let result = dispatch(cli.command.unwrap_or(Command::Run(cli.run)), &target);
+    commands::exit_code(result, RAW.load(Ordering::Relaxed))
+}
+
+/// Calls the command's function; the operator commands call the server at
+/// `target`.
+fn dispatch(command: Command, target: &Target) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run(args) => commands::run(args.config, args.listen),
+        Command::CheckConfig { config } => commands::check_config(&config, &mut stdout()),
+        Command::Openapi => commands::openapi(&mut stdout()),
+        Command::Journal { command } => journal(command),
         Command::Queues { json } | Command::Stats { queue: None, json } => {
-            ops(ops::queues(&target, json, &mut stdout()))
+            on_server(ops::queues(target, json, &mut stdout()))
         }
         Command::Stats {
             queue: Some(queue),
             json,
-        } => ops(ops::queue_stats(&target, &queue, json, &mut stdout())),
-        Command::Queue { command } => {
-            let target = &target;
-            let action = |queue: String, action| {
-                ops(async move { ops::queue_action(target, &queue, action, &mut stdout()).await })
-            };
-            match command {
-                QueueCommand::Set {
-                    queue,
-                    settings,
-                    json,
-                } => ops(ops::queue_set(
-                    target,
-                    &queue,
-                    &settings,
-                    json,
-                    &mut stdout(),
-                )),
-                QueueCommand::Pause { queue } => action(queue, ops::QueueAction::Pause),
-                QueueCommand::Resume { queue } => action(queue, ops::QueueAction::Resume),
-                QueueCommand::Probe { queue } => action(queue, ops::QueueAction::Probe),
-                QueueCommand::CloseBreaker { queue } => {
-                    action(queue, ops::QueueAction::CloseBreaker)
-                }
-            }
+        } => on_server(ops::queue_stats(target, &queue, json, &mut stdout())),
+        Command::Queue { command } => queue(target, command),
+        Command::Tail { queue, lines, json } => {
+            on_server(commands::tail(target, &queue, lines, json, &mut stdout()))
         }
-        Command::Tail { queue, lines, json } => ops(async {
-            let ops::TailEnd::ServerStopped =
-                ops::tail(&target, &queue, lines, json, &mut stdout()).await?;
-            eprintln!("spoold: the server stopped; tail ends");
-            Ok(())
-        }),
         Command::Send {
             queue,
             data,
             content_type,
             key,
-        } => ops(async {
-            let body = match data {
-                Some(d) => d.into_bytes(),
-                None => {
-                    let mut buf = Vec::new();
-                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
-                    buf
-                }
-            };
-            let id = ops::send(&target, &queue, body, &content_type, key.as_deref()).await?;
-            writeln!(stdout(), "{id}")?;
-            Ok(())
-        }),
-        Command::History { command } => match command {
-            HistoryCommand::List {
-                queue,
-                filter,
-                limit,
-                json,
-            } => ops(ops::history_list(
-                &target,
-                &queue,
-                &filter,
-                limit,
-                json,
-                &mut stdout(),
-            )),
-            HistoryCommand::Show { queue, id, json } => {
-                ops(ops::history_show(&target, &queue, &id, json, &mut stdout()))
-            }
-            HistoryCommand::Resend { queue, id } => {
-                ops(ops::history_resend(&target, &queue, &id, &mut stdout()))
-            }
-        },
-        Command::Events {
-            command:
-                EventsCommand::Send {
-                    event_type,
-                    tenant,
-                    data,
-                    content_type,
-                    key,
-                    json,
-                },
-        } => ops(async {
-            let payload = match data {
-                Some(d) => d.into_bytes(),
-                None => {
-                    let mut buf = Vec::new();
-                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
-                    buf
-                }
-            };
-            let event = ops::Event {
-                event_type: &event_type,
-                tenant: tenant.as_deref(),
-                payload,
-                content_type: &content_type,
-                key: key.as_deref(),
-            };
-            ops::events_send(&target, event, json, &mut stdout()).await
-        }),
-        Command::Dlq { command } => match command {
-            DlqCommand::List {
-                queue,
-                filter,
-                search,
-                limit,
-                json,
-            } => ops(ops::dlq_list(
-                &target,
-                &queue,
-                &filter,
-                &search,
-                limit,
-                json,
-                &mut stdout(),
-            )),
-            DlqCommand::Show { queue, id, json } => {
-                ops(ops::dlq_show(&target, &queue, &id, json, &mut stdout()))
-            }
-            DlqCommand::Redrive {
-                queue,
-                filter,
-                max,
-                dry_run,
-                json,
-            } => ops(ops::dlq_redrive(
-                &target,
-                &queue,
-                &filter,
-                max,
-                dry_run,
-                json,
-                &mut stdout(),
-            )),
-            DlqCommand::Purge {
-                queue,
-                filter,
-                max,
-                dry_run,
-                yes,
-                json,
-            } => ops(ops::dlq_purge(
-                &target,
-                &queue,
-                &filter,
-                ops::Bulk { max, dry_run, yes },
-                json,
-                &mut std::io::stdin().lock(),
-                &mut std::io::stderr(),
-                &mut stdout(),
-            )),
-        },
-        Command::Cluster { command } => match command {
-            ClusterCommand::Status { json } => {
-                ops(ops::cluster_status(&target, json, &mut stdout()))
-            }
-            ClusterCommand::Add {
-                id,
-                addr,
-                wait,
-                json,
-            } => ops(ops::cluster_add(
-                &target,
-                (id, &addr),
-                wait,
-                json,
-                &mut stdout(),
-            )),
-            ClusterCommand::Remove { id, json } => {
-                ops(ops::cluster_remove(&target, id, json, &mut stdout()))
-            }
-            ClusterCommand::RepairVote { dir, term } => {
-                spoold::cli::journal::repair_vote(&dir, term)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|said| print_out(&said))
-                    .map(|()| ExitCode::SUCCESS)
-            }
-        },
-        Command::Run(args) => run(args),
-        Command::CheckConfig { config } => check_config(config),
-        Command::Openapi => {
-            print_out(&(spoold::openapi_document() + "\n")).map(|()| ExitCode::SUCCESS)
+        } => on_server(commands::send(
+            target,
+            &queue,
+            data,
+            &content_type,
+            key.as_deref(),
+            &mut stdout(),
+        )),
+        Command::History { command } => history(target, command),
+        Command::Events { command } => events(target, command),
+        Command::Dlq { command } => dlq(target, command),
+        Command::Cluster { command } => cluster(target, command),
+    }
+}
+
+/// `spoold journal …`: offline, on a stopped spool (each tool takes its
+/// lock); no server is called.
+fn journal(command: JournalCommand) -> anyhow::Result<ExitCode> {
+    let out = &mut stdout();
+    match command {
+        JournalCommand::Verify { dir } => commands::verify_journal(&dir, out),
+        JournalCommand::Repair { dir } => commands::repair_journal(&dir, out),
+        JournalCommand::Compact { dir } => commands::compact_journal(&dir, out),
+        JournalCommand::Upgrade { dir } => commands::upgrade_journal(&dir, out),
+    }
+}
+
+/// `spoold queue …`: `set` sends a merge patch of the settings named; the
+/// others are one action each on the queue.
+fn queue(target: &Target, command: QueueCommand) -> anyhow::Result<ExitCode> {
+    let out = &mut stdout();
+    let (queue, action) = match command {
+        QueueCommand::Set {
+            queue,
+            settings,
+            json,
+        } => {
+            return on_server(ops::queue_set(target, &queue, &settings, json, out));
         }
-        Command::Journal { command } => match command {
-            JournalCommand::Verify { dir } => verify(dir),
-            JournalCommand::Repair { dir } => repair(dir),
-            JournalCommand::Compact { dir } => compact(dir),
-            JournalCommand::Upgrade { dir } => upgrade(dir),
-        },
+        QueueCommand::Pause { queue } => (queue, ops::QueueAction::Pause),
+        QueueCommand::Resume { queue } => (queue, ops::QueueAction::Resume),
+        QueueCommand::Probe { queue } => (queue, ops::QueueAction::Probe),
+        QueueCommand::CloseBreaker { queue } => (queue, ops::QueueAction::CloseBreaker),
     };
-    match result {
-        Ok(code) => code,
-        // The reader of our output went away (`spoold dlq list q | head`):
-        // nothing is wrong and nobody is left to tell.
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            let text = format!("{e:#}");
-            let raw = RAW.load(std::sync::atomic::Ordering::Relaxed);
-            let text = if raw {
-                text.into()
-            } else {
-                spoold::cli::term::escape_controls(&text)
-            };
-            eprintln!("spoold: {text}");
-            match e.downcast_ref::<ops::OpsError>() {
-                Some(ops::OpsError::Usage(_)) => ExitCode::from(2),
-                _ => ExitCode::from(1),
-            }
+    on_server(ops::queue_action(target, &queue, action, out))
+}
+
+/// `spoold history …`: a queue's delivered messages.
+fn history(target: &Target, command: HistoryCommand) -> anyhow::Result<ExitCode> {
+    let out = &mut stdout();
+    match command {
+        HistoryCommand::List {
+            queue,
+            filter,
+            limit,
+            json,
+        } => on_server(ops::history_list(target, &queue, &filter, limit, json, out)),
+        HistoryCommand::Show { queue, id, json } => {
+            on_server(ops::history_show(target, &queue, &id, json, out))
         }
+        HistoryCommand::Resend { queue, id } => {
+            on_server(ops::history_resend(target, &queue, &id, out))
+        }
+    }
+}
+
+/// `spoold events send`: the payload is read (from standard input without
+/// `--data`) on the command's runtime, as the message body of `send` is.
+fn events(target: &Target, command: EventsCommand) -> anyhow::Result<ExitCode> {
+    let EventsCommand::Send {
+        event_type,
+        tenant,
+        data,
+        content_type,
+        key,
+        json,
+    } = command;
+    on_server(async {
+        let event = ops::Event {
+            event_type: &event_type,
+            tenant: tenant.as_deref(),
+            payload: commands::body(data)?,
+            content_type: &content_type,
+            key: key.as_deref(),
+        };
+        ops::events_send(target, event, json, &mut stdout()).await
+    })
+}
+
+/// `spoold dlq …`: a purge asks on standard error and reads the answer from
+/// standard input, so that its listing on standard output stays clean.
+fn dlq(target: &Target, command: DlqCommand) -> anyhow::Result<ExitCode> {
+    let out = &mut stdout();
+    match command {
+        DlqCommand::List {
+            queue,
+            filter,
+            search,
+            limit,
+            json,
+        } => on_server(ops::dlq_list(
+            target, &queue, &filter, &search, limit, json, out,
+        )),
+        DlqCommand::Show { queue, id, json } => {
+            on_server(ops::dlq_show(target, &queue, &id, json, out))
+        }
+        DlqCommand::Redrive {
+            queue,
+            filter,
+            max,
+            dry_run,
+            json,
+        } => on_server(ops::dlq_redrive(
+            target, &queue, &filter, max, dry_run, json, out,
+        )),
+        DlqCommand::Purge {
+            queue,
+            filter,
+            max,
+            dry_run,
+            yes,
+            json,
+        } => on_server(ops::dlq_purge(
+            target,
+            &queue,
+            &filter,
+            ops::Bulk { max, dry_run, yes },
+            json,
+            &mut std::io::stdin().lock(),
+            &mut std::io::stderr(),
+            out,
+        )),
+    }
+}
+
+/// `spoold cluster …`: over the API of the replica at `--url`, but
+/// `repair-vote`, which works offline on a stopped replica's spool.
+fn cluster(target: &Target, command: ClusterCommand) -> anyhow::Result<ExitCode> {
+    let out = &mut stdout();
+    match command {
+        ClusterCommand::Status { json } => on_server(ops::cluster_status(target, json, out)),
+        ClusterCommand::Add {
+            id,
+            addr,
+            wait,
+            json,
+        } => on_server(ops::cluster_add(target, (id, &addr), wait, json, out)),
+        ClusterCommand::Remove { id, json } => {
+            on_server(ops::cluster_remove(target, id, json, out))
+        }
+        ClusterCommand::RepairVote { dir, term } => commands::repair_vote(&dir, term, out),
     }
 }
 
 /// `--raw`: print stored bytes as they are.
-static RAW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static RAW: AtomicBool = AtomicBool::new(false);
 
 /// Standard output, control characters escaped unless `--raw`
 /// (`cli/term.rs`).
 fn stdout() -> Terminal<std::io::StdoutLock<'static>> {
-    Terminal::new(
-        std::io::stdout().lock(),
-        RAW.load(std::sync::atomic::Ordering::Relaxed),
-    )
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
-            match cause.downcast_ref::<ops::OpsError>() {
-                Some(ops::OpsError::Io(io)) => Some(io),
-                _ => None,
-            }
-        });
-        io.is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-/// Prints `text` to standard output (a closed pipe surfaces as an error
-/// that `main` treats as a quiet end).
-fn print_out(text: &str) -> anyhow::Result<()> {
-    let mut out = stdout();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
-}
-
-/// Runs an operator command on a small runtime.
-fn ops(
-    command: impl std::future::Future<Output = Result<(), ops::OpsError>>,
-) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(command)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
-    match path {
-        Some(p) => Ok(Config::load(p)?),
-        None => Ok(Config::default()),
-    }
-}
-
-/// Logs to stderr (text or JSON), and, with `[telemetry] otlp_endpoint`,
-/// spans to an OTLP collector (`src/telemetry.rs`): the returned handle
-/// sends the last ones at exit.
-fn init_tracing(config: &Config) -> anyhow::Result<Option<spoold::telemetry::Telemetry>> {
-    use tracing_subscriber::prelude::*;
-    // openraft logs every election step at `info`, each a page long; keep
-    // it to warnings unless the filter names it.
-    let spec = std::env::var("SPOOLD_LOG")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| config.log.level.clone());
-    let spec = if spec.contains("openraft") {
-        spec
-    } else {
-        format!("{spec},openraft=warn")
-    };
-    let filter = tracing_subscriber::EnvFilter::try_new(&spec)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
-    // Colour only for a person at a terminal: not in files or journald.
-    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_ansi(colour)
-        .with_writer(std::io::stderr);
-    let fmt = match config.log.format {
-        LogFormat::Json => fmt.json().boxed(),
-        LogFormat::Text => fmt.boxed(),
-    };
-    let (telemetry, tracer) =
-        match spoold::telemetry::Telemetry::start(&config.telemetry).map_err(anyhow::Error::msg)? {
-            Some((telemetry, tracer)) => (Some(telemetry), Some(tracer)),
-            None => (None, None),
-        };
-    tracing_subscriber::registry()
-        .with(fmt)
-        .with(filter)
-        .with(tracer.map(|t| tracing_opentelemetry::layer().with_tracer(t)))
-        .init();
-    Ok(telemetry)
-}
-
-/// The same checks `run` makes before it serves: the file, then the
-/// exposure (a key when listening beyond loopback, `SPOOLD_API_KEYS`
-/// included).
-fn check_config(path: PathBuf) -> anyhow::Result<ExitCode> {
-    let config = load_config(Some(&path))?;
-    config
-        .check_exposure(std::env::var("SPOOLD_API_KEYS").ok().as_deref())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    // What `run` asks before it serves: a replica needs its secret.
-    if let Some(cluster) = &config.cluster {
-        cluster
-            .secret(std::env::var("SPOOLD_CLUSTER_SECRET").ok().as_deref())
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    }
-    print_out(&config.effective_toml())?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn verify(dir: PathBuf) -> anyhow::Result<ExitCode> {
-    let report = spoold::cli::journal::verify(&dir)?;
-    print_out(&report.render(&dir))?;
-    Ok(if report.is_clean() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-fn repair(dir: PathBuf) -> anyhow::Result<ExitCode> {
-    let report = spoold::cli::journal::repair(&dir)?;
-    print_out(&report.render(&dir))?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn upgrade(dir: PathBuf) -> anyhow::Result<ExitCode> {
-    let report = spoold::cli::journal::upgrade(&dir)?;
-    print_out(&report.render(&dir))?;
-    Ok(ExitCode::SUCCESS)
+    Terminal::new(std::io::stdout().lock(), RAW.load(Ordering::Relaxed))
 }
 
 /// A panic anywhere — a request handler, a background task, the journal's
@@ -730,47 +570,11 @@ fn crash_on_panic() {
     }));
 }
 
-fn compact(dir: PathBuf) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let text = runtime.block_on(spoold::cli::journal::compact(&dir))?;
-    print_out(&text)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let config = run_config(&args)?;
-    let telemetry = init_tracing(&config)?;
-    log_allocator();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let served = runtime.block_on(serve(config, args));
-    drop(runtime);
-    if let Some(telemetry) = telemetry {
-        telemetry.shutdown();
-    }
-    served
-}
-
-/// The config `run` serves: the file (or the defaults), `--listen` over it.
-fn run_config(args: &RunArgs) -> anyhow::Result<Config> {
-    let mut config = load_config(args.config.as_ref())?;
-    if let Some(listen) = &args.listen {
-        config.server.listen.clone_from(listen);
-        config.listen_line = None;
-    }
-    Ok(config)
-}
-
 /// The allocator is chosen when the binary is built: jemalloc (the default
 /// feature), mimalloc (feature `mimalloc`), or the system's
 /// (`--no-default-features`); `docs/performance.md` has the comparison that
 /// chose jemalloc. Its settings, if any, come from how the binary is
-/// deployed; both are logged at start-up.
+/// deployed; both are logged at start-up (`spoold::cli::commands::run`).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -778,98 +582,3 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-fn log_allocator() {
-    // Each allocator reads its settings from the environment, once, at
-    // start-up (tikv-jemallocator's jemalloc has prefixed symbols).
-    let prefix = match spoold::ALLOCATOR {
-        "mimalloc" => "MIMALLOC_",
-        "jemalloc" => "_RJEM_MALLOC_CONF",
-        _ => "GLIBC_TUNABLES",
-    };
-    let settings: Vec<String> = std::env::vars()
-        .filter(|(name, _)| name.starts_with(prefix))
-        .map(|(name, value)| format!("{name}={value}"))
-        .collect();
-    let settings = if settings.is_empty() {
-        format!("defaults (no {prefix}* set)")
-    } else {
-        settings.join(" ")
-    };
-    tracing::info!(allocator = spoold::ALLOCATOR, %settings, "allocator");
-}
-
-async fn serve(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let running = spoold::serve::start(config, std::env::var("SPOOLD_API_KEYS").ok()).await?;
-    let reloader = tokio::spawn(reload_on_hangup(running.reloader(), args));
-    let stopper = tokio::spawn({
-        let stop = running.stop_handle();
-        async move {
-            wait_for_signal().await;
-            tracing::info!("signal received");
-            stop.send_replace(true);
-        }
-    });
-    let outcome = running.wait().await?;
-    stopper.abort();
-    reloader.abort();
-    Ok(match outcome {
-        Outcome::Stopped => ExitCode::SUCCESS,
-        Outcome::Poisoned => ExitCode::from(1),
-    })
-}
-
-/// SIGHUP: reads the config file again and hands it to the server, which
-/// applies its queues and API keys or refuses it (a file that does not
-/// parse is refused here); either way the log says what happened. This is
-/// how a Kubernetes ConfigMap update reaches a running spoold.
-async fn reload_on_hangup(reloader: spoold::serve::Reloader, args: RunArgs) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP: the config is read only at start");
-        return;
-    };
-    while hangups.recv().await.is_some() {
-        let Some(path) = &args.config else {
-            tracing::warn!("SIGHUP: no --config file to read again; nothing changed");
-            continue;
-        };
-        let config = match run_config(&args) {
-            Ok(config) => config,
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "SIGHUP: config refused; nothing changed");
-                continue;
-            }
-        };
-        match reloader
-            .reload(config, std::env::var("SPOOLD_API_KEYS").ok())
-            .await
-        {
-            Ok(done) => tracing::info!(
-                config = %path.display(),
-                queues = done.queues,
-                api_keys = done.api_keys,
-                restart_needed = %done.restart_needed.join(","),
-                "SIGHUP: config reloaded"
-            ),
-            Err(e) => tracing::error!(error = %e, config = %path.display(),
-                "SIGHUP: config refused; nothing changed"),
-        }
-    }
-}
-
-/// SIGTERM (what Kubernetes sends) or SIGINT (Ctrl-C).
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}

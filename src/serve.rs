@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -18,10 +19,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::{ApiConfig, AppState, probe_router, router};
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::{Config, OnCorruption};
-use crate::engine::{Engine, EngineOptions, Origin, QueueError};
+use crate::engine::{Engine, EngineOptions, Origin, QueueError, ReplayReport};
 use crate::journal::JournalError;
-use crate::listen as server;
+use crate::listen;
 use crate::spool::QueueSettings;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +53,7 @@ pub enum ServeError {
     Queue(#[from] QueueError),
 
     #[error("starting the replica: {0}")]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Cluster(#[from] ClusterError),
 }
 
 /// How a run ended.
@@ -178,41 +180,18 @@ async fn bind(listen: &str) -> std::io::Result<TcpListener> {
 }
 
 /// Binds `server.listen` and starts serving; replay and the rest continue in
-/// the background.
+/// the background (`run`).
 pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Running, ServeError> {
     crate::metrics::install();
     let api_config = ApiConfig::from_config(&config, env_api_keys.as_deref());
-    let listen = config.server.listen.clone();
-    let listener = bind(&listen).await.map_err(|error| ServeError::Bind {
-        listen: listen.clone(),
-        error,
-    })?;
-    let addr = listener.local_addr().map_err(|error| ServeError::Bind {
-        listen: listen.clone(),
-        error,
-    })?;
-    // The same rule `check-config` applies, then again on the address the
-    // name resolved to.
-    config
-        .check_exposure(env_api_keys.as_deref())
-        .map_err(ServeError::Config)?;
-    if !addr.ip().is_loopback()
-        && api_config.api_keys.is_empty()
-        && !config.server.allow_unauthenticated
-    {
-        return Err(ServeError::Unauthenticated { listen });
-    }
+    let (listener, addr) = bind_named(&config.server.listen).await?;
+    check_exposure(&config, env_api_keys.as_deref(), &api_config, addr)?;
     if !config.spool.fsync {
         tracing::warn!("spool.fsync = false: acknowledged messages can be lost on a crash");
     }
     let (probes, metrics_addr) = match &config.server.metrics_listen {
         Some(listen) => {
-            let bad = |error| ServeError::Bind {
-                listen: listen.clone(),
-                error,
-            };
-            let bound = bind(listen).await.map_err(bad)?;
-            let addr = bound.local_addr().map_err(bad)?;
+            let (bound, addr) = bind_named(listen).await?;
             (Some(bound), Some(addr))
         }
         None => (None, None),
@@ -232,93 +211,232 @@ pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Runni
     })
 }
 
+/// Binds `listen` (the API's address or the metrics one) and says where it
+/// is bound: a name such as `localhost:0` becomes an address and a port.
+/// Either failure is a [`ServeError::Bind`] naming `listen` as written.
+async fn bind_named(listen: &str) -> Result<(TcpListener, SocketAddr), ServeError> {
+    let bad = |error| ServeError::Bind {
+        listen: listen.to_string(),
+        error,
+    };
+    let listener = bind(listen).await.map_err(bad)?;
+    let addr = listener.local_addr().map_err(bad)?;
+    Ok((listener, addr))
+}
+
+/// Refuses to serve an API that anyone who can reach it could use: the
+/// same rule `check-config` applies (`Config::check_exposure`), then again
+/// on the address the name resolved to, which only binding tells.
+fn check_exposure(
+    config: &Config,
+    env_api_keys: Option<&str>,
+    api_config: &ApiConfig,
+    addr: SocketAddr,
+) -> Result<(), ServeError> {
+    config
+        .check_exposure(env_api_keys)
+        .map_err(ServeError::Config)?;
+    if !addr.ip().is_loopback()
+        && api_config.api_keys.is_empty()
+        && !config.server.allow_unauthenticated
+    {
+        return Err(ServeError::Unauthenticated {
+            listen: config.server.listen.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The server's life once [`start`] has bound its listeners: serve them
+/// (probes answer "not ready" meanwhile), open the spool, put the config's
+/// queues in place, start the background tasks, say ready, serve until a
+/// stop request or a poisoned journal, then stop in the order that loses
+/// nothing.
 async fn run(
     config: Config,
     listener: TcpListener,
     probes: Option<TcpListener>,
-    state: std::sync::Arc<AppState>,
+    state: Arc<AppState>,
     mut stop: watch::Receiver<bool>,
     mut reloads: mpsc::Receiver<Reload>,
 ) -> Result<Outcome, ServeError> {
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
-    // The listeners stop on a stop request and on a poisoned journal alike.
-    let (close_listener, listener_closed) = watch::channel(false);
-    let closed = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
+    let mut listeners = Listeners::serve(listener, probes, &state, grace);
+    let (engine, report, cluster) = match open_spool(&config).await {
+        Ok(Opened::Spool {
+            engine,
+            report,
+            cluster,
+        }) => (engine, report, cluster),
+        Ok(Opened::VoteNeedsRepair(reason)) => {
+            return Ok(serve_blocked(reason, &state, &mut stop, listeners).await);
+        }
+        Err(error) => {
+            listeners.close();
+            return Err(error);
+        }
     };
-    let server = tokio::spawn(server::serve(
-        listener,
-        router(state.clone()),
-        closed(listener_closed.clone()),
-        grace,
-        server::Limits::api(probe_router(state.clone())),
-    ));
-    let probe_server = probes.map(|l| {
-        tokio::spawn(server::serve(
-            l,
-            probe_router(state.clone()),
-            closed(listener_closed),
-            grace,
-            server::Limits::api(probe_router(state.clone())),
-        ))
-    });
+    if let Some(cluster) = &cluster {
+        state.set_cluster(cluster.clone());
+    }
+    log_spool_open(&config, &report);
+    let (wanted, _reconciler) =
+        reconcile_at_start(&config, &engine, cluster.is_some(), &state).await?;
+    let mut background = Background::start(&config, &engine);
+    state.set_engine(engine.clone());
+    tracing::info!("ready");
+    let outcome =
+        serve_until_stopped(config, &engine, &wanted, &state, &mut stop, &mut reloads).await;
+    stop_serving(outcome, grace, &state, &listeners, &mut background).await;
+    listeners.wait().await;
+    if let Some(cluster) = &cluster {
+        cluster.shutdown().await;
+    }
+    engine.close();
+    Ok(outcome)
+}
 
+/// The API's listener and, with `server.metrics_listen`, the probes' one,
+/// each served by a task of its own until [`Listeners::close`]. They close
+/// on a stop request and on a poisoned journal alike.
+struct Listeners {
+    close: watch::Sender<bool>,
+    api: JoinHandle<()>,
+    probes: Option<JoinHandle<()>>,
+}
+
+impl Listeners {
+    /// Starts serving: the API's routes on `listener`, only the probes on
+    /// `probes`. Either answers the probes itself when no connection slot
+    /// is free, so that a busy server is not restarted as a dead one.
+    fn serve(
+        listener: TcpListener,
+        probes: Option<TcpListener>,
+        state: &Arc<AppState>,
+        grace: Duration,
+    ) -> Listeners {
+        let (close, closed) = watch::channel(false);
+        let api = tokio::spawn(listen::serve(
+            listener,
+            router(state.clone()),
+            until_closed(closed.clone()),
+            grace,
+            listen::Limits::api(probe_router(state.clone())),
+        ));
+        let probes = probes.map(|l| {
+            tokio::spawn(listen::serve(
+                l,
+                probe_router(state.clone()),
+                until_closed(closed),
+                grace,
+                listen::Limits::api(probe_router(state.clone())),
+            ))
+        });
+        Listeners { close, api, probes }
+    }
+
+    /// Stops accepting connections; requests in flight get the grace
+    /// period.
+    fn close(&self) {
+        self.close.send_replace(true);
+    }
+
+    /// Waits until both listeners have finished their last requests.
+    async fn wait(&mut self) {
+        let _ = (&mut self.api).await;
+        if let Some(probes) = &mut self.probes {
+            let _ = probes.await;
+        }
+    }
+}
+
+/// Resolves once the listeners are told to close.
+async fn until_closed(mut closed: watch::Receiver<bool>) {
+    let _ = closed.wait_for(|s| *s).await;
+}
+
+/// What opening the spool came to, when it did not fail.
+enum Opened {
+    /// The journal is replayed (and, in replicated mode, the replica runs).
+    Spool {
+        engine: Engine,
+        report: ReplayReport,
+        cluster: Option<Cluster>,
+    },
+    /// Raft cannot run on this replica until an operator repairs its stored
+    /// vote; the reason says so.
+    VoteNeedsRepair(String),
+}
+
+/// Opens the spool: replays the journal, and in replicated mode starts the
+/// replica around it, which needs the cluster's secret first. Every failure
+/// ends the start, but a vote that needs repair: that replica stays up to
+/// say so ([`serve_blocked`]).
+async fn open_spool(config: &Config) -> Result<Opened, ServeError> {
+    let options = engine_options(config);
+    let opened = match &config.cluster {
+        None => Engine::open(options)
+            .await
+            .map(|(engine, report)| (engine, report, None)),
+        Some(cluster) => {
+            let secret = cluster
+                .secret(std::env::var("SPOOLD_CLUSTER_SECRET").ok().as_deref())
+                .map_err(ServeError::Config)?;
+            let max_body_bytes = config.server.max_body_bytes;
+            match Cluster::open(options, cluster, &secret, max_body_bytes).await {
+                Ok((engine, report, cluster)) => Ok((engine, report, Some(cluster))),
+                Err(ClusterError::Journal(error)) => Err(error),
+                Err(e @ ClusterError::PoisonedVote { .. }) => {
+                    return Ok(Opened::VoteNeedsRepair(e.to_string()));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let (engine, report, cluster) = opened.map_err(|error| ServeError::Open {
+        dir: config.spool.dir.display().to_string(),
+        error,
+    })?;
+    Ok(Opened::Spool {
+        engine,
+        report,
+        cluster,
+    })
+}
+
+/// The engine's options, all from the `[spool]` table but the server's
+/// policy (allowed destinations).
+fn engine_options(config: &Config) -> EngineOptions {
     let mut options = EngineOptions::new(&config.spool.dir);
     options.segment_bytes = config.spool.segment_bytes;
     options.fsync = config.spool.fsync;
     options.max_bytes = config.spool.max_bytes;
     options.quarantine_corruption = config.spool.on_corruption == OnCorruption::Quarantine;
     options.policy = config.policy();
-    let opened = match &config.cluster {
-        None => Engine::open(options).await.map(|(e, r)| (e, r, None)),
-        Some(cluster) => {
-            let secret = cluster
-                .secret(std::env::var("SPOOLD_CLUSTER_SECRET").ok().as_deref())
-                .map_err(ServeError::Config);
-            let secret = match secret {
-                Ok(s) => s,
-                Err(e) => {
-                    close_listener.send_replace(true);
-                    return Err(e);
-                }
-            };
-            let max_body_bytes = config.server.max_body_bytes;
-            match crate::cluster::Cluster::open(options, cluster, &secret, max_body_bytes).await {
-                Ok((e, r, c)) => Ok((e, r, Some(c))),
-                Err(crate::cluster::ClusterError::Journal(error)) => Err(error),
-                // Raft cannot run on this replica until an operator repairs
-                // its vote: it stays up and says so, rather than restart in
-                // a loop (its supervisor would only start it again).
-                Err(e @ crate::cluster::ClusterError::PoisonedVote { .. }) => {
-                    let reason = e.to_string();
-                    tracing::error!("{reason}");
-                    state.block(reason);
-                    let _ = stop.wait_for(|s| *s).await;
-                    state.begin_shutdown();
-                    close_listener.send_replace(true);
-                    let _ = server.await;
-                    return Ok(Outcome::Stopped);
-                }
-                Err(e) => {
-                    close_listener.send_replace(true);
-                    return Err(e.into());
-                }
-            }
-        }
-    };
-    let (engine, report, cluster) = match opened {
-        Ok(opened) => opened,
-        Err(error) => {
-            close_listener.send_replace(true);
-            return Err(ServeError::Open {
-                dir: config.spool.dir.display().to_string(),
-                error,
-            });
-        }
-    };
-    if let Some(cluster) = &cluster {
-        state.set_cluster(cluster.clone());
-    }
+    options
+}
+
+/// A replica whose vote needs repair stays up and says why (the log, and
+/// every API call is answered `503` with the reason) rather than restart in
+/// a loop: its supervisor would only start it again. It stays so until
+/// asked to stop.
+async fn serve_blocked(
+    reason: String,
+    state: &AppState,
+    stop: &mut watch::Receiver<bool>,
+    listeners: Listeners,
+) -> Outcome {
+    tracing::error!("{reason}");
+    state.block(reason);
+    let _ = stop.wait_for(|s| *s).await;
+    state.begin_shutdown();
+    listeners.close();
+    let _ = listeners.api.await;
+    Outcome::Stopped
+}
+
+/// The log line of what replay found.
+fn log_spool_open(config: &Config, report: &ReplayReport) {
     tracing::info!(
         dir = %config.spool.dir.display(),
         records = report.records,
@@ -327,56 +445,110 @@ async fn run(
         replay_ms = report.duration.as_millis() as u64,
         "spool open"
     );
-    let queues = config_queues(&config);
-    let (wanted, wanted_changes) = watch::channel(queues.clone());
-    let _reconciler = match &cluster {
-        None => {
-            reconcile_config_queues(&engine, &queues).await?;
-            None
-        }
-        // Only the primary writes: each replica reconciles whenever it
-        // starts serving, and again when a reload changes the queues.
-        Some(_) => Some(tokio::spawn(reconcile_when_serving(
-            engine.clone(),
-            wanted_changes,
-            state.clone(),
-        ))),
-    };
-    let _timer = engine.spawn_timer();
-    let _rates = engine.spawn_rates();
-    let _compactor =
-        engine.spawn_compactor(Duration::from_millis(config.spool.compaction_interval_ms));
-    let (stop_delivery, delivery_stop) = watch::channel(false);
-    let delivery = tokio::spawn(crate::delivery::run(
-        engine.clone(),
-        delivery_stop,
-        config.server.drain_on_shutdown,
-        config
-            .server
-            .redact_headers
-            .iter()
-            .map(|h| h.to_ascii_lowercase())
-            .collect(),
-    ));
-    state.set_engine(engine.clone());
-    tracing::info!("ready");
+}
 
+/// The queues the running config wants; a reload sends its own.
+type Wanted = watch::Sender<BTreeMap<String, QueueSettings>>;
+
+/// Puts the config's queues in place at start. A single node does it before
+/// it says ready, and a failure ends the start. Only a primary writes, so
+/// each replica reconciles in a task of its own whenever it starts serving,
+/// and again when a reload changes the queues ([`reconcile_when_serving`]).
+async fn reconcile_at_start(
+    config: &Config,
+    engine: &Engine,
+    replicated: bool,
+    state: &Arc<AppState>,
+) -> Result<(Wanted, Option<JoinHandle<()>>), QueueError> {
+    let queues = config_queues(config);
+    let (wanted, wanted_changes) = watch::channel(queues.clone());
+    if !replicated {
+        reconcile_config_queues(engine, &queues).await?;
+        return Ok((wanted, None));
+    }
+    let reconciler = tokio::spawn(reconcile_when_serving(
+        engine.clone(),
+        wanted_changes,
+        state.clone(),
+    ));
+    Ok((wanted, Some(reconciler)))
+}
+
+/// The tasks that run beside the API while the spool is open: expiry,
+/// the rate counters, compaction and push delivery. Only delivery is
+/// stopped by hand ([`stop_serving`]); the others end with the engine.
+struct Background {
+    _timer: JoinHandle<()>,
+    _rates: JoinHandle<()>,
+    _compactor: JoinHandle<()>,
+    stop_delivery: watch::Sender<bool>,
+    delivery: JoinHandle<()>,
+}
+
+impl Background {
+    fn start(config: &Config, engine: &Engine) -> Background {
+        let (stop_delivery, delivery_stop) = watch::channel(false);
+        Background {
+            _timer: engine.spawn_timer(),
+            _rates: engine.spawn_rates(),
+            _compactor: engine
+                .spawn_compactor(Duration::from_millis(config.spool.compaction_interval_ms)),
+            stop_delivery,
+            delivery: tokio::spawn(crate::delivery::run(
+                engine.clone(),
+                delivery_stop,
+                config.server.drain_on_shutdown,
+                config
+                    .server
+                    .redact_headers
+                    .iter()
+                    .map(|h| h.to_ascii_lowercase())
+                    .collect(),
+            )),
+        }
+    }
+}
+
+/// Serves until a stop request or a poisoned journal, applying each reload
+/// meanwhile: `running` is the config the server runs, the base a reload
+/// compares with to say what needs a restart.
+async fn serve_until_stopped(
+    mut running: Config,
+    engine: &Engine,
+    wanted: &Wanted,
+    state: &AppState,
+    stop: &mut watch::Receiver<bool>,
+    reloads: &mut mpsc::Receiver<Reload>,
+) -> Outcome {
     let mut poisoned = engine.poisoned();
-    let mut running = config;
-    let outcome = loop {
+    loop {
         // The watch guards are dropped at once: a reload below awaits.
         tokio::select! {
-            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => break Outcome::Stopped,
-            _ = async { poisoned.wait_for(|p| *p).await.map(|_| ()) } => break Outcome::Poisoned,
+            _ = async { stop.wait_for(|s| *s).await.map(|_| ()) } => return Outcome::Stopped,
+            _ = async { poisoned.wait_for(|p| *p).await.map(|_| ()) } => return Outcome::Poisoned,
             Some(request) = reloads.recv() => {
-                let answer = reload(&running, &request, &engine, &wanted, &state).await;
+                let answer = reload(&running, &request, engine, wanted, state).await;
                 if answer.is_ok() {
                     running = request.config;
                 }
                 let _ = request.answer.send(answer);
             }
         }
-    };
+    }
+}
+
+/// Stops taking work: probes say "not ready", the listeners close, and
+/// push delivery stops. In-flight requests and deliveries get the grace
+/// period; what is still in flight after it is dropped: its lease dies with
+/// the process, so the message is redelivered after the restart without a
+/// retry increment.
+async fn stop_serving(
+    outcome: Outcome,
+    grace: Duration,
+    state: &AppState,
+    listeners: &Listeners,
+    background: &mut Background,
+) {
     state.begin_shutdown();
     match outcome {
         Outcome::Stopped => {
@@ -389,26 +561,15 @@ async fn run(
             tracing::error!("journal poisoned by a failed fsync: stopping so that replay decides");
         }
     }
-    close_listener.send_replace(true);
-    stop_delivery.send_replace(true);
-    // In-flight requests and deliveries get the grace period; what is still
-    // in flight after it is dropped: its lease dies with the process, so the
-    // message is redelivered after the restart without a retry increment.
-    let mut delivery = delivery;
-    if tokio::time::timeout(grace, &mut delivery).await.is_err() {
-        delivery.abort();
+    listeners.close();
+    background.stop_delivery.send_replace(true);
+    if tokio::time::timeout(grace, &mut background.delivery)
+        .await
+        .is_err()
+    {
+        background.delivery.abort();
         tracing::warn!("deliveries still in flight after the grace period: released");
     }
-
-    let _ = server.await;
-    if let Some(probes) = probe_server {
-        let _ = probes.await;
-    }
-    if let Some(cluster) = &cluster {
-        cluster.shutdown().await;
-    }
-    engine.close();
-    Ok(outcome)
 }
 
 /// The queues a config file defines.
@@ -428,7 +589,7 @@ async fn reload(
     running: &Config,
     request: &Reload,
     engine: &Engine,
-    wanted: &watch::Sender<BTreeMap<String, QueueSettings>>,
+    wanted: &Wanted,
     state: &AppState,
 ) -> Result<Reloaded, String> {
     let config = &request.config;
@@ -487,7 +648,7 @@ fn restart_needed(running: &Config, new: &Config) -> Vec<String> {
 async fn reconcile_when_serving(
     engine: Engine,
     mut wanted: watch::Receiver<BTreeMap<String, QueueSettings>>,
-    state: std::sync::Arc<AppState>,
+    state: Arc<AppState>,
 ) {
     let Some(mut serving) = engine.serving_changes() else {
         return;
