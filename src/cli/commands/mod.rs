@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 
 use crate::cli::ops::{self, OpsError, Target};
-use crate::cli::term::escape_controls;
+use crate::cli::term::{Terminal, escape_controls};
 
 /// Runs an operator command (calls to the running server) on a small
 /// runtime of its own: one thread is plenty for a few requests.
@@ -47,7 +47,7 @@ pub async fn tail(
     queue: &str,
     lines: usize,
     json: bool,
-    out: &mut impl Write,
+    out: &mut Terminal<impl Write>,
 ) -> Result<(), OpsError> {
     let ops::TailEnd::ServerStopped = ops::tail(target, queue, lines, json, out).await?;
     eprintln!("spoold: the server stopped; tail ends");
