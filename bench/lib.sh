@@ -96,16 +96,16 @@ fresh() {
   echo "$dir"
 }
 
-# push_once BIN: one push run on a fresh spool ($load_bin forwards
+# push_once BIN [RATE]: one push run on a fresh spool ($load_bin forwards
 # $PUSH_MESSAGES to queue `hooks`, whose destination it serves on
-# $SINK_PORT); prints the load generator's result and spoold's CPU per
-# message.
+# $SINK_PORT; as fast as it can, or RATE a second); prints the load
+# generator's result and spoold's CPU per message.
 push_once() {
-  local bin=$1 dir out ticks
+  local bin=$1 rate=${2:-} dir out ticks
   dir=$(fresh push true)
   out=$work/push.out
   "$load_bin" --url "http://127.0.0.1:$PORT" --queue hooks --messages "$PUSH_MESSAGES" push \
-    --sink "127.0.0.1:$SINK_PORT" >"$out" &
+    --sink "127.0.0.1:$SINK_PORT" ${rate:+--rate "$rate"} >"$out" &
   local load_pid=$!
   pids+=("$load_pid")
   sleep 0.3

@@ -151,6 +151,8 @@ def report(rows):
     pull2 = pulls.get("2", {})
     pushes = by.get("push", [])
     push = median(pushes, "push_delivered_per_s")
+    halves = by.get("pushhalf", [])
+    half = median(halves, "push_p99_ms")
     replays = by.get("replay", [])
     replay = median(replays, "replay_ms")
     replay_rps = num(replay.get("records")) * 1000 / num(replay.get("replay_ms")) if replay else float("nan")
@@ -168,7 +170,8 @@ def report(rows):
     out.append(f"| pull: the same 64 connections as 2 consumers | {show(pull2.get('pull_msgs_per_s'))} messages/s |")
     out.append(f"| push end to end: 64 clients forwarding {show(push.get('push_msgs'))} × 1 KiB, `concurrency = 64`, a local destination; median of {len(pushes)} trials ({trials(pushes, 'push_delivered_per_s')}) | {show(push.get('push_delivered_per_s'))} delivered/s |")
     out.append(f"| push: spoold's CPU per message (the median trial) | {show(push.get('push_cpu_us_per_msg'))} µs |")
-    out.append(f"| push: forward request issued (its `202` included) → arrival at the destination (the median trial) | p50 {show(push.get('push_p50_ms'))} ms, p99 {show(push.get('push_p99_ms'))} ms |")
+    out.append(f"| push: forward request issued (its `202` included) → arrival at the destination, as fast as it goes (the median trial) | p50 {show(push.get('push_p50_ms'))} ms, p99 {show(push.get('push_p99_ms'))} ms |")
+    out.append(f"| push: the same at half the rate of its trial, open loop (each forward timed from its appointed instant); the median p99 of {len(halves)} trials | p50 {show(half.get('push_p50_ms'))} ms, p99 {show(half.get('push_p99_ms'))} ms at {show(half.get('rate'))}/s |")
     out.append(f"| replay of {show(replay.get('messages'))} messages, 1 KiB each, page cache warm; median of {len(replays)} trials ({trials(replays, 'replay_ms')} ms) | {replay_rps:.0f} records/s |")
     out.append(f"| resident memory per queued message, the largest of the trials | {memory_bpm:.0f} bytes |")
     out.append(f"| journal bytes per 1 KiB message | {show(replay.get('journal_bytes_per_msg'))} bytes |")
@@ -193,8 +196,8 @@ def report(rows):
          ratio(push.get("push_delivered_per_s"), floor_rps), PUSH_PER_FLOOR, "min"),
         (f"push: spoold's CPU per message ≤ {PUSH_CPU_US_MAX} µs",
          num(push.get("push_cpu_us_per_msg")), PUSH_CPU_US_MAX, "max", "µs"),
-        (f"push p99, forward → arrival, ≤ {PUSH_P99_MS_MAX} ms (measured at the full rate, harder than the aim's half)",
-         num(push.get("push_p99_ms")), PUSH_P99_MS_MAX, "max", "ms"),
+        (f"push p99, forward → arrival at half the measured rate, ≤ {PUSH_P99_MS_MAX} ms",
+         num(half.get("push_p99_ms")), PUSH_P99_MS_MAX, "max", "ms"),
         (f"replay records/s ≥ {REPLAY_PER_FLOOR:.2f} × the floor's requests/s",
          replay_rps / floor_rps if floor_rps else float("nan"), REPLAY_PER_FLOOR, "min"),
     ]
@@ -299,6 +302,49 @@ def report(rows):
             note = " (JetStream 2.9 does not fsync per message: it writes to the page cache and syncs every 2 minutes by default; a power loss can take acknowledged messages)" if system.startswith("nats") and fs < 0.01 else ""
             out.append(f"| {name}{version} ({len(rs)} trials) | {num(m.get('sends_per_s')):.0f} | {ms(m.get('p50_us'))} "
                        f"| {ms(m.get('p99_us'))} | {fs:.3f}{note} |")
+        out.append("")
+
+    bulls = by.get("bullmq", [])
+    out.append("### Side by side: BullMQ on Redis")
+    out.append("")
+    if not bulls:
+        out.append("Not measured (`ONLY=bullmq bench/run.sh`).")
+    else:
+        out.append("What a Node team would run instead of spoold's push: BullMQ on Redis with `appendonly yes`, "
+                   "`appendfsync always`, its `Worker` (concurrency 64) posting each job's 1 KiB body to a "
+                   "destination with a keep-alive agent (`bench/bullmq/push.mjs`). Its producer adds the jobs "
+                   "from 64 loops and serves the destination, as `examples/load.rs push` does for spoold; in "
+                   "each trial both run as fast as they go (delivered/s, CPU per message), then each at half "
+                   "its own rate, open loop, for latency: the add (or forward) issued, its answer included, to "
+                   "the first arrival. CPU per message: spoold's process; for BullMQ, Redis's plus the "
+                   "worker's (together they do what spoold does). Medians of the trials.")
+        out.append("")
+        out.append("| system | delivered/s | CPU µs per message | at half its rate: p50 ms | p99 ms |")
+        out.append("|---|---:|---:|---:|---:|")
+        got = {}
+        for system, prefix in (("spoold", "push"), ("bullmq", "bullmq")):
+            rs = [r for r in bulls if r.get("system") == system]
+            most = [r for r in rs if r.get("load") == "max"]
+            halfs = [r for r in rs if r.get("load") == "half"]
+            if not most:
+                continue
+            m = median(most, f"{prefix}_delivered_per_s")
+            h = median(halfs, f"{prefix}_p99_ms")
+            got[system] = (num(m.get(f"{prefix}_delivered_per_s")), num(m.get(f"{prefix}_cpu_us_per_msg")),
+                           num(h.get(f"{prefix}_p99_ms")))
+            name, detail = "spoold push", ""
+            if system == "bullmq":
+                detail = (f" (Redis {show(m.get('bullmq_redis_cpu_us_per_msg'))} + worker "
+                          f"{show(m.get('bullmq_worker_cpu_us_per_msg'))})")
+                name = f"BullMQ {m.get('bullmq', '')}, Redis {m.get('redis', '')}, Node {m.get('node', '')}"
+            out.append(f"| {name} ({len(most)} trials) | {show(m.get(f'{prefix}_delivered_per_s'))} "
+                       f"| {show(m.get(f'{prefix}_cpu_us_per_msg'))}{detail} | {show(h.get(f'{prefix}_p50_ms'))} "
+                       f"| {show(h.get(f'{prefix}_p99_ms'))} (at {show(h.get('rate'))}/s) |")
+        if len(got) == 2:
+            (sd, sc, sp), (bd, bc, bp) = got["spoold"], got["bullmq"]
+            out.append("")
+            out.append(f"spoold ÷ BullMQ: delivered/s {fmt_ratio(ratio(sd, bd))}, CPU per message "
+                       f"{fmt_ratio(ratio(sc, bc))}, p99 at half rate {fmt_ratio(ratio(sp, bp))}.")
         out.append("")
 
     ends = by.get("endpoints", [])

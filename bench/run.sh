@@ -10,6 +10,9 @@
 #             concurrency and sizes
 #   pull      receive-batch + ack (wrk, bench/pull.lua)
 #   push      push end to end (examples/load.rs push)
+#   bullmq    BullMQ on Redis (appendfsync always) with a worker posting to
+#             a destination (bench/bullmq/push.mjs, bullmq from npm), beside
+#             spoold's push in the same trials
 #   replay    replay of a 1 M-message spool, resident memory and journal
 #             bytes per message
 #   slowdisk  durable sends with every fdatasync delayed by 2 ms (strace)
@@ -64,8 +67,9 @@ TRIALS=${TRIALS:-3}
 PORT=${PORT:-18787}
 REDIS_PORT=${REDIS_PORT:-18788}
 SINK_PORT=${SINK_PORT:-18789}
+BULLMQ_REDIS_PORT=${BULLMQ_REDIS_PORT:-18790}
 SKIP=${SKIP:-}
-ONLY=${ONLY:-floor sends redis pull push replay slowdisk cluster catchup jetstream endpoints alloc}
+ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints alloc}
 ENDPOINT_QUEUES=${ENDPOINT_QUEUES:-100000}
 ENDPOINTS_BEFORE=${ENDPOINTS_BEFORE:-}
 ENDPOINTS_BEFORE_QUEUES=${ENDPOINTS_BEFORE_QUEUES:-10000}
@@ -157,9 +161,71 @@ run_section pull && { echo "== pull: receive-batch + ack" >&2
   done
 }
 
+# Push is measured twice a trial: as fast as it goes (delivered/s, CPU per
+# message), then at half that rate, open loop, for its latency.
 run_section push && { echo "== push end to end ($TRIALS trials)" >&2
   for trial in $(seq 1 "$TRIALS"); do
-    result "push trial=$trial $(push_once "$spoold_bin")"
+    line=$(push_once "$spoold_bin")
+    result "push trial=$trial $line"
+    half=$(($(field push_delivered_per_s "$line") / 2))
+    result "pushhalf trial=$trial rate=$half $(push_once "$spoold_bin" "$half")"
+  done
+}
+
+# bullmq_once [RATE]: the push measurement done by BullMQ 5 on a fresh Redis with
+# `appendonly yes`, `appendfsync always`: bench/bullmq/push.mjs's producer
+# (the application and the destination, like examples/load.rs push) adds
+# $PUSH_MESSAGES jobs of 1 KiB from 64 loops, its worker (concurrency 64)
+# posts each job to the destination (as fast as it goes, or RATE jobs a
+# second). Prints the producer's result, and the
+# CPU per message of Redis and of the worker (counted from the moment the
+# worker is ready, so Node's start-up is left out), and of both.
+bullmq_once() {
+  local rate=${1:-} dir=$work/bullmq redis_pid worker_pid redis0 worker0 redis_ticks worker_ticks line
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  redis-server --port "$BULLMQ_REDIS_PORT" --dir "$dir" --appendonly yes --appendfsync always \
+    --auto-aof-rewrite-percentage 0 --save "" --daemonize no --logfile "$dir/log" &
+  redis_pid=$!
+  pids+=("$redis_pid")
+  for _ in $(seq 1 100); do redis-cli -p "$BULLMQ_REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  node bench/bullmq/push.mjs worker --redis "$BULLMQ_REDIS_PORT" --sink "$SINK_PORT" &
+  worker_pid=$!
+  pids+=("$worker_pid")
+  sleep 1
+  redis0=$(cpu_ticks "$redis_pid")
+  worker0=$(cpu_ticks "$worker_pid")
+  line=$(node bench/bullmq/push.mjs producer --redis "$BULLMQ_REDIS_PORT" --sink "$SINK_PORT" \
+    --messages "$PUSH_MESSAGES" ${rate:+--rate "$rate"} | grep RESULT | sed 's/^RESULT //')
+  redis_ticks=$(($(cpu_ticks "$redis_pid") - redis0))
+  worker_ticks=$(($(cpu_ticks "$worker_pid") - worker0))
+  kill -TERM "$worker_pid"
+  wait "$worker_pid" 2>/dev/null || true
+  redis-cli -p "$BULLMQ_REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true
+  wait "$redis_pid" 2>/dev/null || true
+  echo "$line bullmq_redis_cpu_us_per_msg=$((redis_ticks * 10000 / PUSH_MESSAGES))" \
+    "bullmq_worker_cpu_us_per_msg=$((worker_ticks * 10000 / PUSH_MESSAGES))" \
+    "bullmq_cpu_us_per_msg=$(((redis_ticks + worker_ticks) * 10000 / PUSH_MESSAGES))"
+}
+
+run_section bullmq && { echo "== BullMQ on Redis (appendfsync always) beside spoold's push ($TRIALS trials)" >&2
+  command -v node >/dev/null && command -v npm >/dev/null || { echo "bullmq needs node and npm" >&2; exit 1; }
+  (cd bench/bullmq && npm ci --silent --no-audit --no-fund)
+  bullmq_version=$(node -p 'require("./bench/bullmq/node_modules/bullmq/package.json").version')
+  redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
+  versions="bullmq=$bullmq_version redis=$redis_version node=$(node --version)"
+  # Each at its own most, then each at half of it (open loop) for latency:
+  # at its most, BullMQ takes jobs faster than it delivers them, and its
+  # latency is the backlog's.
+  for trial in $(seq 1 "$TRIALS"); do
+    line=$(bullmq_once)
+    result "bullmq system=bullmq load=max trial=$trial $line $versions"
+    half=$(($(field bullmq_delivered_per_s "$line") / 2))
+    result "bullmq system=bullmq load=half rate=$half trial=$trial $(bullmq_once "$half") $versions"
+    line=$(push_once "$spoold_bin")
+    result "bullmq system=spoold load=max trial=$trial $line"
+    half=$(($(field push_delivered_per_s "$line") / 2))
+    result "bullmq system=spoold load=half rate=$half trial=$trial $(push_once "$spoold_bin" "$half")"
   done
 }
 

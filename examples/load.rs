@@ -58,6 +58,10 @@ enum Mode {
         sink: String,
         #[arg(long, default_value_t = 64)]
         clients: usize,
+        /// Forwards per second, each issued at its appointed time and timed
+        /// from it (open loop); as fast as the clients go without it.
+        #[arg(long)]
+        rate: Option<f64>,
     },
     /// Endpoints at a SaaS's scale: create `queues` push queues (each a
     /// customer endpoint on `sink`), measure spoold's memory per queue and
@@ -99,14 +103,18 @@ async fn main() {
             wait_ready(&client, &args.url).await;
             let started = Instant::now();
             let path = format!("/v1/queues/{}/messages", args.queue);
-            let sent = send_all(&args, &path, clients, started).await;
+            let sent = send_all(&args, &path, clients, None, started).await;
             let seconds = started.elapsed().as_secs_f64();
             println!(
                 "RESULT fill_msgs={sent} fill_seconds={seconds:.2} fill_msgs_per_s={:.0}",
                 sent as f64 / seconds
             );
         }
-        Mode::Push { sink, clients } => push(&client, &args, sink, *clients).await,
+        Mode::Push {
+            sink,
+            clients,
+            rate,
+        } => push(&client, &args, sink, *clients, *rate).await,
         Mode::Endpoints {
             pid,
             queues,
@@ -150,8 +158,18 @@ async fn wait_ready(client: &Client, base: &str) {
 /// connection task: this process shares the two cores with spoold). Each
 /// request carries the instant it was issued, in nanoseconds since `epoch`,
 /// in an `x-bench-sent` header (forward passes it on to the destination).
+/// With a `rate`, request i is issued at `i / rate` seconds after the start
+/// and carries that appointed instant, so a client that falls behind is
+/// timed from when it should have sent (no coordinated omission).
 /// Returns how many were answered 2xx; any other answer is a panic.
-async fn send_all(args: &Args, path: &str, clients: usize, epoch: Instant) -> usize {
+async fn send_all(
+    args: &Args,
+    path: &str,
+    clients: usize,
+    rate: Option<f64>,
+    epoch: Instant,
+) -> usize {
+    let start = epoch.elapsed();
     let authority = args.url.trim_start_matches("http://").to_string();
     let next = Arc::new(AtomicUsize::new(0));
     let payload = Bytes::from(vec![b'x'; args.body]);
@@ -170,8 +188,19 @@ async fn send_all(args: &Args, path: &str, clients: usize, epoch: Instant) -> us
                 let (mut sender, conn) = http1::handshake(TokioIo::new(stream)).await.unwrap();
                 let mut conn = std::pin::pin!(conn);
                 let mut sent = 0;
-                while next.fetch_add(1, Ordering::Relaxed) < n {
-                    let issued = epoch.elapsed().as_nanos() as u64;
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let issued = match rate {
+                        Some(rate) => {
+                            let due = start + Duration::from_secs_f64(i as f64 / rate);
+                            tokio::time::sleep_until((epoch + due).into()).await;
+                            due.as_nanos() as u64
+                        }
+                        None => epoch.elapsed().as_nanos() as u64,
+                    };
                     let request = Request::post(&path)
                         .header(HOST, &authority)
                         .header(CONTENT_TYPE, "application/octet-stream")
@@ -207,7 +236,7 @@ async fn send_all(args: &Args, path: &str, clients: usize, epoch: Instant) -> us
 /// The time a request was issued travels with it in the `x-bench-sent`
 /// header ([`send_all`]), which spoold forwards, so the sink records plain
 /// numbers instead of matching ids in shared maps.
-async fn push(client: &Client, args: &Args, sink: &str, clients: usize) {
+async fn push(client: &Client, args: &Args, sink: &str, clients: usize, rate: Option<f64>) {
     let epoch = Instant::now();
     let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
     let listener = tokio::net::TcpListener::bind(sink).await.unwrap();
@@ -216,7 +245,7 @@ async fn push(client: &Client, args: &Args, sink: &str, clients: usize) {
 
     let path = format!("/v1/forward/{}/in", args.queue);
     let started = epoch.elapsed();
-    let sent = send_all(args, &path, clients, epoch).await;
+    let sent = send_all(args, &path, clients, rate, epoch).await;
     let accept_seconds = (epoch.elapsed() - started).as_secs_f64();
 
     // Deliveries are at least once: count each delivery id's first arrival.
