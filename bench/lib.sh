@@ -37,6 +37,22 @@ concurrency = 64
 TOML
 }
 
+# start_redis PORT DIR: a Redis with `appendonly yes`, `appendfsync always`
+# on DIR; sets $redis_pid; waits until it answers. No background AOF rewrite
+# (it would fork and copy the growing data in the middle of a run); no RDB
+# snapshots: the AOF with appendfsync always is the durability a user would
+# pick Redis for.
+redis_pid=""
+start_redis() {
+  local port=$1 dir=$2
+  mkdir -p "$dir"
+  redis-server --port "$port" --dir "$dir" --appendonly yes --appendfsync always \
+    --auto-aof-rewrite-percentage 0 --save "" --daemonize no --logfile "$dir/log" &
+  redis_pid=$!
+  pids+=("$redis_pid")
+  for _ in $(seq 1 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+}
+
 # wait_ready PID LOG: until spoold answers /readyz (or the process died).
 wait_ready() {
   local pid=$1 log=$2

@@ -120,15 +120,7 @@ run_section sends && { echo "== spoold sends over HTTP (wrk, ${DURATION}s each)"
 
 run_section redis && { echo "== Redis LPUSH, appendfsync always (redis-benchmark)" >&2
   redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
-  mkdir -p "$work/redis"
-  # No background AOF rewrite (it would fork and copy the growing list in
-  # the middle of a run); no RDB snapshots: the AOF with appendfsync always
-  # is the durability a user would pick Redis for.
-  redis-server --port "$REDIS_PORT" --dir "$work/redis" --appendonly yes --appendfsync always \
-    --auto-aof-rewrite-percentage 0 --save "" --daemonize no --logfile "$work/redis/log" &
-  redis_pid=$!
-  pids+=("$redis_pid")
-  for _ in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  start_redis "$REDIS_PORT" "$work/redis"
   for body in 1024 16384; do
     for conns in 1 16 64 256; do
       n=$((conns == 1 ? 10000 : 100000))
@@ -183,12 +175,7 @@ run_section push && { echo "== push end to end ($TRIALS trials)" >&2
 bullmq_once() {
   local rate=${1:-} dir=$work/bullmq redis_pid worker_pid redis0 worker0 redis_ticks worker_ticks line
   rm -rf "$dir"
-  mkdir -p "$dir"
-  redis-server --port "$BULLMQ_REDIS_PORT" --dir "$dir" --appendonly yes --appendfsync always \
-    --auto-aof-rewrite-percentage 0 --save "" --daemonize no --logfile "$dir/log" &
-  redis_pid=$!
-  pids+=("$redis_pid")
-  for _ in $(seq 1 100); do redis-cli -p "$BULLMQ_REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  start_redis "$BULLMQ_REDIS_PORT" "$dir"
   node bench/bullmq/push.mjs worker --redis "$BULLMQ_REDIS_PORT" --sink "$SINK_PORT" &
   worker_pid=$!
   pids+=("$worker_pid")

@@ -339,130 +339,78 @@ fn header_name_ok(name: &str) -> bool {
 impl QueueSettings {
     /// Checks every setting against its bounds (`limits`) and shape. The
     /// one owner of these rules: the config loader, the API and the engine
-    /// all call it.
+    /// all call it. The first problem found is the one reported.
     pub fn validate(&self) -> Result<(), SettingsError> {
+        self.check_bounds()?;
+        self.check_backoff()?;
+        check_headers(&self.headers)?;
+        self.check_delivery()?;
+        self.check_tls_files()?;
+        self.check_history()?;
+        self.check_events()
+    }
+
+    /// Timeouts, retries, retention and the delivery pace.
+    fn check_bounds(&self) -> Result<(), SettingsError> {
         use limits::*;
-        let range_ms = |field: Field, v: u64, (lo, hi): (u64, u64)| {
-            if (lo..=hi).contains(&v) {
-                Ok(())
-            } else {
-                Err(SettingsError::new(
-                    field,
-                    format!(
-                        "{} is out of range: allowed {} to {}",
-                        ms(v),
-                        ms(lo),
-                        ms(hi)
-                    ),
-                ))
-            }
-        };
-        range_ms(Field::LeaseTimeout, self.lease_timeout_ms, LEASE_TIMEOUT_MS)?;
-        if self.max_retries > MAX_RETRIES {
-            return Err(SettingsError::new(
-                Field::MaxRetries,
-                format!(
-                    "{} is out of range: allowed 0 to {MAX_RETRIES}",
-                    self.max_retries
-                ),
-            ));
-        }
-        range_ms(Field::Retention, self.retention_ms, RETENTION_MS)?;
-        range_ms(
+        within_ms(Field::LeaseTimeout, self.lease_timeout_ms, LEASE_TIMEOUT_MS)?;
+        within(Field::MaxRetries, self.max_retries, (0, MAX_RETRIES), "")?;
+        within_ms(Field::Retention, self.retention_ms, RETENTION_MS)?;
+        within_ms(
             Field::DedupWindow,
             self.dedup_window_ms,
             (0, DEDUP_WINDOW_MS),
         )?;
-        range_ms(Field::Timeout, self.timeout_ms, TIMEOUT_MS)?;
-        let (lo, hi) = CONCURRENCY;
-        if !(lo..=hi).contains(&self.concurrency) {
-            return Err(SettingsError::new(
-                Field::Concurrency,
-                format!("{} is out of range: allowed {lo} to {hi}", self.concurrency),
-            ));
-        }
+        within_ms(Field::Timeout, self.timeout_ms, TIMEOUT_MS)?;
+        within(Field::Concurrency, self.concurrency, CONCURRENCY, "")?;
         if let Some(r) = self.rate_limit {
-            let (lo, hi) = RATE_LIMIT;
-            if !(r.is_finite() && (lo..=hi).contains(&r)) {
-                return Err(SettingsError::new(
-                    Field::RateLimit,
-                    format!("{r} is out of range: allowed {lo} to {hi} requests per second"),
-                ));
-            }
+            within(Field::RateLimit, r, RATE_LIMIT, " requests per second")?;
         }
+        Ok(())
+    }
+
+    fn check_backoff(&self) -> Result<(), SettingsError> {
+        use limits::*;
         let b = &self.backoff;
-        range_ms(Field::BackoffInitial, b.initial_ms, BACKOFF_INITIAL_MS)?;
-        range_ms(Field::BackoffMax, b.max_ms, (b.initial_ms, BACKOFF_MAX_MS))?;
-        let (lo, hi) = BACKOFF_MULTIPLIER;
-        if !(b.multiplier.is_finite() && (lo..=hi).contains(&b.multiplier)) {
-            return Err(SettingsError::new(
-                Field::BackoffMultiplier,
-                format!("{} is out of range: allowed {lo} to {hi}", b.multiplier),
-            ));
-        }
-        if !(b.jitter.is_finite() && (0.0..=1.0).contains(&b.jitter)) {
-            return Err(SettingsError::new(
-                Field::BackoffJitter,
-                format!("{} is out of range: allowed 0 to 1", b.jitter),
-            ));
-        }
-        if self.headers.len() > HEADERS {
-            return Err(SettingsError::new(
-                Field::Headers,
-                format!("{} headers: allowed at most {HEADERS}", self.headers.len()),
-            ));
-        }
-        for (name, value) in &self.headers {
-            if !header_name_ok(name) {
-                return Err(SettingsError::new(
-                    Field::Headers,
-                    format!("{name:?} is not a header name"),
-                ));
-            }
-            if let Some(why) = static_header_refusal(name) {
-                return Err(SettingsError::new(
-                    Field::Headers,
-                    format!("{name} cannot be set: {why}"),
-                ));
-            }
-            if value.len() > HEADER_VALUE_BYTES
-                || value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
-            {
-                return Err(SettingsError::new(
-                    Field::Headers,
-                    format!(
-                        "the value of {name} is not a header value (no line breaks, at most {HEADER_VALUE_BYTES} bytes)"
-                    ),
-                ));
-            }
-        }
+        within_ms(Field::BackoffInitial, b.initial_ms, BACKOFF_INITIAL_MS)?;
+        within_ms(Field::BackoffMax, b.max_ms, (b.initial_ms, BACKOFF_MAX_MS))?;
+        within(
+            Field::BackoffMultiplier,
+            b.multiplier,
+            BACKOFF_MULTIPLIER,
+            "",
+        )?;
+        within(Field::BackoffJitter, b.jitter, (0.0, 1.0), "")
+    }
+
+    /// How an attempt is signed and judged, and where it goes.
+    fn check_delivery(&self) -> Result<(), SettingsError> {
+        use limits::*;
         if let Some(secret) = &self.signing_secret {
             signing_secret_ok(secret).map_err(|p| SettingsError::new(Field::SigningSecret, p))?;
         }
-        if self.permanent_failure_statuses.len() > PERMANENT_STATUSES
-            || self
-                .permanent_failure_statuses
-                .iter()
-                .any(|s| !(100..=599).contains(s))
+        let statuses = &self.permanent_failure_statuses;
+        if statuses.len() > PERMANENT_STATUSES || statuses.iter().any(|s| !(100..=599).contains(s))
         {
             return Err(SettingsError::new(
                 Field::PermanentFailureStatuses,
                 format!("HTTP statuses 100 to 599, at most {PERMANENT_STATUSES}"),
             ));
         }
-        let (lo, hi) = BREAKER_FAILURES;
-        if !(lo..=hi).contains(&self.breaker_failures) {
-            return Err(SettingsError::new(
-                Field::BreakerFailures,
-                format!(
-                    "{} is out of range: allowed {lo} to {hi}",
-                    self.breaker_failures
-                ),
-            ));
-        }
+        within(
+            Field::BreakerFailures,
+            self.breaker_failures,
+            BREAKER_FAILURES,
+            "",
+        )?;
         if let Some(dest) = &self.destination {
             destination_host(dest).map_err(|p| SettingsError::new(Field::Destination, p))?;
         }
+        Ok(())
+    }
+
+    fn check_tls_files(&self) -> Result<(), SettingsError> {
+        use limits::PATH_BYTES;
         for (field, path) in [
             (Field::CaFile, &self.ca_file),
             (Field::ClientCert, &self.client_cert),
@@ -483,36 +431,37 @@ impl QueueSettings {
                 "client_cert and client_key go together",
             ));
         }
-        range_ms(
+        Ok(())
+    }
+
+    fn check_history(&self) -> Result<(), SettingsError> {
+        use limits::*;
+        within_ms(
             Field::HistoryRetention,
             self.history_retention_ms,
             (0, HISTORY_RETENTION_MS),
         )?;
-        let (lo, hi) = HISTORY_BYTES;
-        if !(lo..=hi).contains(&self.history_max_bytes) {
-            return Err(SettingsError::new(
-                Field::HistoryMaxBytes,
-                format!(
-                    "{} is out of range: allowed {lo} to {hi} bytes",
-                    self.history_max_bytes
-                ),
-            ));
-        }
-        if self.events.len() > super::event::PATTERNS_MAX {
+        within(
+            Field::HistoryMaxBytes,
+            self.history_max_bytes,
+            HISTORY_BYTES,
+            " bytes",
+        )
+    }
+
+    /// The event patterns and the tenant filter of a subscription.
+    fn check_events(&self) -> Result<(), SettingsError> {
+        use super::event::{PATTERNS_MAX, pattern_problem, tenant_problem};
+        if self.events.len() > PATTERNS_MAX {
             return Err(SettingsError::new(
                 Field::Events,
                 format!(
-                    "{} patterns: allowed at most {}",
-                    self.events.len(),
-                    super::event::PATTERNS_MAX
+                    "{} patterns: allowed at most {PATTERNS_MAX}",
+                    self.events.len()
                 ),
             ));
         }
-        if let Some(problem) = self
-            .events
-            .iter()
-            .find_map(|p| super::event::pattern_problem(p))
-        {
+        if let Some(problem) = self.events.iter().find_map(|p| pattern_problem(p)) {
             return Err(SettingsError::new(Field::Events, problem));
         }
         if let Some(tenant) = &self.tenant {
@@ -523,12 +472,82 @@ impl QueueSettings {
                      a pull queue's consumers filter for themselves",
                 ));
             }
-            if let Some(problem) = super::event::tenant_problem(tenant) {
+            if let Some(problem) = tenant_problem(tenant) {
                 return Err(SettingsError::new(Field::Tenant, problem));
             }
         }
         Ok(())
     }
+}
+
+/// The static headers of a push queue: how many, their names and values.
+fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), SettingsError> {
+    use limits::{HEADER_VALUE_BYTES, HEADERS};
+    if headers.len() > HEADERS {
+        return Err(SettingsError::new(
+            Field::Headers,
+            format!("{} headers: allowed at most {HEADERS}", headers.len()),
+        ));
+    }
+    for (name, value) in headers {
+        if !header_name_ok(name) {
+            return Err(SettingsError::new(
+                Field::Headers,
+                format!("{name:?} is not a header name"),
+            ));
+        }
+        if let Some(why) = static_header_refusal(name) {
+            return Err(SettingsError::new(
+                Field::Headers,
+                format!("{name} cannot be set: {why}"),
+            ));
+        }
+        if value.len() > HEADER_VALUE_BYTES
+            || value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+        {
+            return Err(SettingsError::new(
+                Field::Headers,
+                format!(
+                    "the value of {name} is not a header value (no line breaks, at most {HEADER_VALUE_BYTES} bytes)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `v` within `lo..=hi` (NaN never is), or the field's out-of-range error
+/// naming the bounds, `unit` after them.
+fn within<T: PartialOrd + std::fmt::Display>(
+    field: Field,
+    v: T,
+    (lo, hi): (T, T),
+    unit: &str,
+) -> Result<(), SettingsError> {
+    if lo <= v && v <= hi {
+        return Ok(());
+    }
+    Err(SettingsError::new(
+        field,
+        format!("{v} is out of range: allowed {lo} to {hi}{unit}"),
+    ))
+}
+
+/// A duration setting within `lo..=hi` milliseconds, the bounds shown as
+/// durations.
+fn within_ms(field: Field, v: u64, (lo, hi): (u64, u64)) -> Result<(), SettingsError> {
+    if (lo..=hi).contains(&v) {
+        return Ok(());
+    }
+    Err(SettingsError::new(
+        field,
+        format!(
+            "{} is out of range: allowed {} to {}",
+            ms(v),
+            ms(lo),
+            ms(hi)
+        ),
+    ))
 }
 
 /// A duration for messages: whole seconds where it is one, else ms.

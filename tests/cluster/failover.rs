@@ -169,18 +169,15 @@ async fn three_replicas_keep_what_the_primary_acknowledged_through_its_kill() {
     cluster.start(primary);
     common::process::wait_ready(cluster.replicas[primary].process.as_ref().unwrap()).await;
     let back = cluster.replicas[primary].base();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let s = cluster.status(primary).await.unwrap();
-        if s["role"] == "follower" && s["primary"]["apiUrl"].is_string() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the old primary did not rejoin: {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::eventually(
+        "the old primary to rejoin as a follower",
+        Duration::from_secs(10),
+        async || {
+            let s = cluster.status(primary).await.unwrap();
+            (s["role"] == "follower" && s["primary"]["apiUrl"].is_string()).then_some(())
+        },
+    )
+    .await;
     assert_eq!(ids(&back).await, ids(&survivor).await);
 }
 
@@ -371,35 +368,25 @@ async fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
 
     // The primary snapshots, purges, and deletes the segments it no longer
     // needs: the log the follower missed is gone.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while first_segment(&cluster, primary).is_none_or(|s| s < 8) {
-        assert!(
-            Instant::now() < deadline,
-            "the primary kept its early segments: first is {:?}",
+    common::eventually(
+        "the primary to delete its early segments",
+        Duration::from_secs(20),
+        async || {
             first_segment(&cluster, primary)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+                .is_some_and(|s| s >= 8)
+                .then_some(())
+        },
+    )
+    .await;
     let s = cluster.status(primary).await.unwrap();
     assert!(s["purgedIndex"].as_u64().unwrap() > 400, "{s}");
     assert!(s["snapshotIndex"].as_u64().unwrap() > 1500, "{s}");
 
     // The follower comes back and catches up.
     cluster.start(behind);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (p, b) = (cluster.digest(primary).await, cluster.digest(behind).await);
-        if let (Some(p), Some(b)) = (&p, &b)
-            && p == b
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            cluster.dump_logs(30);
-            panic!("the follower did not catch up: primary {p:?}, follower {b:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cluster
+        .same_state(&[primary, behind], Duration::from_secs(20))
+        .await;
     eprintln!("caught up {:?} after the first send", started.elapsed());
     let log = cluster.replicas[behind].process.as_ref().unwrap().log();
     assert!(
@@ -416,15 +403,12 @@ async fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
     // other follower serve every message that was kept.
     cluster.kill(primary);
     let survivor = cluster.replicas[behind].base();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = send(&survivor, "after").await;
-        if r.status() == StatusCode::CREATED {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no primary after the kill");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::eventually(
+        "a primary after the kill (a 201 through the survivor)",
+        Duration::from_secs(10),
+        async || (send(&survivor, "after").await.status() == StatusCode::CREATED).then_some(()),
+    )
+    .await;
     let ids = ids(&survivor).await;
     assert!(kept.is_subset(&ids), "lost {:?}", kept.difference(&ids));
     assert_eq!(ids.len(), kept.len() + 1);

@@ -88,6 +88,26 @@ pub async fn eventually<T>(
     }
 }
 
+/// [`eventually`] for code that is not async: polls `check` every 20 ms
+/// (blocking the thread in between), at most `timeout`.
+pub fn eventually_blocking<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Waits (at most 30 s) until `check` holds.
 pub async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
     eventually(what, std::time::Duration::from_secs(30), async || {

@@ -54,17 +54,13 @@ impl Spoold {
     /// Waits (at most 30 s) for the process to exit; its exit code. The
     /// whole log is in [`Spoold::log`] once this returns.
     pub fn wait_exit(&mut self) -> i32 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                if let Some(reader) = self.reader.take() {
-                    reader.join().unwrap();
-                }
-                return status.code().unwrap_or(-1);
-            }
-            assert!(Instant::now() < deadline, "spoold did not exit");
-            std::thread::sleep(Duration::from_millis(20));
+        let status = super::eventually_blocking("spoold to exit", Duration::from_secs(30), || {
+            self.child.try_wait().unwrap()
+        });
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
         }
+        status.code().unwrap_or(-1)
     }
 
     /// SIGTERM, then waits for the exit; its exit code.

@@ -84,18 +84,14 @@ impl Sink {
     }
 
     pub async fn wait_for(&self, n: usize) -> Vec<Seen> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let seen = self.seen();
-            if seen.len() >= n {
-                return seen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sink saw {} of {n} requests",
-                seen.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        super::eventually(
+            &format!("the sink to see {n} requests"),
+            Duration::from_secs(30),
+            async || {
+                let seen = self.seen();
+                (seen.len() >= n).then_some(seen)
+            },
+        )
+        .await
     }
 }

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::process::{Spoold, bin, client, start_command, write_config};
 use reqwest::{Client, StatusCode};
@@ -211,20 +211,17 @@ async fn echo_sink() -> String {
 
 /// The first attempt of the one message of `queue`, once it is recorded.
 async fn first_attempt(c: &Client, base: &str, queue: &str) -> (Value, Value) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let messages = common::process::messages_in(c, base, queue).await;
-        if let Some(m) = messages.first()
-            && let Some(a) = m["attempts"].as_array().and_then(|a| a.first())
-        {
-            return (m.clone(), a.clone());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no attempt recorded: {messages:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::eventually(
+        "an attempt to be recorded",
+        Duration::from_secs(20),
+        async || {
+            let messages = common::process::messages_in(c, base, queue).await;
+            let m = messages.first()?;
+            let a = m["attempts"].as_array()?.first()?;
+            Some((m.clone(), a.clone()))
+        },
+    )
+    .await
 }
 
 #[tokio::test]

@@ -118,15 +118,12 @@ fn journal_bytes(dir: &Path) -> u64 {
 
 /// Waits until compaction has shrunk the journal below `bytes`.
 async fn wait_compacted(dir: &Path, bytes: u64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while journal_bytes(dir) > bytes {
-        assert!(
-            Instant::now() < deadline,
-            "compaction never shrank the journal to {bytes} bytes ({} now)",
-            journal_bytes(dir)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::eventually(
+        &format!("compaction to shrink the journal to {bytes} bytes"),
+        Duration::from_secs(30),
+        async || (journal_bytes(dir) <= bytes).then_some(()),
+    )
+    .await
 }
 
 fn pull_queue() -> Value {
@@ -501,23 +498,21 @@ async fn spool_with_live_messages_among_garbage(dir: &Path) -> BTreeSet<String> 
 async fn receive_all(c: &Client, base: &str, want: usize) -> Vec<u64> {
     let mut seen = BTreeSet::new();
     let mut counts = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while seen.len() < want {
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {want} messages could be received",
-            seen.len()
-        );
-        let got = receive(c, base, "q", 100).await;
-        for m in &got {
-            counts.push(m["retryCount"].as_u64().unwrap());
-            seen.insert(m["id"].as_str().unwrap().to_string());
-            settle(c, base, "q", m, "ack").await;
-        }
-        if got.is_empty() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    common::eventually(
+        &format!("all {want} messages to be received"),
+        Duration::from_secs(20),
+        async || {
+            if seen.len() < want {
+                for m in &receive(c, base, "q", 100).await {
+                    counts.push(m["retryCount"].as_u64().unwrap());
+                    seen.insert(m["id"].as_str().unwrap().to_string());
+                    settle(c, base, "q", m, "ack").await;
+                }
+            }
+            (seen.len() >= want).then_some(())
+        },
+    )
+    .await;
     counts
 }
 
@@ -607,11 +602,14 @@ async fn receives_during_compaction_never_raise_a_retry_count() {
         ],
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !has_file(dir.path(), ".pack") && segment_inodes(dir.path()) == inodes {
-        assert!(Instant::now() < deadline, "no compaction happened");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::eventually(
+        "a compaction to happen",
+        Duration::from_secs(20),
+        async || {
+            (has_file(dir.path(), ".pack") || segment_inodes(dir.path()) != inodes).then_some(())
+        },
+    )
+    .await;
     let c = client();
     let counts = receive_all(&c, &s.base, live.len()).await;
     assert_eq!(counts.len(), live.len(), "each message once");

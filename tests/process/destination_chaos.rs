@@ -5,6 +5,8 @@
 //! and spoold's memory, file descriptors and connections to the
 //! destination stay bounded throughout.
 
+use crate::common;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -181,34 +183,30 @@ async fn a_flapping_destination_gets_everything_with_bounded_resources() {
     let stats =
         async || -> Value { queue_json(&client, &spoold.base, "hooks").await["stats"].clone() };
     let wait = async |what: &str, check: &dyn Fn(&Value) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let s = stats().await;
-            if check(&s) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "never {what}: {s}");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        common::eventually(what, Duration::from_secs(60), async || {
+            check(&stats().await).then_some(())
+        })
+        .await
     };
     let distinct = |dest: &Destination| dest.delivered.lock().unwrap().len();
 
     // Flap 1: resets until the breaker opens, then healthy until it closes
     // and a quarter is through.
-    wait("opened on resets", &|s| s["breakerOpen"] == true).await;
+    wait("the breaker open (resets)", &|s| s["breakerOpen"] == true).await;
     let opened_at = Instant::now();
     dest.set(Mode::Healthy);
-    wait("closed", &|s| s["breakerOpen"] == false).await;
+    wait("the breaker closed", &|s| s["breakerOpen"] == false).await;
     let closed_after = opened_at.elapsed();
-    while distinct(&dest) < MESSAGES / 4 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::eventually("a quarter delivered", Duration::from_secs(60), async || {
+        (distinct(&dest) >= MESSAGES / 4).then_some(())
+    })
+    .await;
     // Flap 2: hangs past the timeout and garbage until it opens again,
     // then slow answers until everything is through.
     dest.set(Mode::HangThenGarbage);
-    wait("opened on hangs", &|s| s["breakerOpen"] == true).await;
+    wait("the breaker open (hangs)", &|s| s["breakerOpen"] == true).await;
     dest.set(Mode::Slow);
-    wait("drained", &|s| {
+    wait("everything drained", &|s| {
         s["breakerOpen"] == false && s["visible"] == 0 && s["leased"] == 0 && s["delayed"] == 0
     })
     .await;

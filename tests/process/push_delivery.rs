@@ -43,20 +43,15 @@ fn delivered_ids(sink: &Sink) -> BTreeMap<String, usize> {
 }
 
 async fn wait_delivered(sink: &Sink, ids: &BTreeSet<String>, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let seen = delivered_ids(sink);
-        if ids.iter().all(|id| seen.contains_key(id)) {
-            return;
-        }
-        let missing = ids.iter().filter(|id| !seen.contains_key(*id)).count();
-        assert!(
-            Instant::now() < deadline,
-            "{missing} of {} accepted messages never reached the sink",
-            ids.len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::eventually(
+        &format!("all {} accepted messages to reach the sink", ids.len()),
+        within,
+        async || {
+            let seen = delivered_ids(sink);
+            ids.iter().all(|id| seen.contains_key(id)).then_some(())
+        },
+    )
+    .await
 }
 
 fn sigterm(pid: u32) {
@@ -105,10 +100,12 @@ async fn sigterm_gives_a_delivery_in_flight_its_grace_period() {
     let mut spoold = start_with(dir.path(), "shutdown_grace = \"5s\"", &queue).await;
     let id = forward(&client, &spoold.base, 1).await;
     // Wait until the request is at the sink (in flight).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sink.seen().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::eventually(
+        "the request at the sink",
+        Duration::from_secs(10),
+        async || (!sink.seen().is_empty()).then_some(()),
+    )
+    .await;
     let stopping = Instant::now();
     sigterm(spoold.child.id());
     let status = spoold.child.wait().unwrap();
@@ -134,10 +131,12 @@ async fn past_the_grace_period_a_delivery_is_released_without_a_retry() {
     let queue = hooks_queue(&sink_url, "timeout = \"20s\"");
     let mut spoold = start_with(dir.path(), "shutdown_grace = \"500ms\"", &queue).await;
     forward(&client, &spoold.base, 1).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sink.seen().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::eventually(
+        "the request at the sink",
+        Duration::from_secs(10),
+        async || (!sink.seen().is_empty()).then_some(()),
+    )
+    .await;
     let stopping = Instant::now();
     sigterm(spoold.child.id());
     assert_eq!(spoold.child.wait().unwrap().code(), Some(0));

@@ -7,7 +7,7 @@
 use crate::common;
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::process::{ids_in, start_with};
 use reqwest::Client;
@@ -30,15 +30,13 @@ fn inject(pid: u32, syscall: &str, error: &str) -> Child {
             .lines()
             .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .all(traced)
-    {
-        assert!(Instant::now() < deadline, "strace never attached");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::eventually_blocking("strace to attach", Duration::from_secs(10), || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .all(traced)
+            .then_some(())
+    });
     child
 }
 
