@@ -15,12 +15,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod adversarial_findings;
-mod api_edge_findings;
+mod api_edge;
 mod cli;
 mod cli_ops;
 mod client_examples;
-mod compaction_regressions;
+mod compaction;
 mod config_parity;
 mod console;
 mod corruption_matrix;
@@ -33,6 +32,7 @@ mod helm;
 mod metrics;
 mod push_delivery;
 mod readme;
+mod refusals_and_secrets;
 mod security;
 mod signals_and_hangups;
 mod syscall_faults;

@@ -1,6 +1,8 @@
-//! What an adversarial pass against the binary found (issue 15), one test
-//! each: every one failed on the release before the engine owned the rules
-//! (`SPOOLD_TEST_BIN=/path/to/spoold` runs them against another build).
+//! Bad input refused at the door, and secrets kept out of answers and
+//! requests: what an adversarial pass against the binary found (issue 15),
+//! one test each: every one failed on the release before the engine owned
+//! the rules (`SPOOLD_TEST_BIN=/path/to/spoold` runs them against another
+//! build).
 
 use crate::common;
 

@@ -1,8 +1,9 @@
-//! The findings of the compaction review (issue 14), each reproduced
-//! against the real binary with small segments (`segment_bytes = "64KiB"`)
-//! so that compaction runs all the time. Every test here failed on the
-//! release before checkpoints (format 1); `SPOOLD_TEST_BIN=/path/to/spoold`
-//! runs them against another build to see that.
+//! Compaction keeps what the running process showed: the findings of the
+//! compaction review (issue 14), each reproduced against the real binary
+//! with small segments (`segment_bytes = "64KiB"`) so that compaction runs
+//! all the time. Every test here failed on the release before checkpoints
+//! (format 1); `SPOOLD_TEST_BIN=/path/to/spoold` runs them against another
+//! build to see that.
 //!
 //! Tests that inject faults or watch system calls with `strace` are
 //! ignored unless it is installed (`.ci/run` installs it and runs them).
