@@ -109,6 +109,16 @@ impl Load {
         self.acknowledged.lock().unwrap().len()
     }
 
+    /// Waits (at most a minute) until `n` sends have been acknowledged.
+    async fn until_acknowledged(&self, n: usize) {
+        common::eventually(
+            &format!("{n} sends acknowledged"),
+            Duration::from_secs(60),
+            async || (self.acknowledged() >= n).then_some(()),
+        )
+        .await
+    }
+
     /// Stops the senders: every id acknowledged, the `503`s counted, and
     /// the longest wait of a sender for a `201`.
     async fn finish(self) -> (BTreeSet<String>, u64, Duration) {
@@ -156,9 +166,7 @@ async fn members_added_and_removed_under_load_lose_nothing() {
     let load = Load::start(staying.iter().map(|&i| bases[i].clone()).collect(), 6);
 
     // Node 4 joins through a follower's API (relayed to the primary).
-    while load.acknowledged() < 300 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.until_acknowledged(300).await;
     let new = cluster.spare();
     assert_eq!(cluster.replicas[new].id, 4);
     let printed = start_and_add(&mut cluster, new, &bases[staying[0]]).await;
@@ -168,17 +176,13 @@ async fn members_added_and_removed_under_load_lose_nothing() {
 
     // The primary leaves (it steps down once the change commits).
     let before = load.acknowledged();
-    while load.acknowledged() < before + 300 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.until_acknowledged(before + 300).await;
     let leaving = cluster.primary(Duration::from_secs(10)).await;
     let leaving_id = cluster.replicas[leaving].id.to_string();
     let ran = cli(&bases[staying[0]], &["cluster", "remove", &leaving_id]).await;
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     let before = load.acknowledged();
-    while load.acknowledged() < before + 300 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.until_acknowledged(before + 300).await;
     let (acknowledged, unavailable, longest) = load.finish().await;
     eprintln!(
         "membership under load: {} acknowledged, {unavailable} answers 503 or none, \
@@ -246,9 +250,7 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
     .await;
 
     let load = Load::start(vec![base.clone()], 4);
-    while load.acknowledged() < 200 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.until_acknowledged(200).await;
 
     // Its disk is lost; it comes back empty under the same id.
     cluster.wipe(wiped);
@@ -319,9 +321,7 @@ async fn a_wiped_replica_rejoins_under_a_new_id_by_snapshot_and_quorum_risks_are
     cluster.kill(wiped);
     // Enough for the primary to purge its log past the new member's start.
     let before = load.acknowledged();
-    while load.acknowledged() < before + 1500 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.until_acknowledged(before + 1500).await;
     cluster.renumber(wiped);
     start_and_add(&mut cluster, wiped, &base).await;
     let (acknowledged, _, _) = load.finish().await;
@@ -370,9 +370,7 @@ async fn a_rolling_restart_under_load_keeps_every_acknowledged_message() {
     let started = Instant::now();
     for i in 0..3 {
         let before = load.acknowledged();
-        while load.acknowledged() < before + 200 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        load.until_acknowledged(before + 200).await;
         let mut process = cluster.replicas[i].process.take().unwrap();
         process.signal("-TERM");
         assert_eq!(
@@ -385,9 +383,7 @@ async fn a_rolling_restart_under_load_keeps_every_acknowledged_message() {
         wait_ready(cluster.replicas[i].process.as_ref().unwrap()).await;
     }
     let before = load.acknowledged();
-    while load.acknowledged() < before + 200 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.until_acknowledged(before + 200).await;
     let (acknowledged, unavailable, longest) = load.finish().await;
     eprintln!(
         "rolling restart: {} acknowledged in {:?}, {unavailable} answers 503 or none, \
@@ -422,9 +418,7 @@ async fn a_replica_with_a_damaged_journal_refuses_to_start_and_rejoins_once_wipe
     let damaged = (p + 1) % 3;
     let base = cluster.replicas[p].base();
     let load = Load::start(vec![base.clone()], 4);
-    while load.acknowledged() < 600 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.until_acknowledged(600).await;
     cluster.kill(damaged);
     let spool = cluster.replicas[damaged].dir.join("spool");
     let mut segments: Vec<std::path::PathBuf> = std::fs::read_dir(&spool)
@@ -456,9 +450,7 @@ async fn a_replica_with_a_damaged_journal_refuses_to_start_and_rejoins_once_wipe
 
     // The others serve meanwhile; then the damaged one is replaced.
     let before = load.acknowledged();
-    while load.acknowledged() < before + 300 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    load.until_acknowledged(before + 300).await;
     let ran = cli(
         &base,
         &[
