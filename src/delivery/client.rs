@@ -5,7 +5,9 @@
 //! rustls (with the system's roots plus the queue's `ca_file`), optional
 //! client certificate (mTLS), no redirects, no retries of its own,
 //! HTTP/1.1 and HTTP/2, and proxies from the standard `HTTPS_PROXY` /
-//! `NO_PROXY` variables. The per-attempt timeout is each request's.
+//! `NO_PROXY` variables. The per-attempt timeout is each request's. A
+//! plain-HTTP destination without a proxy goes the direct way instead
+//! (`direct.rs`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -17,8 +19,10 @@ use crate::spool::QueueSettings;
 use crate::tls::{install_crypto_provider, read_tls_file};
 
 /// Idle pooled connections are closed after this long.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(10);
+pub(super) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(super) const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(10);
+/// The `User-Agent` of every delivery that has none of its own.
+pub(super) const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"));
 
 /// What sets two push queues' clients apart.
 type TlsKey = (Option<String>, Option<String>, Option<String>);
@@ -58,7 +62,7 @@ pub(crate) fn build(settings: &QueueSettings) -> Result<Client, String> {
         .retry(retry::never().max_retries_per_request(0))
         .connect_timeout(CONNECT_TIMEOUT_MAX)
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .user_agent(concat!("spoold/", env!("CARGO_PKG_VERSION")));
+        .user_agent(USER_AGENT_VALUE);
     if let Some(path) = &settings.ca_file {
         let pem = read_tls_file(Path::new(path)).map_err(|e| format!("ca_file {e}"))?;
         let certs =

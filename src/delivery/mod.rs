@@ -12,8 +12,12 @@
 //! timer and no client: push queues with the same TLS settings share one
 //! pooled client (`client.rs`).
 
+pub(crate) mod answer;
 pub(crate) mod backoff;
 pub(crate) mod client;
+pub(crate) mod direct;
+pub(crate) mod send;
+pub(crate) mod shared;
 pub(crate) mod signing;
 pub(crate) mod target;
 pub(crate) mod worker;
@@ -25,7 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::engine::{Engine, PushWake};
-use worker::QueueShared;
+use shared::QueueShared;
 
 /// A running dispatcher.
 struct Running {

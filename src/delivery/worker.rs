@@ -3,33 +3,27 @@
 //! request, settle by the outcome; docs/contract.md §3, §5); and the circuit breaker.
 //! An idle queue costs one waiting task, whatever its `concurrency`.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Client, Method};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use super::answer::{Answer, SendError};
 use super::backoff::{delay_ms, retry_after_ms};
-use super::signing::signature_header;
-use super::target::Destination;
+use super::send::send;
+use super::shared::QueueShared;
 use crate::engine::settle::{
     Outcome, PROBE_INTERVAL_FIRST, PROBE_INTERVAL_MAX, SettleWait, Settled,
 };
-use crate::engine::{Engine, LeaseError, PushDelivery};
-use crate::metrics::{AttemptClass, DeliveryMetrics, DeliveryOutcome};
+use crate::engine::{LeaseError, PushDelivery};
+use crate::metrics::{AttemptClass, DeliveryOutcome};
 use crate::spool::QueueSettings;
 use crate::spool::command::AttemptInfo;
-use crate::spool::queue::static_header_refusal;
 use crate::spool::state::BreakerTurn;
 
-/// How much of a response body an attempt keeps.
-const RESPONSE_KEPT_BYTES: usize = 1024;
 /// How often a follower's dispatcher looks whether its replica became the
 /// primary (replicated mode): a new primary delivers this soon after it
 /// serves.
@@ -40,106 +34,6 @@ const NOT_PRIMARY_WAIT: Duration = Duration::from_millis(100);
 const LEASE_WAIT: Duration = Duration::from_secs(5);
 /// Most messages the dispatcher leases in one call.
 const LEASE_BATCH_MAX: usize = 64;
-
-/// What every worker of one queue shares.
-pub(crate) struct QueueShared {
-    pub engine: Engine,
-    pub queue: String,
-    pub settings: QueueSettings,
-    /// `settings.destination`, parsed once.
-    destination: Result<Destination, String>,
-    pub client: Client,
-    limiter: Option<DefaultDirectRateLimiter>,
-    metrics: DeliveryMetrics,
-    /// Whether this pool's probe task runs. The breaker itself (failures
-    /// in a row, when it probes) is the engine's (`Engine::breaker`): the
-    /// settle that fails once too often opens it, an operator closes it or
-    /// asks for a probe now through the API, and a pool that replaces this
-    /// one (settings changed) finds it open and probes with its own
-    /// settings.
-    probing: AtomicBool,
-    /// The pool's stop: set when the queue's settings change or the
-    /// server stops.
-    stop: watch::Receiver<bool>,
-    /// Header names whose values are secrets (lower case): the contract's
-    /// (`Authorization`, `Cookie`, …) and `server.redact_headers`. Their
-    /// values are scrubbed from what an attempt records.
-    secret_headers: Arc<Vec<String>>,
-}
-
-/// Header names whose values never appear in what an attempt records.
-const SECRET_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "spooler-api-key",
-];
-
-impl QueueShared {
-    pub(crate) fn new(
-        engine: Engine,
-        queue: String,
-        settings: QueueSettings,
-        client: Client,
-        redact_headers: Arc<Vec<String>>,
-        stop: watch::Receiver<bool>,
-    ) -> Arc<QueueShared> {
-        let limiter = settings.rate_limit.and_then(|per_second| {
-            // Whole requests per second, at least one; fractional rates
-            // become one request per 1/rate seconds.
-            let quota = if per_second >= 1.0 {
-                Quota::per_second(NonZeroU32::new(per_second.round() as u32)?)
-            } else {
-                Quota::with_period(Duration::from_secs_f64(1.0 / per_second))?
-            };
-            Some(RateLimiter::direct(quota))
-        });
-        let destination = match &settings.destination {
-            Some(d) => Destination::parse(d),
-            None => Err("queue has no destination".to_string()),
-        };
-        Arc::new(QueueShared {
-            engine,
-            destination,
-            metrics: DeliveryMetrics::new(&queue),
-            queue,
-            settings,
-            client,
-            limiter,
-            probing: AtomicBool::new(false),
-            stop,
-            secret_headers: redact_headers,
-        })
-    }
-
-    /// The secret values a delivery carries: those of the stored request's
-    /// secret headers and every static header's (static headers are
-    /// credentials more often than not). Short ones are left alone: hiding
-    /// "1" would garble everything.
-    fn secrets(&self, d: &PushDelivery) -> Vec<String> {
-        const SECRET_BYTES_MIN: usize = 4;
-        let secret_name = |name: &str| {
-            let lower = name.to_ascii_lowercase();
-            SECRET_HEADERS.contains(&lower.as_str()) || self.secret_headers.contains(&lower)
-        };
-        let stored = d
-            .payload
-            .request
-            .iter()
-            .flat_map(|r| r.headers.iter())
-            .filter(|(name, _)| secret_name(name))
-            .map(|(_, value)| value);
-        stored
-            .chain(self.settings.headers.values())
-            .flat_map(|value| {
-                // A bearer token is also echoed without its scheme.
-                let bare = value.split_once(' ').map(|(_, v)| v.to_string());
-                std::iter::once(value.clone()).chain(bare)
-            })
-            .filter(|v| v.len() >= SECRET_BYTES_MIN)
-            .collect()
-    }
-}
 
 /// `text` with every occurrence of a secret replaced by `<redacted>`.
 fn scrub(mut text: String, secrets: &[String]) -> String {
@@ -495,19 +389,6 @@ fn settle(
     }
 }
 
-impl QueueShared {
-    /// Now, by the engine's clock (never the system's directly, so that a
-    /// test's clock governs delivery too).
-    fn engine_now_ms(&self) -> i64 {
-        self.engine.clock_ms()
-    }
-
-    fn engine_now(&self) -> SystemTime {
-        let ms = u64::try_from(self.engine_now_ms()).unwrap_or(0);
-        SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
-    }
-}
-
 /// This pool's failures opened the breaker (in the engine, where its
 /// state lives): start its probe, once.
 fn breaker_opened(shared: &Arc<QueueShared>) {
@@ -587,153 +468,6 @@ async fn probe(shared: Arc<QueueShared>, mut stop: watch::Receiver<bool>) {
         shared.engine.set_breaker(&shared.queue, Some(next));
     }
     shared.probing.store(false, Ordering::Release);
-}
-
-/// What came back from a destination that answered.
-struct Answer {
-    status: u16,
-    retry_after: Option<String>,
-    body: String,
-}
-
-/// Why an attempt got no answer.
-struct SendError {
-    class: AttemptClass,
-    text: String,
-}
-
-impl From<String> for SendError {
-    fn from(text: String) -> SendError {
-        SendError {
-            class: AttemptClass::Error,
-            text,
-        }
-    }
-}
-
-/// Sends the request of one delivery (`id`: its external id).
-async fn send(shared: &QueueShared, d: &PushDelivery, id: &str) -> Result<Answer, SendError> {
-    let settings = &shared.settings;
-    let request = d.payload.request.as_ref();
-    let url = shared
-        .destination
-        .as_ref()
-        .map_err(Clone::clone)?
-        .target(request)?;
-    let method = match request {
-        Some(r) => Method::from_bytes(r.method.as_bytes()).map_err(|e| format!("method: {e}"))?,
-        None => Method::POST,
-    };
-    let mut headers = HeaderMap::new();
-    if let Some(r) = request {
-        for (name, value) in &r.headers {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_str(value),
-            ) {
-                headers.append(n, v);
-            }
-        }
-    } else if let Ok(v) = HeaderValue::from_str(&d.payload.content_type) {
-        headers.insert(reqwest::header::CONTENT_TYPE, v);
-    }
-    for (name, value) in &settings.headers {
-        // Refused when the settings are made; skipped here too, for
-        // settings journaled before that rule.
-        if static_header_refusal(name).is_some() {
-            continue;
-        }
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) {
-            headers.insert(n, v);
-        }
-    }
-    let put = |headers: &mut HeaderMap, name: &'static str, value: &str| {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            headers.insert(name, v);
-        }
-    };
-    put(&mut headers, "spooler-delivery-id", id);
-    put(
-        &mut headers,
-        "spooler-retry-count",
-        &d.retry_count.to_string(),
-    );
-    if let Some(trace) = crate::telemetry::outgoing(d.payload.trace.as_deref()) {
-        put(&mut headers, "traceparent", &trace);
-    }
-    if let Some(from) = d.payload.resent_from {
-        let from = shared.engine.tokens().format_id(from);
-        put(&mut headers, "spooler-resent-from", &from);
-    }
-    if let Some(event) = &d.payload.event {
-        put(&mut headers, "spooler-event-type", &event.event_type);
-        let event_id = shared.engine.tokens().format_id(event.id);
-        put(&mut headers, "spooler-event-id", &event_id);
-        if let Some(tenant) = &event.tenant {
-            put(&mut headers, "spooler-tenant", tenant);
-        }
-    }
-    if let Some(secrets) = &settings.signing_secret {
-        let timestamp = shared.engine_now_ms().div_euclid(1000);
-        let signature = signature_header(secrets, id, timestamp, &d.payload.body)?;
-        put(&mut headers, "webhook-id", id);
-        put(&mut headers, "webhook-timestamp", &timestamp.to_string());
-        put(&mut headers, "webhook-signature", &signature);
-    }
-    let response = shared
-        .client
-        .request(method, url)
-        .timeout(Duration::from_millis(settings.timeout_ms.max(1)))
-        .headers(headers)
-        .body(d.payload.body.clone())
-        .send()
-        .await
-        .map_err(describe)?;
-    let status = response.status().as_u16();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let mut body = Vec::new();
-    let mut response = response;
-    while body.len() < RESPONSE_KEPT_BYTES {
-        match response.chunk().await {
-            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-            _ => break,
-        }
-    }
-    body.truncate(RESPONSE_KEPT_BYTES);
-    Ok(Answer {
-        status,
-        retry_after,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
-}
-
-/// A transport error as one line: timeout, connect, DNS, TLS, …. Without
-/// the URL: its query string may carry a credential (`?access_token=…`).
-fn describe(e: reqwest::Error) -> SendError {
-    let e = e.without_url();
-    let (class, kind) = if e.is_timeout() {
-        (AttemptClass::Timeout, "timeout")
-    } else if e.is_connect() {
-        (AttemptClass::Connect, "connect error")
-    } else if e.is_request() {
-        (AttemptClass::Error, "request error")
-    } else {
-        (AttemptClass::Error, "error")
-    };
-    let mut text = format!("{kind}: {e}");
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    SendError { class, text }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod connections;
 
 mod dead_letters;
 mod end_to_end;

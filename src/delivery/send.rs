@@ -1,0 +1,162 @@
+//! One delivery attempt's request, as the queue's settings and the
+//! stored message make it (docs/contract.md §3, §5: headers, signature,
+//! delivery id), sent the direct way (`direct.rs`) or through reqwest's
+//! pool (`client.rs`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Client, Method, Url};
+
+use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError};
+use super::shared::QueueShared;
+use super::signing::signature_header;
+use crate::engine::PushDelivery;
+use crate::metrics::AttemptClass;
+use crate::spool::queue::static_header_refusal;
+
+/// Sends the request of one delivery (`id`: its external id).
+pub(super) async fn send(
+    shared: &QueueShared,
+    d: &PushDelivery,
+    id: &str,
+) -> Result<Answer, SendError> {
+    let settings = &shared.settings;
+    let request = d.payload.request.as_ref();
+    let url = shared
+        .destination
+        .as_ref()
+        .map_err(Clone::clone)?
+        .target(request)?;
+    let method = match request {
+        Some(r) => Method::from_bytes(r.method.as_bytes()).map_err(|e| format!("method: {e}"))?,
+        None => Method::POST,
+    };
+    let mut headers = HeaderMap::new();
+    if let Some(r) = request {
+        for (name, value) in &r.headers {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(n, v);
+            }
+        }
+    } else if let Ok(v) = HeaderValue::from_str(&d.payload.content_type) {
+        headers.insert(reqwest::header::CONTENT_TYPE, v);
+    }
+    for (name, value) in &settings.headers {
+        // Refused when the settings are made; skipped here too, for
+        // settings journaled before that rule.
+        if static_header_refusal(name).is_some() {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(n, v);
+        }
+    }
+    let put = |headers: &mut HeaderMap, name: &'static str, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(name, v);
+        }
+    };
+    put(&mut headers, "spooler-delivery-id", id);
+    put(
+        &mut headers,
+        "spooler-retry-count",
+        &d.retry_count.to_string(),
+    );
+    if let Some(trace) = crate::telemetry::outgoing(d.payload.trace.as_deref()) {
+        put(&mut headers, "traceparent", &trace);
+    }
+    if let Some(from) = d.payload.resent_from {
+        let from = shared.engine.tokens().format_id(from);
+        put(&mut headers, "spooler-resent-from", &from);
+    }
+    if let Some(event) = &d.payload.event {
+        put(&mut headers, "spooler-event-type", &event.event_type);
+        let event_id = shared.engine.tokens().format_id(event.id);
+        put(&mut headers, "spooler-event-id", &event_id);
+        if let Some(tenant) = &event.tenant {
+            put(&mut headers, "spooler-tenant", tenant);
+        }
+    }
+    if let Some(secrets) = &settings.signing_secret {
+        let timestamp = shared.engine_now_ms().div_euclid(1000);
+        let signature = signature_header(secrets, id, timestamp, &d.payload.body)?;
+        put(&mut headers, "webhook-id", id);
+        put(&mut headers, "webhook-timestamp", &timestamp.to_string());
+        put(&mut headers, "webhook-signature", &signature);
+    }
+    let body = d.payload.body.clone();
+    let timeout = Duration::from_millis(settings.timeout_ms.max(1));
+    match &shared.direct {
+        Some(direct) => direct.send(method, &url, headers, body, timeout).await,
+        None => through_pool(&shared.client, method, url, headers, body, timeout).await,
+    }
+}
+
+/// Sends a request through reqwest's pooled client (`client.rs`).
+async fn through_pool(
+    client: &Client,
+    method: Method,
+    url: Url,
+    headers: HeaderMap,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<Answer, SendError> {
+    let response = client
+        .request(method, url)
+        .timeout(timeout)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+        .map_err(describe)?;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut body = Vec::new();
+    let mut response = response;
+    while body.len() < RESPONSE_KEPT_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(RESPONSE_KEPT_BYTES);
+    Ok(Answer {
+        status,
+        retry_after,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// A transport error as one line: timeout, connect, DNS, TLS, …. Without
+/// the URL: its query string may carry a credential (`?access_token=…`).
+fn describe(e: reqwest::Error) -> SendError {
+    let e = e.without_url();
+    let (class, kind) = if e.is_timeout() {
+        (AttemptClass::Timeout, "timeout")
+    } else if e.is_connect() {
+        (AttemptClass::Connect, "connect error")
+    } else if e.is_request() {
+        (AttemptClass::Error, "request error")
+    } else {
+        (AttemptClass::Error, "error")
+    };
+    let mut text = format!("{kind}: {e}");
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    SendError { class, text }
+}

@@ -1,0 +1,134 @@
+//! What every worker of one push queue shares: the engine, the settings
+//! its dispatcher started with, the ways to its destination, its rate
+//! limit and metrics.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, SystemTime};
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use reqwest::Client;
+use tokio::sync::watch;
+
+use super::direct::Direct;
+use super::target::Destination;
+use crate::engine::{Engine, PushDelivery};
+use crate::metrics::DeliveryMetrics;
+use crate::spool::QueueSettings;
+
+/// What every worker of one queue shares.
+pub(crate) struct QueueShared {
+    pub engine: Engine,
+    pub queue: String,
+    pub settings: QueueSettings,
+    /// `settings.destination`, parsed once.
+    pub destination: Result<Destination, String>,
+    /// The direct way to a plain-HTTP destination (`direct.rs`), if it
+    /// has one.
+    pub direct: Option<Direct>,
+    pub client: Client,
+    pub limiter: Option<DefaultDirectRateLimiter>,
+    pub metrics: DeliveryMetrics,
+    /// Whether this pool's probe task runs. The breaker itself (failures
+    /// in a row, when it probes) is the engine's (`Engine::breaker`): the
+    /// settle that fails once too often opens it, an operator closes it or
+    /// asks for a probe now through the API, and a pool that replaces this
+    /// one (settings changed) finds it open and probes with its own
+    /// settings.
+    pub probing: AtomicBool,
+    /// The pool's stop: set when the queue's settings change or the
+    /// server stops.
+    pub stop: watch::Receiver<bool>,
+    /// Header names whose values are secrets (lower case): the contract's
+    /// (`Authorization`, `Cookie`, …) and `server.redact_headers`. Their
+    /// values are scrubbed from what an attempt records.
+    secret_headers: Arc<Vec<String>>,
+}
+
+/// Header names whose values never appear in what an attempt records.
+const SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "spooler-api-key",
+];
+
+impl QueueShared {
+    pub(crate) fn new(
+        engine: Engine,
+        queue: String,
+        settings: QueueSettings,
+        client: Client,
+        redact_headers: Arc<Vec<String>>,
+        stop: watch::Receiver<bool>,
+    ) -> Arc<QueueShared> {
+        let limiter = settings.rate_limit.and_then(|per_second| {
+            // Whole requests per second, at least one; fractional rates
+            // become one request per 1/rate seconds.
+            let quota = if per_second >= 1.0 {
+                Quota::per_second(NonZeroU32::new(per_second.round() as u32)?)
+            } else {
+                Quota::with_period(Duration::from_secs_f64(1.0 / per_second))?
+            };
+            Some(RateLimiter::direct(quota))
+        });
+        let destination = match &settings.destination {
+            Some(d) => Destination::parse(d),
+            None => Err("queue has no destination".to_string()),
+        };
+        let direct = destination.as_ref().ok().and_then(Destination::direct);
+        Arc::new(QueueShared {
+            engine,
+            destination,
+            direct,
+            metrics: DeliveryMetrics::new(&queue),
+            queue,
+            settings,
+            client,
+            limiter,
+            probing: AtomicBool::new(false),
+            stop,
+            secret_headers: redact_headers,
+        })
+    }
+
+    /// The secret values a delivery carries: those of the stored request's
+    /// secret headers and every static header's (static headers are
+    /// credentials more often than not). Short ones are left alone: hiding
+    /// "1" would garble everything.
+    pub(crate) fn secrets(&self, d: &PushDelivery) -> Vec<String> {
+        const SECRET_BYTES_MIN: usize = 4;
+        let secret_name = |name: &str| {
+            let lower = name.to_ascii_lowercase();
+            SECRET_HEADERS.contains(&lower.as_str()) || self.secret_headers.contains(&lower)
+        };
+        let stored = d
+            .payload
+            .request
+            .iter()
+            .flat_map(|r| r.headers.iter())
+            .filter(|(name, _)| secret_name(name))
+            .map(|(_, value)| value);
+        stored
+            .chain(self.settings.headers.values())
+            .flat_map(|value| {
+                // A bearer token is also echoed without its scheme.
+                let bare = value.split_once(' ').map(|(_, v)| v.to_string());
+                std::iter::once(value.clone()).chain(bare)
+            })
+            .filter(|v| v.len() >= SECRET_BYTES_MIN)
+            .collect()
+    }
+
+    /// Now, by the engine's clock (never the system's directly, so that a
+    /// test's clock governs delivery too).
+    pub(crate) fn engine_now_ms(&self) -> i64 {
+        self.engine.clock_ms()
+    }
+
+    pub(crate) fn engine_now(&self) -> SystemTime {
+        let ms = u64::try_from(self.engine_now_ms()).unwrap_or(0);
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+    }
+}
