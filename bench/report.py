@@ -100,6 +100,21 @@ def fmt_ratio(r):
     return "–" if r != r else f"{r:.2f} ×"
 
 
+def section(out, title, rows, only, intro, head, rule):
+    """Opens a section of the report: its title, then "not measured" when
+    it has no rows (False), else its introduction and its table's head."""
+    out.append(f"### {title}")
+    out.append("")
+    if not rows:
+        out.append(f"Not measured (`ONLY={only} bench/run.sh`).")
+        return False
+    out.append(intro)
+    out.append("")
+    out.append(head)
+    out.append(rule)
+    return True
+
+
 def report(rows):
     out = []
     by = {}
@@ -223,17 +238,12 @@ def report(rows):
     out.append("")
 
     clusters = by.get("cluster", [])
-    out.append("### A 3-replica cluster beside a single node (trials interleaved)")
-    out.append("")
-    if not clusters:
-        out.append("Not measured (`ONLY=cluster bench/run.sh`).")
-    else:
-        out.append("Durable 1 KiB sends at 64 connections to the primary (wrk); the three replicas "
-                   "share this machine's cores and disk. CPU: µs of each process per acknowledged message. "
-                   "Medians of the trials.")
-        out.append("")
-        out.append("| setup | sends/s | × single node | p50 ms | p99 ms | CPU µs per message, each replica |")
-        out.append("|---|---:|---:|---:|---:|---|")
+    if section(out, "A 3-replica cluster beside a single node (trials interleaved)", clusters, "cluster",
+               "Durable 1 KiB sends at 64 connections to the primary (wrk); the three replicas "
+               "share this machine's cores and disk. CPU: µs of each process per acknowledged message. "
+               "Medians of the trials.",
+               "| setup | sends/s | × single node | p50 ms | p99 ms | CPU µs per message, each replica |",
+               "|---|---:|---:|---:|---:|---|"):
         single = [r for r in clusters if r.get("replicas") == "1"]
         three = [r for r in clusters if r.get("replicas") == "3"]
         base = num(median(single, "sends_per_s").get("sends_per_s")) if single else float("nan")
@@ -254,19 +264,14 @@ def report(rows):
         out.append("")
 
     catchups = by.get("catchup", [])
-    out.append("### Catch-up by snapshot")
-    out.append("")
-    if not catchups:
-        out.append("Not measured (`ONLY=catchup bench/run.sh`).")
-    else:
-        out.append("A follower of a 3-replica cluster is down while wrk sends 1 KiB messages to the primary "
-                   "(every message kept); the primary purges its log; the follower comes back and receives "
-                   "the checkpoint streamed with every payload it points at. Time: from its start to having "
-                   "applied everything committed before it. Memory: its peak resident set (VmHWM), beside the "
-                   "primary's, which holds the same state and sent the snapshot.")
-        out.append("")
-        out.append("| trial | messages | snapshot MiB | seconds | MiB/s | follower peak RSS MiB | primary peak RSS MiB | follower RSS / snapshot |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    if section(out, "Catch-up by snapshot", catchups, "catchup",
+               "A follower of a 3-replica cluster is down while wrk sends 1 KiB messages to the primary "
+               "(every message kept); the primary purges its log; the follower comes back and receives "
+               "the checkpoint streamed with every payload it points at. Time: from its start to having "
+               "applied everything committed before it. Memory: its peak resident set (VmHWM), beside the "
+               "primary's, which holds the same state and sent the snapshot.",
+               "| trial | messages | snapshot MiB | seconds | MiB/s | follower peak RSS MiB | primary peak RSS MiB | follower RSS / snapshot |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|"):
         for r in catchups:
             mib = num(r.get("snapshot_bytes")) / (1 << 20)
             secs = num(r.get("seconds"))
@@ -278,20 +283,15 @@ def report(rows):
         out.append("")
 
     jets = by.get("jetstream", [])
-    out.append("### Side by side: NATS JetStream R3")
-    out.append("")
-    if not jets:
-        out.append("Not measured (`ONLY=jetstream bench/run.sh`).")
-    else:
-        out.append("Three local `nats-server` with JetStream (file storage, a stream of 3 replicas, routes "
-                   "between them) and spoold's 3-replica cluster, one after the other in each trial, on this "
-                   "machine: 1 KiB messages, 64 clients each waiting for its acknowledgement "
-                   "(`examples/jetstream_load.rs` publishes with a reply inbox; wrk sends to spoold's primary). "
-                   "fsyncs per acknowledged message: per replica (spoold: from its fsync histogram's count; "
-                   "JetStream: `strace -f -c` of one server during a second run). Medians of the trials.")
-        out.append("")
-        out.append("| system | messages/s | p50 ms | p99 ms | fsyncs per acknowledged message, per replica |")
-        out.append("|---|---:|---:|---:|---:|")
+    if section(out, "Side by side: NATS JetStream R3", jets, "jetstream",
+               "Three local `nats-server` with JetStream (file storage, a stream of 3 replicas, routes "
+               "between them) and spoold's 3-replica cluster, one after the other in each trial, on this "
+               "machine: 1 KiB messages, 64 clients each waiting for its acknowledgement "
+               "(`examples/jetstream_load.rs` publishes with a reply inbox; wrk sends to spoold's primary). "
+               "fsyncs per acknowledged message: per replica (spoold: from its fsync histogram's count; "
+               "JetStream: `strace -f -c` of one server during a second run). Medians of the trials.",
+               "| system | messages/s | p50 ms | p99 ms | fsyncs per acknowledged message, per replica |",
+               "|---|---:|---:|---:|---:|"):
         for system, name in (("spoold-r3", "spoold, 3 replicas"), ("nats-jetstream-r3", "NATS JetStream R3")):
             rs = [r for r in jets if r.get("system") == system]
             if not rs:
@@ -305,22 +305,17 @@ def report(rows):
         out.append("")
 
     bulls = by.get("bullmq", [])
-    out.append("### Side by side: BullMQ on Redis")
-    out.append("")
-    if not bulls:
-        out.append("Not measured (`ONLY=bullmq bench/run.sh`).")
-    else:
-        out.append("What a Node team would run instead of spoold's push: BullMQ on Redis with `appendonly yes`, "
-                   "`appendfsync always`, its `Worker` (concurrency 64) posting each job's 1 KiB body to a "
-                   "destination with a keep-alive agent (`bench/bullmq/push.mjs`). Its producer adds the jobs "
-                   "from 64 loops and serves the destination, as `examples/load.rs push` does for spoold; in "
-                   "each trial both run as fast as they go (delivered/s, CPU per message), then each at half "
-                   "its own rate, open loop, for latency: the add (or forward) issued, its answer included, to "
-                   "the first arrival. CPU per message: spoold's process; for BullMQ, Redis's plus the "
-                   "worker's (together they do what spoold does). Medians of the trials.")
-        out.append("")
-        out.append("| system | delivered/s | CPU µs per message | at half its rate: p50 ms | p99 ms |")
-        out.append("|---|---:|---:|---:|---:|")
+    if section(out, "Side by side: BullMQ on Redis", bulls, "bullmq",
+               "What a Node team would run instead of spoold's push: BullMQ on Redis with `appendonly yes`, "
+               "`appendfsync always`, its `Worker` (concurrency 64) posting each job's 1 KiB body to a "
+               "destination with a keep-alive agent (`bench/bullmq/push.mjs`). Its producer adds the jobs "
+               "from 64 loops and serves the destination, as `examples/load.rs push` does for spoold; in "
+               "each trial both run as fast as they go (delivered/s, CPU per message), then each at half "
+               "its own rate, open loop, for latency: the add (or forward) issued, its answer included, to "
+               "the first arrival. CPU per message: spoold's process; for BullMQ, Redis's plus the "
+               "worker's (together they do what spoold does). Medians of the trials.",
+               "| system | delivered/s | CPU µs per message | at half its rate: p50 ms | p99 ms |",
+               "|---|---:|---:|---:|---:|"):
         got = {}
         for system, prefix in (("spoold", "push"), ("bullmq", "bullmq")):
             rs = [r for r in bulls if r.get("system") == system]
@@ -348,22 +343,17 @@ def report(rows):
         out.append("")
 
     ends = by.get("endpoints", [])
-    out.append("### Endpoints: webhooks to many customers")
-    out.append("")
-    if not ends:
-        out.append("Not measured (`ONLY=endpoints bench/run.sh`).")
-    else:
-        out.append("Push queues created over the API (each a customer endpoint with a destination, a signing "
-                   "secret and event patterns), on a fresh spool: spoold's resident memory per queue (after "
-                   "creating them, less before) and its CPU while they idle; one event to 1 000 of them "
-                   "(median of 5: the `202` comes once every delivery is enqueued, one record); one event to "
-                   "10 000 of them, from its `202` until the destination had each. The five events to 1 000 go "
-                   "200 ms apart, so each finds the endpoints still delivering the one before. `before`: the "
-                   "build before events and sleeping dispatchers (`cb303e2`), without events, measured 5 s "
-                   "after its queues were created (it was still building a client per queue).")
-        out.append("")
-        out.append("| build | queues | bytes per queue | ≤ 2 048 | idle CPU % | 1 000 subscribers: 202 ms | < 50 | 10 000 delivered, s | < 10 | RSS after, MiB |")
-        out.append("|---|---:|---:|---|---:|---:|---|---:|---|---:|")
+    if section(out, "Endpoints: webhooks to many customers", ends, "endpoints",
+               "Push queues created over the API (each a customer endpoint with a destination, a signing "
+               "secret and event patterns), on a fresh spool: spoold's resident memory per queue (after "
+               "creating them, less before) and its CPU while they idle; one event to 1 000 of them "
+               "(median of 5: the `202` comes once every delivery is enqueued, one record); one event to "
+               "10 000 of them, from its `202` until the destination had each. The five events to 1 000 go "
+               "200 ms apart, so each finds the endpoints still delivering the one before. `before`: the "
+               "build before events and sleeping dispatchers (`cb303e2`), without events, measured 5 s "
+               "after its queues were created (it was still building a client per queue).",
+               "| build | queues | bytes per queue | ≤ 2 048 | idle CPU % | 1 000 subscribers: 202 ms | < 50 | 10 000 delivered, s | < 10 | RSS after, MiB |",
+               "|---|---:|---:|---|---:|---:|---|---:|---|---:|"):
         for r in ends:
             per = num(r.get("endpoints_bytes_per_queue"))
             fan = num(r.get("endpoints_fanout_p50_ms"))
@@ -376,17 +366,12 @@ def report(rows):
         out.append("")
 
     allocs = by.get("alloc", [])
-    out.append("### Allocators, side by side (trials interleaved)")
-    out.append("")
-    if not allocs:
-        out.append("Not measured (`ONLY=alloc bench/run.sh`).")
-    else:
-        out.append("`jemalloc` is the default build; `glibc-tuned` is glibc with "
-                   "`GLIBC_TUNABLES=glibc.malloc.tcache_count=1000:glibc.malloc.top_pad=16777216`. "
-                   "Medians of the trials; memory is the largest.")
-        out.append("")
-        out.append("| allocator | durable sends/s, 64 conns | × glibc | push: spoold CPU µs per message | × glibc | RAM bytes per queued message | ≤ 200 |")
-        out.append("|---|---:|---:|---:|---:|---:|---|")
+    if section(out, "Allocators, side by side (trials interleaved)", allocs, "alloc",
+               "`jemalloc` is the default build; `glibc-tuned` is glibc with "
+               "`GLIBC_TUNABLES=glibc.malloc.tcache_count=1000:glibc.malloc.top_pad=16777216`. "
+               "Medians of the trials; memory is the largest.",
+               "| allocator | durable sends/s, 64 conns | × glibc | push: spoold CPU µs per message | × glibc | RAM bytes per queued message | ≤ 200 |",
+               "|---|---:|---:|---:|---:|---:|---|"):
         base = {}
         table = []
         for variant in ("jemalloc", "glibc", "glibc-tuned", "mimalloc"):

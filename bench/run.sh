@@ -153,14 +153,24 @@ run_section pull && { echo "== pull: receive-batch + ack" >&2
   done
 }
 
+# most_then_half MOST HALF KEY SUFFIX CMD...: runs CMD as fast as it goes
+# and reports "MOST LINE SUFFIX"; then CMD RATE, open loop at half the KEY
+# it reached, reported as "HALF rate=RATE LINE SUFFIX".
+most_then_half() {
+  local most=$1 half=$2 key=$3 suffix=$4 line rate
+  shift 4
+  line=$("$@")
+  result "$most $line${suffix:+ $suffix}"
+  rate=$(($(field "$key" "$line") / 2))
+  result "$half rate=$rate $("$@" "$rate")${suffix:+ $suffix}"
+}
+
 # Push is measured twice a trial: as fast as it goes (delivered/s, CPU per
 # message), then at half that rate, open loop, for its latency.
 run_section push && { echo "== push end to end ($TRIALS trials)" >&2
   for trial in $(seq 1 "$TRIALS"); do
-    line=$(push_once "$spoold_bin")
-    result "push trial=$trial $line"
-    half=$(($(field push_delivered_per_s "$line") / 2))
-    result "pushhalf trial=$trial rate=$half $(push_once "$spoold_bin" "$half")"
+    most_then_half "push trial=$trial" "pushhalf trial=$trial" push_delivered_per_s "" \
+      push_once "$spoold_bin"
   done
 }
 
@@ -205,14 +215,10 @@ run_section bullmq && { echo "== BullMQ on Redis (appendfsync always) beside spo
   # at its most, BullMQ takes jobs faster than it delivers them, and its
   # latency is the backlog's.
   for trial in $(seq 1 "$TRIALS"); do
-    line=$(bullmq_once)
-    result "bullmq system=bullmq load=max trial=$trial $line $versions"
-    half=$(($(field bullmq_delivered_per_s "$line") / 2))
-    result "bullmq system=bullmq load=half rate=$half trial=$trial $(bullmq_once "$half") $versions"
-    line=$(push_once "$spoold_bin")
-    result "bullmq system=spoold load=max trial=$trial $line"
-    half=$(($(field push_delivered_per_s "$line") / 2))
-    result "bullmq system=spoold load=half rate=$half trial=$trial $(push_once "$spoold_bin" "$half")"
+    most_then_half "bullmq system=bullmq load=max trial=$trial" \
+      "bullmq system=bullmq load=half trial=$trial" bullmq_delivered_per_s "$versions" bullmq_once
+    most_then_half "bullmq system=spoold load=max trial=$trial" \
+      "bullmq system=spoold load=half trial=$trial" push_delivered_per_s "" push_once "$spoold_bin"
   done
 }
 

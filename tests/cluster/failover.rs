@@ -7,6 +7,7 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::common::api::Api;
 use crate::common::cluster::TestCluster;
 use crate::common::process::client;
 use futures_util::StreamExt;
@@ -348,21 +349,10 @@ async fn a_follower_behind_the_compacted_log_catches_up_by_snapshot() {
             .unwrap();
         assert_eq!(r.status(), StatusCode::ACCEPTED);
     }
+    let api = Api::new(base.clone(), None);
     for _ in 0..5 {
-        let r = http
-            .post(format!("{base}/v1/queues/fan-b/receive"))
-            .send()
-            .await
-            .unwrap();
-        let token = r.headers()["spooler-lease-token"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        let acked = http
-            .post(format!("{base}/v1/queues/fan-b/leases/{token}/ack"))
-            .send()
-            .await
-            .unwrap();
+        let token = api.lease("fan-b").await;
+        let acked = api.settle("fan-b", &token, "ack").await;
         assert_eq!(acked.status(), StatusCode::NO_CONTENT);
     }
 

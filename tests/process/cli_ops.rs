@@ -2,6 +2,7 @@
 
 use crate::common;
 
+use crate::common::api::Api;
 use crate::common::server::Server;
 
 use std::io::{BufRead, BufReader};
@@ -58,7 +59,7 @@ async fn with_orders(dir: &std::path::Path) -> (Server, String, Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queues_send_tail_and_dead_letters_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
-    let (running, base, client) = with_orders(dir.path()).await;
+    let (running, base, _) = with_orders(dir.path()).await;
 
     // tail follows while we send.
     let mut tail = Command::new(BIN)
@@ -119,7 +120,7 @@ async fn queues_send_tail_and_dead_letters_from_the_command_line() {
 
     // Fail both (max_retries = 0), then look at, redrive and purge them.
     for _ in 0..2 {
-        dead_letter(&client, &base).await;
+        dead_letter(&base).await;
     }
     let list = run(args(&["--url", &base, "dlq", "list", "orders"]), "").await;
     let l = text(&list);
@@ -241,24 +242,11 @@ async fn first_tail_line(extra: &[&str]) -> String {
     line
 }
 
-fn dead_letter(client: &Client, base: &str) -> impl std::future::Future<Output = ()> {
-    let (client, base) = (client.clone(), base.to_string());
-    async move {
-        let r = client
-            .post(format!("{base}/v1/queues/orders/receive"))
-            .send()
-            .await
-            .unwrap();
-        let token = r.headers()["spooler-lease-token"]
-            .to_str()
-            .unwrap()
-            .to_string();
-        client
-            .post(format!("{base}/v1/queues/orders/leases/{token}/nack"))
-            .send()
-            .await
-            .unwrap();
-    }
+/// Receives one message of `orders` and nacks it (into `orders.failed`).
+async fn dead_letter(base: &str) {
+    let api = Api::new(base.to_owned(), None);
+    let token = api.lease("orders").await;
+    api.settle("orders", &token, "nack").await;
 }
 
 /// Issue 26, finding 5: what senders and destinations stored reached the
@@ -298,7 +286,7 @@ async fn stored_control_characters_never_reach_the_terminal() {
         "--raw keeps the bytes: {raw:?}"
     );
 
-    dead_letter(&client, &base).await;
+    dead_letter(&base).await;
     let show = run(args(&["--url", &base, "dlq", "show", "orders", &id]), "").await;
     assert!(show.status.success(), "{}", err(&show));
     harmless("dlq show", &text(&show));
@@ -332,7 +320,7 @@ async fn purge_by_count_stats_of_one_queue_and_settings_one_at_a_time() {
             .send()
             .await
             .unwrap();
-        dead_letter(&client, &base).await;
+        dead_letter(&base).await;
     }
     let dry = run(
         args(&[

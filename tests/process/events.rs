@@ -12,6 +12,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
+use crate::common::api::Api;
 use crate::common::process::{client, messages_in, put, start_config, start_with};
 use crate::common::sink::Sink;
 use reqwest::StatusCode;
@@ -919,20 +920,10 @@ async fn messages_are_found_by_type_tenant_text_and_json_path() {
     )
     .await;
     assert!(status.is_success());
+    let api = Api::new(base.clone(), None);
     for _ in 0..2 {
-        let r = http
-            .post(format!("{base}/v1/queues/audit/receive"))
-            .send()
-            .await
-            .unwrap();
-        let token = r.headers()["spooler-lease-token"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        http.post(format!("{base}/v1/queues/audit/leases/{token}/nack"))
-            .send()
-            .await
-            .unwrap();
+        let token = api.lease("audit").await;
+        api.settle("audit", &token, "nack").await;
     }
     let ran = common::process::run_in(
         dir.path(),
