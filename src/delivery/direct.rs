@@ -27,10 +27,12 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper::header::{ACCEPT, HOST, HeaderMap, HeaderValue, RETRY_AFTER, USER_AGENT};
-use hyper::{Method, Request};
+use hyper::{Method, Request, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use reqwest::Url;
 use tokio::net::TcpStream;
+use tower_service::Service;
 
 use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError};
 use super::client::{CONNECT_TIMEOUT_MAX, POOL_IDLE_TIMEOUT, USER_AGENT_VALUE};
@@ -47,8 +49,11 @@ const HTTP_PROXY_VARS: [&str; 4] = ["http_proxy", "HTTP_PROXY", "all_proxy", "AL
 /// One queue's plain-HTTP destination and the connections to it that no
 /// worker holds.
 pub(crate) struct Direct {
-    host: String,
-    port: u16,
+    /// `http://host:port`, what the connector dials.
+    origin: Uri,
+    /// DNS, then TCP to each address (IPv6 and IPv4 raced after 300 ms,
+    /// "happy eyeballs"), as reqwest does.
+    connector: HttpConnector,
     /// The `Host` header: the destination's host, and its port unless 80.
     host_header: HeaderValue,
     idle: Mutex<Vec<Conn>>,
@@ -86,19 +91,21 @@ impl Direct {
         if destination.scheme() != "http" || proxied {
             return None;
         }
-        let host = match destination.host()? {
-            url::Host::Domain(name) => name.to_owned(),
-            url::Host::Ipv4(ip) => ip.to_string(),
-            url::Host::Ipv6(ip) => ip.to_string(),
-        };
+        if !destination.username().is_empty() || destination.password().is_some() {
+            return None;
+        }
         let port = destination.port_or_known_default()?;
+        let origin = Uri::try_from(format!("http://{}:{port}", destination.host_str()?)).ok()?;
         let authority = match destination.port() {
             Some(port) => format!("{}:{port}", destination.host_str()?),
             None => destination.host_str()?.to_owned(),
         };
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT_MAX));
         Some(Direct {
-            host,
-            port,
+            origin,
+            connector,
             host_header: HeaderValue::from_str(&authority).ok()?,
             idle: Mutex::new(Vec::new()),
         })
@@ -202,15 +209,13 @@ impl Direct {
             class: AttemptClass::Connect,
             text: format!("connect error: {e}"),
         };
-        let stream = tokio::time::timeout(
-            CONNECT_TIMEOUT_MAX,
-            TcpStream::connect((self.host.as_str(), self.port)),
-        )
-        .await
-        .map_err(|e| connect_error(&e))?
-        .map_err(|e| connect_error(&e))?;
-        stream.set_nodelay(true).map_err(|e| connect_error(&e))?;
-        let (sender, driver) = http1::handshake(TokioIo::new(stream))
+        let stream = self
+            .connector
+            .clone()
+            .call(self.origin.clone())
+            .await
+            .map_err(|e| connect_error(&e))?;
+        let (sender, driver) = http1::handshake(stream)
             .await
             .map_err(|e| connect_error(&e))?;
         Ok(Conn {
@@ -350,28 +355,28 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_http_goes_direct_with_its_host_header() {
+    fn only_plain_http_goes_direct_with_its_origin_and_host_header() {
         let cases = [
             (
                 "http://h.example.com/in",
-                "h.example.com",
-                80,
+                "http://h.example.com:80/",
                 "h.example.com",
             ),
             (
                 "http://h.example.com:8080/in",
-                "h.example.com",
-                8080,
+                "http://h.example.com:8080/",
                 "h.example.com:8080",
             ),
-            ("http://127.0.0.1:9/", "127.0.0.1", 9, "127.0.0.1:9"),
-            ("http://[::1]:8080/in", "::1", 8080, "[::1]:8080"),
+            ("http://127.0.0.1:9/", "http://127.0.0.1:9/", "127.0.0.1:9"),
+            ("http://[::1]:8080/in", "http://[::1]:8080/", "[::1]:8080"),
         ];
-        for (url, host, port, header) in cases {
+        for (url, origin, header) in cases {
             let d = direct(url).unwrap();
-            assert_eq!((d.host.as_str(), d.port), (host, port), "{url}");
+            assert_eq!(d.origin, origin, "{url}");
             assert_eq!(d.host_header, header, "{url}");
         }
+        // TLS and credentials in the URL are reqwest's.
         assert!(direct("https://h.example.com/in").is_none());
+        assert!(direct("http://user:secret@h.example.com/in").is_none());
     }
 }

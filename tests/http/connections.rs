@@ -179,3 +179,25 @@ async fn an_answer_too_long_to_read_is_kept_in_part_and_its_connection_dropped()
     assert_eq!(failures(&s, "hooks").await, 0);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_destination_by_name_is_dialled_at_each_of_its_addresses() {
+    // `localhost` may resolve to ::1 first, where nothing listens: the
+    // next address (127.0.0.1) is tried, as reqwest's connector does.
+    let (url, seen) = raw_sink(After::KeepOpen, b"ok").await;
+    let url = url.replace("127.0.0.1", "localhost");
+    let s = Server::temp("").await;
+    s.queue("hooks", json!({"destination": url, "concurrency": 1}))
+        .await;
+    s.send("hooks", "by name").await;
+    delivered_all(&s, "hooks").await;
+    let head = seen.lock().unwrap().heads[0].to_ascii_lowercase();
+    let port = url.trim_start_matches("http://localhost:");
+    let port = port.trim_end_matches("/in");
+    assert!(
+        head.contains(&format!("host: localhost:{port}\r\n")),
+        "{head}"
+    );
+    assert_eq!(failures(&s, "hooks").await, 0);
+    s.stop().await;
+}
