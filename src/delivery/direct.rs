@@ -10,16 +10,17 @@
 //! and polls it beside the request it waits for: no hand-off between
 //! tasks, no per-request layers (docs/performance.md, "push").
 //!
-//! A worker that runs out of messages leaves its connection to the
-//! queue's next worker ([`Direct::idle`]); the connections go when the
-//! queue's dispatcher does (its queue idle, or its settings changed). A
-//! request that a reused connection refused unsent (the destination
-//! closed it while idle) goes once more on a new connection, as reqwest's
-//! pool does.
+//! A worker that runs out of messages leaves its connection idle
+//! ([`Direct::idle`]) for the next worker of any queue that delivers to the
+//! same origin ([`Ways`]); idle connections are closed after
+//! [`POOL_IDLE_TIMEOUT`] ([`Ways::prune`]). A request that a reused
+//! connection refused unsent (the destination closed it while idle) goes
+//! once more on a new connection, as reqwest's pool does.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,41 @@ pub(crate) struct Direct {
     /// The `Host` header: the destination's host, and its port unless 80.
     host_header: HeaderValue,
     idle: Mutex<Vec<Conn>>,
+}
+
+/// The direct ways to plain-HTTP destinations, by origin (`host:port`),
+/// shared by every push queue that delivers there, as reqwest's pool is
+/// by host. Kept past the queues' dispatchers (which end about 5 s after
+/// their queue empties), so that idle connections outlive a quiet spell,
+/// up to [`POOL_IDLE_TIMEOUT`].
+#[derive(Default)]
+pub(crate) struct Ways {
+    by_origin: HashMap<(Uri, HeaderValue), Arc<Direct>>,
+}
+
+impl Ways {
+    /// The direct way to `destination`, if it has one.
+    pub(crate) fn to(&mut self, destination: Option<&Url>) -> Option<Arc<Direct>> {
+        let fresh = destination.and_then(Direct::for_destination)?;
+        let way = self
+            .by_origin
+            .entry((fresh.origin.clone(), fresh.host_header.clone()))
+            .or_insert_with(|| Arc::new(fresh));
+        Some(way.clone())
+    }
+
+    /// Closes the connections idle past [`POOL_IDLE_TIMEOUT`], and forgets
+    /// the ways that no dispatcher holds and that keep none.
+    pub(crate) fn prune(&mut self) {
+        self.by_origin.retain(|_, way| {
+            let mut idle = way.idle.lock().expect("idle lock poisoned");
+            idle.retain(|conn| {
+                conn.idle_since
+                    .is_some_and(|t| t.elapsed() <= POOL_IDLE_TIMEOUT)
+            });
+            !idle.is_empty() || Arc::strong_count(way) > 1
+        });
+    }
 }
 
 /// One HTTP/1.1 connection: the handle requests go through and the

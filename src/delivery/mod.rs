@@ -10,7 +10,8 @@
 //! dispatcher it has (which finishes what it holds) and starts one with the
 //! new settings if there is work. So an idle push queue costs no task, no
 //! timer and no client: push queues with the same TLS settings share one
-//! pooled client (`client.rs`).
+//! pooled client (`client.rs`), and a plain-HTTP destination's idle
+//! connections wait in [`direct::Ways`] for the queue's next dispatcher.
 
 pub(crate) mod answer;
 pub(crate) mod backoff;
@@ -24,7 +25,9 @@ pub(crate) mod worker;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use reqwest::Url;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -52,6 +55,7 @@ pub(crate) async fn run(
         drain,
         redact_headers: Arc::new(redact_headers),
         clients: client::Clients::default(),
+        ways: direct::Ways::default(),
         running: HashMap::new(),
         retired: Vec::new(),
         prune_at: PRUNE_MIN,
@@ -60,10 +64,16 @@ pub(crate) async fn run(
     for queue in busy {
         pools.start(queue);
     }
+    let mut prune = tokio::time::interval(PRUNE_IDLE_EVERY);
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let wake = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             wake = wakeups.recv() => wake,
+            _ = prune.tick() => {
+                pools.ways.prune();
+                continue;
+            }
         };
         match wake {
             Some(PushWake::Work(queue)) => pools.start(queue),
@@ -91,6 +101,9 @@ struct Pools {
     drain: bool,
     redact_headers: Arc<Vec<String>>,
     clients: client::Clients,
+    /// Plain-HTTP destinations' idle connections, by origin, kept between
+    /// dispatchers.
+    ways: direct::Ways,
     running: HashMap<String, Running>,
     /// Dispatchers of settings that changed, finishing what they hold.
     retired: Vec<Running>,
@@ -99,6 +112,10 @@ struct Pools {
     /// wakes 10 000 queues must not walk them all 10 000 times.
     prune_at: usize,
 }
+
+/// How often idle direct connections past their time are closed
+/// (`direct.rs`).
+const PRUNE_IDLE_EVERY: Duration = Duration::from_secs(15);
 
 /// The smallest [`Pools::prune_at`].
 const PRUNE_MIN: usize = 256;
@@ -135,11 +152,14 @@ impl Pools {
             }
         };
         let (stop, stop_rx) = watch::channel(false);
+        let destination = settings.destination.as_deref().map(Url::parse);
+        let direct = self.ways.to(destination.and_then(Result::ok).as_ref());
         let shared = QueueShared::new(
             self.engine.clone(),
             queue.clone(),
             settings,
             client,
+            direct,
             self.redact_headers.clone(),
             stop_rx.clone(),
         );

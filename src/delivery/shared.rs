@@ -26,7 +26,7 @@ pub(crate) struct QueueShared {
     pub destination: Result<Destination, String>,
     /// The direct way to a plain-HTTP destination (`direct.rs`), if it
     /// has one.
-    pub direct: Option<Direct>,
+    pub direct: Option<Arc<Direct>>,
     pub client: Client,
     pub limiter: Option<DefaultDirectRateLimiter>,
     pub metrics: DeliveryMetrics,
@@ -60,6 +60,7 @@ impl QueueShared {
         queue: String,
         settings: QueueSettings,
         client: Client,
+        direct: Option<Arc<Direct>>,
         redact_headers: Arc<Vec<String>>,
         stop: watch::Receiver<bool>,
     ) -> Arc<QueueShared> {
@@ -77,7 +78,6 @@ impl QueueShared {
             Some(d) => Destination::parse(d),
             None => Err("queue has no destination".to_string()),
         };
-        let direct = destination.as_ref().ok().and_then(Destination::direct);
         Arc::new(QueueShared {
             engine,
             destination,

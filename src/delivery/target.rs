@@ -8,8 +8,6 @@
 
 use reqwest::Url;
 
-use super::direct::Direct;
-
 use crate::spool::StoredRequest;
 
 /// A push queue's destination, parsed once.
@@ -23,12 +21,6 @@ impl Destination {
         let url =
             Url::parse(destination).map_err(|e| format!("destination {destination:?}: {e}"))?;
         Ok(Destination { url })
-    }
-
-    /// The direct way to this destination, if it is plain HTTP
-    /// (`direct.rs`).
-    pub(crate) fn direct(&self) -> Option<Direct> {
-        Direct::for_destination(&self.url)
     }
 
     /// The URL of one delivery: the destination's with the forwarded path

@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
 use crate::common::server::Server;
-use crate::common::wait_until;
+use crate::common::{eventually, wait_until};
 
 /// How a [`RawSink`] treats a connection after each answer.
 #[derive(Clone, Copy)]
@@ -199,5 +199,44 @@ async fn a_destination_by_name_is_dialled_at_each_of_its_addresses() {
         "{head}"
     );
     assert_eq!(failures(&s, "hooks").await, 0);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn idle_connections_outlive_a_quiet_spell_and_are_shared_by_origin() {
+    let (url, seen) = raw_sink(After::KeepOpen, b"ok").await;
+    let s = Server::temp("").await;
+    s.queue("hooks", json!({"destination": url, "concurrency": 1}))
+        .await;
+    let dispatchers = async || {
+        let metrics = s.text("/metrics").await;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("spoold_push_dispatchers "))
+            .map(|v| v.trim().parse::<f64>().unwrap())
+            .expect("the dispatcher gauge")
+    };
+    s.send("hooks", "before the quiet spell").await;
+    delivered_all(&s, "hooks").await;
+    // The queue's dispatcher ends some seconds after its queue empties.
+    eventually(
+        "the dispatcher ended",
+        Duration::from_secs(30),
+        async || (dispatchers().await == 0.0).then_some(()),
+    )
+    .await;
+    s.send("hooks", "after it").await;
+    delivered_all(&s, "hooks").await;
+    // Another queue with the same destination shares its idle connections.
+    s.queue("hooks-too", json!({"destination": url, "concurrency": 1}))
+        .await;
+    s.send("hooks-too", "to the same origin").await;
+    delivered_all(&s, "hooks-too").await;
+    assert_eq!(seen.lock().unwrap().heads.len(), 3);
+    assert_eq!(
+        seen.lock().unwrap().connections,
+        1,
+        "the next dispatchers took the idle connection"
+    );
     s.stop().await;
 }
