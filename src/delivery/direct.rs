@@ -47,8 +47,7 @@ const DRAIN_BYTES_MAX: usize = 64 * 1024;
 /// ones reqwest reads for an `http://` URL).
 const HTTP_PROXY_VARS: [&str; 4] = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"];
 
-/// One queue's plain-HTTP destination and the connections to it that no
-/// worker holds.
+/// A plain-HTTP origin and the connections to it that no worker holds.
 pub(crate) struct Direct {
     /// `http://host:port`, what the connector dials.
     origin: Uri,
@@ -57,7 +56,8 @@ pub(crate) struct Direct {
     connector: HttpConnector,
     /// The `Host` header: the destination's host, and its port unless 80.
     host_header: HeaderValue,
-    idle: Mutex<Vec<Conn>>,
+    /// Each with the moment it was left idle.
+    idle: Mutex<Vec<(Instant, Conn)>>,
 }
 
 /// The direct ways to plain-HTTP destinations, by origin (`host:port`),
@@ -73,11 +73,11 @@ pub(crate) struct Ways {
 impl Ways {
     /// The direct way to `destination`, if it has one.
     pub(crate) fn to(&mut self, destination: Option<&Url>) -> Option<Arc<Direct>> {
-        let fresh = destination.and_then(Direct::for_destination)?;
+        let key = destination.and_then(origin)?;
         let way = self
             .by_origin
-            .entry((fresh.origin.clone(), fresh.host_header.clone()))
-            .or_insert_with(|| Arc::new(fresh));
+            .entry(key)
+            .or_insert_with_key(|(origin, host_header)| Arc::new(Direct::new(origin, host_header)));
         Some(way.clone())
     }
 
@@ -86,10 +86,7 @@ impl Ways {
     pub(crate) fn prune(&mut self) {
         self.by_origin.retain(|_, way| {
             let mut idle = way.idle.lock().expect("idle lock poisoned");
-            idle.retain(|conn| {
-                conn.idle_since
-                    .is_some_and(|t| t.elapsed() <= POOL_IDLE_TIMEOUT)
-            });
+            idle.retain(|(since, _)| !expired(*since));
             !idle.is_empty() || Arc::strong_count(way) > 1
         });
     }
@@ -102,8 +99,6 @@ struct Conn {
     driver: Pin<Box<Driver>>,
     /// The connection's future has finished: it must not be polled again.
     ended: bool,
-    /// When it was left idle (reused connections only).
-    idle_since: Option<Instant>,
 }
 
 /// How one request on one connection went.
@@ -118,33 +113,16 @@ enum Exchange {
 }
 
 impl Direct {
-    /// The direct way to `destination`, if it is plain HTTP and no proxy
-    /// variable is set.
-    pub(crate) fn for_destination(destination: &Url) -> Option<Direct> {
-        let proxied = HTTP_PROXY_VARS
-            .iter()
-            .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
-        if destination.scheme() != "http" || proxied {
-            return None;
-        }
-        if !destination.username().is_empty() || destination.password().is_some() {
-            return None;
-        }
-        let port = destination.port_or_known_default()?;
-        let origin = Uri::try_from(format!("http://{}:{port}", destination.host_str()?)).ok()?;
-        let authority = match destination.port() {
-            Some(port) => format!("{}:{port}", destination.host_str()?),
-            None => destination.host_str()?.to_owned(),
-        };
+    fn new(origin: &Uri, host_header: &HeaderValue) -> Direct {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT_MAX));
-        Some(Direct {
-            origin,
+        Direct {
+            origin: origin.clone(),
             connector,
-            host_header: HeaderValue::from_str(&authority).ok()?,
+            host_header: host_header.clone(),
             idle: Mutex::new(Vec::new()),
-        })
+        }
     }
 
     /// Sends one request to `url` (the destination's, or below it) within
@@ -213,8 +191,8 @@ impl Direct {
         match exchanged {
             Exchange::Answered { answer, reusable } => {
                 if reusable {
-                    conn.idle_since = Some(Instant::now());
-                    self.idle.lock().expect("idle lock poisoned").push(conn);
+                    let idle = (Instant::now(), conn);
+                    self.idle.lock().expect("idle lock poisoned").push(idle);
                 }
                 Ok(answer)
             }
@@ -226,11 +204,8 @@ impl Direct {
     /// idle too long or closed by the destination are dropped.
     async fn take_idle(&self) -> Option<Conn> {
         loop {
-            let mut conn = self.idle.lock().expect("idle lock poisoned").pop()?;
-            if conn
-                .idle_since
-                .is_some_and(|t| t.elapsed() > POOL_IDLE_TIMEOUT)
-            {
+            let (since, mut conn) = self.idle.lock().expect("idle lock poisoned").pop()?;
+            if expired(since) {
                 continue;
             }
             // Polled once: a close that arrived while it was idle ends it.
@@ -258,9 +233,37 @@ impl Direct {
             sender,
             driver: Box::pin(driver),
             ended: false,
-            idle_since: None,
         })
     }
+}
+
+/// The origin a plain-HTTP destination is dialled at (`http://host:port`)
+/// and its `Host` header (the port left out when the URL leaves it out),
+/// unless a proxy variable is set or the URL carries credentials (those
+/// are reqwest's).
+fn origin(destination: &Url) -> Option<(Uri, HeaderValue)> {
+    let proxied = HTTP_PROXY_VARS
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
+    if destination.scheme() != "http" || proxied {
+        return None;
+    }
+    if !destination.username().is_empty() || destination.password().is_some() {
+        return None;
+    }
+    let host = destination.host_str()?;
+    let port = destination.port_or_known_default()?;
+    let origin = Uri::try_from(format!("http://{host}:{port}")).ok()?;
+    let authority = match destination.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    Some((origin, HeaderValue::from_str(&authority).ok()?))
+}
+
+/// Whether a connection idle since `since` is past its time.
+fn expired(since: Instant) -> bool {
+    since.elapsed() > POOL_IDLE_TIMEOUT
 }
 
 type Driver = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
@@ -386,8 +389,8 @@ async fn alongside<F: Future>(
 mod tests {
     use super::*;
 
-    fn direct(url: &str) -> Option<Direct> {
-        Direct::for_destination(&Url::parse(url).unwrap())
+    fn direct(url: &str) -> Option<(Uri, HeaderValue)> {
+        origin(&Url::parse(url).unwrap())
     }
 
     #[test]
@@ -407,9 +410,9 @@ mod tests {
             ("http://[::1]:8080/in", "http://[::1]:8080/", "[::1]:8080"),
         ];
         for (url, origin, header) in cases {
-            let d = direct(url).unwrap();
-            assert_eq!(d.origin, origin, "{url}");
-            assert_eq!(d.host_header, header, "{url}");
+            let (dialled, host_header) = direct(url).unwrap();
+            assert_eq!(dialled, origin, "{url}");
+            assert_eq!(host_header, header, "{url}");
         }
         // TLS and credentials in the URL are reqwest's.
         assert!(direct("https://h.example.com/in").is_none());

@@ -152,8 +152,11 @@ impl Pools {
             }
         };
         let (stop, stop_rx) = watch::channel(false);
-        let destination = settings.destination.as_deref().map(Url::parse);
-        let direct = self.ways.to(destination.and_then(Result::ok).as_ref());
+        let destination = settings
+            .destination
+            .as_deref()
+            .and_then(|d| Url::parse(d).ok());
+        let direct = self.ways.to(destination.as_ref());
         let shared = QueueShared::new(
             self.engine.clone(),
             queue.clone(),
