@@ -50,16 +50,7 @@ pub(crate) async fn run(
     drain: bool,
     redact_headers: Vec<String>,
 ) {
-    let mut pools = Pools {
-        engine: engine.clone(),
-        drain,
-        redact_headers: Arc::new(redact_headers),
-        clients: client::Clients::default(),
-        ways: direct::Ways::default(),
-        running: HashMap::new(),
-        retired: Vec::new(),
-        prune_at: PRUNE_MIN,
-    };
+    let mut pools = Pools::new(engine.clone(), drain, redact_headers);
     let (mut wakeups, busy) = engine.listen_for_push_work();
     for queue in busy {
         pools.start(queue);
@@ -121,20 +112,38 @@ const PRUNE_IDLE_EVERY: Duration = Duration::from_secs(15);
 const PRUNE_MIN: usize = 256;
 
 impl Pools {
+    fn new(engine: Engine, drain: bool, redact_headers: Vec<String>) -> Pools {
+        Pools {
+            engine,
+            drain,
+            redact_headers: Arc::new(redact_headers),
+            clients: client::Clients::default(),
+            ways: direct::Ways::default(),
+            running: HashMap::new(),
+            retired: Vec::new(),
+            prune_at: PRUNE_MIN,
+        }
+    }
+
     /// Starts `queue`'s dispatcher (the engine counts it awake already),
     /// with the queue's settings as they are now.
+    ///
+    /// The engine names a queue only while it counts it asleep, so a
+    /// dispatcher of `queue` still here went to sleep
+    /// (`Engine::sleep_if_idle`) and is on its way out, holding nothing.
+    /// The new one starts at once; the old one finishes among the retired.
+    /// (Waiting for it instead would leave the queue awake in the engine's
+    /// eyes with no dispatcher: nothing would name it again.)
     fn start(&mut self, queue: String) {
         if self.running.len() + self.retired.len() >= self.prune_at {
             self.running.retain(|_, run| !run.dispatcher.is_finished());
             self.retired.retain(|run| !run.dispatcher.is_finished());
             self.prune_at = (2 * (self.running.len() + self.retired.len())).max(PRUNE_MIN);
         }
-        if self
-            .running
-            .get(&queue)
-            .is_some_and(|run| !run.dispatcher.is_finished())
+        if let Some(leaving) = self.running.remove(&queue)
+            && !leaving.dispatcher.is_finished()
         {
-            return;
+            self.retired.push(leaving);
         }
         let settings = match self.engine.queue_settings(&queue) {
             Ok((settings, _)) if settings.is_push() => settings,
@@ -188,7 +197,7 @@ impl Pools {
 mod tests {
     use std::time::Duration;
 
-    use tokio::io::AsyncReadExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::sync::{oneshot, watch};
 
     use crate::engine::replicated::testing::{self, raft_of_one};
@@ -196,6 +205,102 @@ mod tests {
     use crate::journal::sim::SimStorage;
     use crate::spool::Payload;
     use crate::spool::queue::QueueSettings;
+
+    /// A destination on a local port that answers every request `200`
+    /// and counts it.
+    async fn counting_destination() -> (String, watch::Receiver<usize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (count_tx, count) = watch::channel(0);
+        tokio::spawn(async move {
+            loop {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let count_tx = count_tx.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 << 10];
+                    while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {
+                        count_tx.send_modify(|n| *n += 1);
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                        if conn.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("http://{addr}/hook"), count)
+    }
+
+    /// A dispatcher that went to sleep (its queue empty) may not have ended
+    /// when its queue's next message comes: the wake-up for that message
+    /// still starts a dispatcher. Before, the manager saw the old one
+    /// running and did nothing, while the engine counted the queue awake
+    /// and never named it again: the queue stalled until a restart.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wake_up_during_a_dispatchers_exit_is_not_lost() {
+        let (destination, mut arrived) = counting_destination().await;
+        let sim = SimStorage::new();
+        let mut options = crate::engine::EngineOptions::new("/spool");
+        options.storage = std::sync::Arc::new(sim.clone());
+        options.lock = false;
+        options.preallocate = false;
+        let (engine, _) = Engine::open(options).await.unwrap();
+        let settings = QueueSettings {
+            destination: Some(destination),
+            ..QueueSettings::default()
+        };
+        engine
+            .upsert_queue("hooks", settings, Origin::Api)
+            .await
+            .unwrap();
+        let (mut wakeups, busy) = engine.listen_for_push_work();
+        assert!(busy.is_empty());
+        let mut pools = super::Pools::new(engine.clone(), false, Vec::new());
+        // The queue's last dispatcher: asleep in the engine's eyes (it was
+        // never counted awake here), its task not ended yet.
+        let (stop, _) = watch::channel(false);
+        let leaving = tokio::spawn(std::future::pending::<()>());
+        pools.running.insert(
+            "hooks".to_owned(),
+            super::Running {
+                stop,
+                dispatcher: leaving,
+            },
+        );
+
+        engine.send("hooks", send_request(b"event")).await.unwrap();
+        let wake = tokio::time::timeout(Duration::from_secs(5), wakeups.recv())
+            .await
+            .expect("the engine names the sleeping queue")
+            .unwrap();
+        let super::PushWake::Work(queue) = wake else {
+            panic!("a wake-up for work");
+        };
+        pools.start(queue);
+        tokio::time::timeout(Duration::from_secs(10), arrived.wait_for(|n| *n >= 1))
+            .await
+            .expect("the message is delivered")
+            .unwrap();
+        // The dispatcher on its way out is kept until it ends, to be waited
+        // for at shutdown.
+        assert_eq!(pools.retired.len(), 1);
+        engine.close();
+    }
+
+    fn send_request(body: &'static [u8]) -> SendRequest {
+        SendRequest {
+            payload: Payload {
+                content_type: "text/plain".into(),
+                request: None,
+                event: None,
+                resent_from: None,
+                trace: None,
+                body: body.to_vec().into(),
+            },
+            delay_ms: 0,
+            dedup_key: None,
+        }
+    }
 
     /// A primary that steps down drops its push attempt in flight at once
     /// (the destination sees the connection close long before the
@@ -230,19 +335,7 @@ mod tests {
             .upsert_queue("hooks", settings, Origin::Api)
             .await
             .unwrap();
-        let request = SendRequest {
-            payload: Payload {
-                content_type: "text/plain".into(),
-                request: None,
-                event: None,
-                resent_from: None,
-                trace: None,
-                body: b"event".to_vec().into(),
-            },
-            delay_ms: 0,
-            dedup_key: None,
-        };
-        engine.send("hooks", request).await.unwrap();
+        engine.send("hooks", send_request(b"event")).await.unwrap();
         let (_stop, stop) = watch::channel(false);
         let delivery = tokio::spawn(super::run(engine.clone(), stop, false, Vec::new()));
 
