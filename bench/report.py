@@ -67,6 +67,18 @@ def trials(rows, key):
     return ", ".join(str(r.get(key)) for r in rows)
 
 
+def pair_ratios(pushes, relays):
+    """spoold's push against the relay of the same trial: delivered/s and
+    CPU per message, each trial's ratio in the order run."""
+    relay_of = {r.get("trial"): r for r in relays}
+    pairs = [(p, relay_of[p.get("trial")]) for p in pushes if p.get("trial") in relay_of]
+    if not pairs:
+        return "not measured"
+    rate = ", ".join(f"{ratio(p.get('push_delivered_per_s'), r.get('push_delivered_per_s')):.2f}" for p, r in pairs)
+    cpu = ", ".join(f"{ratio(p.get('push_cpu_us_per_msg'), r.get('push_cpu_us_per_msg')):.2f}" for p, r in pairs)
+    return f"{rate} ×; {cpu} ×"
+
+
 def machine():
     cpu = "unknown CPU"
     for line in open("/proc/cpuinfo"):
@@ -168,6 +180,8 @@ def report(rows):
     push = median(pushes, "push_delivered_per_s")
     halves = by.get("pushhalf", [])
     half = median(halves, "push_p99_ms")
+    relays = by.get("relay", [])
+    relay = median(relays, "push_delivered_per_s")
     replays = by.get("replay", [])
     replay = median(replays, "replay_ms")
     replay_rps = num(replay.get("records")) * 1000 / num(replay.get("replay_ms")) if replay else float("nan")
@@ -186,6 +200,8 @@ def report(rows):
     out.append(f"| push end to end: 64 clients forwarding {show(push.get('push_msgs'))} × 1 KiB, `concurrency = 64`, a local destination; median of {len(pushes)} trials ({trials(pushes, 'push_delivered_per_s')}) | {show(push.get('push_delivered_per_s'))} delivered/s |")
     out.append(f"| push: spoold's CPU per message (the median trial) | {show(push.get('push_cpu_us_per_msg'))} µs |")
     out.append(f"| push: forward request issued (its `202` included) → arrival at the destination, as fast as it goes (the median trial) | p50 {show(push.get('push_p50_ms'))} ms, p99 {show(push.get('push_p99_ms'))} ms |")
+    out.append(f"| the same load through a bare relay on hyper (`examples/relay.rs`: `202` once the body is in memory, no journal, no fsync; 64 workers post to the destination), the bound of push here; median of {len(relays)} trials ({trials(relays, 'push_delivered_per_s')}) | {show(relay.get('push_delivered_per_s'))} delivered/s ({fmt_ratio(ratio(relay.get('push_delivered_per_s'), floor_rps))} the floor), {show(relay.get('push_cpu_us_per_msg'))} µs of CPU per message |")
+    out.append(f"| push ÷ the relay, trial by trial (delivered/s; CPU per message) | {pair_ratios(pushes, relays)} |")
     out.append(f"| push: the same at half the rate of its trial, open loop (each forward timed from its appointed instant); the median p99 of {len(halves)} trials | p50 {show(half.get('push_p50_ms'))} ms, p99 {show(half.get('push_p99_ms'))} ms at {show(half.get('rate'))}/s |")
     out.append(f"| replay of {show(replay.get('messages'))} messages, 1 KiB each, page cache warm; median of {len(replays)} trials ({trials(replays, 'replay_ms')} ms) | {replay_rps:.0f} records/s |")
     out.append(f"| resident memory per queued message, the largest of the trials | {memory_bpm:.0f} bytes |")

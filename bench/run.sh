@@ -9,7 +9,9 @@
 #   redis     Redis LPUSH with appendfsync always (redis-benchmark), the same
 #             concurrency and sizes
 #   pull      receive-batch + ack (wrk, bench/pull.lua)
-#   push      push end to end (examples/load.rs push)
+#   push      push end to end (examples/load.rs push), beside the same load
+#             through a bare relay on hyper (examples/relay.rs: no journal,
+#             no fsync), the bound of any HTTP-in, HTTP-out design here
 #   bullmq    BullMQ on Redis (appendfsync always) with a worker posting to
 #             a destination (bench/bullmq/push.mjs, bullmq from npm), beside
 #             spoold's push in the same trials
@@ -80,11 +82,12 @@ install_missing wrk=wrk redis-server=redis-server redis-benchmark=redis-tools st
 work=$(mktemp -d "$root/target/bench.XXXXXX")
 trap 'kill_all; rm -rf "$work"' EXIT
 echo "== building (release)" >&2
-cargo build --release --quiet --bin spoold --example load --example jetstream_load
+cargo build --release --quiet --bin spoold --example load --example jetstream_load --example relay
 mkdir -p "$work/bin"
 cp target/release/spoold "$work/bin/spoold"
 cp target/release/examples/load "$work/bin/load"
 cp target/release/examples/jetstream_load "$work/bin/jetstream_load"
+cp target/release/examples/relay "$work/bin/relay"
 spoold_bin=$work/bin/spoold
 load_bin=$work/bin/load
 
@@ -165,12 +168,35 @@ most_then_half() {
   result "$half rate=$rate $("$@" "$rate")${suffix:+ $suffix}"
 }
 
+# relay_once: the push load through examples/relay.rs instead of spoold
+# (a forward answered 202 once in memory, posted to the destination by 64
+# workers: hyper's cost alone); prints the load generator's result and the
+# relay's CPU per message.
+relay_once() {
+  local out=$work/relay.out load_pid relay_pid ticks
+  "$load_bin" --url "http://127.0.0.1:$PORT" --queue hooks --messages "$PUSH_MESSAGES" push \
+    --sink "127.0.0.1:$SINK_PORT" >"$out" &
+  load_pid=$!
+  pids+=("$load_pid")
+  sleep 0.3
+  "$work/bin/relay" --listen "127.0.0.1:$PORT" --sink "127.0.0.1:$SINK_PORT" &
+  relay_pid=$!
+  pids+=("$relay_pid")
+  wait "$load_pid"
+  ticks=$(cpu_ticks "$relay_pid")
+  kill -TERM "$relay_pid"
+  wait "$relay_pid" 2>/dev/null || true
+  echo "$(grep RESULT "$out" | sed 's/^RESULT //') push_cpu_us_per_msg=$((ticks * 10000 / PUSH_MESSAGES))"
+}
+
 # Push is measured twice a trial: as fast as it goes (delivered/s, CPU per
-# message), then at half that rate, open loop, for its latency.
+# message), then at half that rate, open loop, for its latency; then the
+# same load through the bare relay, as fast as it goes.
 run_section push && { echo "== push end to end ($TRIALS trials)" >&2
   for trial in $(seq 1 "$TRIALS"); do
     most_then_half "push trial=$trial" "pushhalf trial=$trial" push_delivered_per_s "" \
       push_once "$spoold_bin"
+    result "relay trial=$trial $(relay_once)"
   done
 }
 
