@@ -252,6 +252,15 @@ def report(rows):
     mem_ok = "not measured" if memory_bpm != memory_bpm else ("met" if memory_bpm <= RSS_BYTES_PER_MESSAGE_MAX else "**not met**")
     out.append(f"| ≤ {RSS_BYTES_PER_MESSAGE_MAX} bytes of RAM per queued message (memory does not move with the machine's speed) | {memory_bpm:.0f} | {mem_ok} |")
     out.append("")
+    if relay:
+        out.append(
+            f"The bare relay of the same trials (`examples/relay.rs`, no journal): "
+            f"{fmt_ratio(ratio(relay.get('push_delivered_per_s'), floor_rps))} the floor, "
+            f"{show(relay.get('push_cpu_us_per_msg'))} µs of CPU per message (median trial). "
+            f"The push targets of {PUSH_PER_FLOOR:.2f} × the floor and {PUSH_CPU_US_MAX} µs ask spoold, "
+            "which writes and fsyncs each message and its settle, for about what hyper alone costs here."
+        )
+        out.append("")
 
     clusters = by.get("cluster", [])
     if section(out, "A 3-replica cluster beside a single node (trials interleaved)", clusters, "cluster",
