@@ -31,6 +31,21 @@ pub use crate::spool::record::{decode_attempts, decode_payload, kind};
 pub use crate::spool::state::{DedupEntry, EventKeyEntry, MessageEntry, QueueEntry, QueueState};
 pub use crate::tls::install_crypto_provider;
 
+/// A plain `text/plain` message with `body`, sent now, without a dedup key.
+pub fn text_message(body: impl Into<bytes::Bytes>) -> crate::engine::SendRequest {
+    crate::engine::SendRequest {
+        payload: crate::spool::Payload {
+            content_type: "text/plain".into(),
+            request: None,
+            event: None,
+            resent_from: None,
+            trace: None,
+            body: body.into(),
+        },
+        ..crate::engine::SendRequest::default()
+    }
+}
+
 /// The headers of a replication request signed with `secret`, as node
 /// `from` sends it to node `target` (`body`: `None` for a stream).
 pub fn sign_cluster_request(

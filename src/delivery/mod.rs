@@ -27,7 +27,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::Url;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -161,17 +160,12 @@ impl Pools {
             }
         };
         let (stop, stop_rx) = watch::channel(false);
-        let destination = settings
-            .destination
-            .as_deref()
-            .and_then(|d| Url::parse(d).ok());
-        let direct = self.ways.to(destination.as_ref());
         let shared = QueueShared::new(
             self.engine.clone(),
             queue.clone(),
             settings,
             client,
-            direct,
+            &mut self.ways,
             self.redact_headers.clone(),
             stop_rx.clone(),
         );
@@ -201,10 +195,10 @@ mod tests {
     use tokio::sync::{oneshot, watch};
 
     use crate::engine::replicated::testing::{self, raft_of_one};
-    use crate::engine::{Engine, Origin, SendRequest};
+    use crate::engine::{Engine, Origin};
     use crate::journal::sim::SimStorage;
-    use crate::spool::Payload;
     use crate::spool::queue::QueueSettings;
+    use crate::testing::text_message;
 
     /// A destination on a local port that answers every request `200`
     /// and counts it.
@@ -268,7 +262,10 @@ mod tests {
             },
         );
 
-        engine.send("hooks", send_request(b"event")).await.unwrap();
+        engine
+            .send("hooks", text_message(&b"event"[..]))
+            .await
+            .unwrap();
         let wake = tokio::time::timeout(Duration::from_secs(5), wakeups.recv())
             .await
             .expect("the engine names the sleeping queue")
@@ -285,21 +282,6 @@ mod tests {
         // for at shutdown.
         assert_eq!(pools.retired.len(), 1);
         engine.close();
-    }
-
-    fn send_request(body: &'static [u8]) -> SendRequest {
-        SendRequest {
-            payload: Payload {
-                content_type: "text/plain".into(),
-                request: None,
-                event: None,
-                resent_from: None,
-                trace: None,
-                body: body.to_vec().into(),
-            },
-            delay_ms: 0,
-            dedup_key: None,
-        }
     }
 
     /// A primary that steps down drops its push attempt in flight at once
@@ -335,7 +317,10 @@ mod tests {
             .upsert_queue("hooks", settings, Origin::Api)
             .await
             .unwrap();
-        engine.send("hooks", send_request(b"event")).await.unwrap();
+        engine
+            .send("hooks", text_message(&b"event"[..]))
+            .await
+            .unwrap();
         let (_stop, stop) = watch::channel(false);
         let delivery = tokio::spawn(super::run(engine.clone(), stop, false, Vec::new()));
 

@@ -11,7 +11,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::Client;
 use tokio::sync::watch;
 
-use super::direct::Direct;
+use super::direct::{Direct, Ways};
 use super::target::Destination;
 use crate::engine::{Engine, PushDelivery};
 use crate::metrics::DeliveryMetrics;
@@ -60,7 +60,7 @@ impl QueueShared {
         queue: String,
         settings: QueueSettings,
         client: Client,
-        direct: Option<Arc<Direct>>,
+        ways: &mut Ways,
         redact_headers: Arc<Vec<String>>,
         stop: watch::Receiver<bool>,
     ) -> Arc<QueueShared> {
@@ -78,6 +78,7 @@ impl QueueShared {
             Some(d) => Destination::parse(d),
             None => Err("queue has no destination".to_string()),
         };
+        let direct = ways.to(destination.as_ref().ok().map(Destination::url));
         Arc::new(QueueShared {
             engine,
             destination,

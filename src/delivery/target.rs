@@ -23,6 +23,11 @@ impl Destination {
         Ok(Destination { url })
     }
 
+    /// The destination as configured.
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
     /// The URL of one delivery: the destination's with the forwarded path
     /// appended to its path and the forwarded query; the destination
     /// itself for a plain message.

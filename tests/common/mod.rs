@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use spoold::engine::{Engine, EngineOptions, SendRequest};
-use spoold::spool::{Payload, QueueSettings};
+use spoold::spool::QueueSettings;
 use spoold::testing::JournalError;
 use spoold::testing::SimStorage;
 use spoold::time::ManualClock;
@@ -48,17 +48,7 @@ pub async fn open(sim: &SimStorage, clock: &ManualClock) -> Result<Engine, Journ
 }
 
 pub fn body(text: &str) -> SendRequest {
-    SendRequest {
-        payload: Payload {
-            content_type: "text/plain".into(),
-            request: None,
-            event: None,
-            resent_from: None,
-            trace: None,
-            body: text.as_bytes().to_vec().into(),
-        },
-        ..SendRequest::default()
-    }
+    spoold::testing::text_message(text.to_owned())
 }
 
 pub async fn make_queue(engine: &Engine, name: &str, settings: QueueSettings) {

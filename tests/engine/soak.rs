@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use spoold::engine::{Engine, EngineOptions, Origin, SendError, SendRequest};
-use spoold::spool::{MessageId, Payload, QueueSettings};
+use spoold::engine::{Engine, EngineOptions, Origin, SendError};
+use spoold::spool::{MessageId, QueueSettings};
+use spoold::testing::text_message;
 
 const SEGMENT_BYTES: u64 = 64 << 10;
 const MAX_BYTES: u64 = 1 << 20;
@@ -70,17 +71,7 @@ async fn soak_sends_acks_and_compactions_stay_under_max_bytes_and_lose_nothing()
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
-                let request = SendRequest {
-                    payload: Payload {
-                        content_type: "text/plain".into(),
-                        request: None,
-                        event: None,
-                        resent_from: None,
-                        trace: None,
-                        body: format!("w{w} n{n} {:0>480}", 0).into_bytes().into(),
-                    },
-                    ..SendRequest::default()
-                };
+                let request = text_message(format!("w{w} n{n} {:0>480}", 0));
                 match engine.send("q", request).await {
                     Ok(out) => {
                         sent.lock().unwrap().insert(out.id);

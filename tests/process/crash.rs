@@ -14,8 +14,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use spoold::engine::{Engine, EngineOptions, SendRequest};
-use spoold::spool::{Payload, QueueSettings};
+use spoold::engine::{Engine, EngineOptions};
+use spoold::spool::QueueSettings;
+use spoold::testing::text_message;
 
 const CHILD_ENV: &str = "SPOOLD_CRASH_TEST_CHILD_DIR";
 /// The test's full name in the `process` test binary (its module, then the
@@ -168,19 +169,7 @@ fn child(dir: &Path) -> ! {
             tokio::spawn(async move {
                 for n in 0.. {
                     println!("attempt {w}-{n}");
-                    let request = SendRequest {
-                        payload: Payload {
-                            content_type: "text/plain".into(),
-                            request: None,
-                            event: None,
-                            resent_from: None,
-                            trace: None,
-                            body: format!("writer {w} message {n} {:0>1000}", 0)
-                                .into_bytes()
-                                .into(),
-                        },
-                        ..SendRequest::default()
-                    };
+                    let request = text_message(format!("writer {w} message {n} {:0>1000}", 0));
                     if let Ok(out) = engine.send("q", request).await {
                         println!("sent {}", engine.tokens().format_id(out.id));
                     }

@@ -12,8 +12,9 @@ use crate::engine::replicated::{LogRecord, StreamError};
 use crate::engine::{Engine, EngineOptions, Origin, SendRequest};
 use crate::journal::scan::list_files;
 use crate::journal::sim::{SimStorage, Tear};
+use crate::spool::Spool;
 use crate::spool::queue::QueueSettings;
-use crate::spool::{Payload, Spool};
+use crate::testing::text_message;
 
 fn options(sim: &SimStorage, apply_up_to: u64) -> EngineOptions {
     testing::options(sim, 16 << 10, apply_up_to)
@@ -21,18 +22,8 @@ fn options(sim: &SimStorage, apply_up_to: u64) -> EngineOptions {
 
 async fn send(engine: &Engine, i: usize) {
     let request = SendRequest {
-        payload: Payload {
-            content_type: "text/plain".into(),
-            request: None,
-            event: None,
-            resent_from: None,
-            trace: None,
-            body: format!("message {i} {}", "x".repeat(i % 700))
-                .into_bytes()
-                .into(),
-        },
-        delay_ms: 0,
         dedup_key: i.is_multiple_of(3).then(|| format!("key {i}")),
+        ..text_message(format!("message {i} {}", "x".repeat(i % 700)))
     };
     engine.send("q", request).await.unwrap();
 }
