@@ -42,6 +42,21 @@ impl Spoold {
         self.log.lock().unwrap().clone()
     }
 
+    /// The log once it holds `needle` (waits at most 10 s): a line the
+    /// process writes after it answers, or that the reader thread has not
+    /// yet copied from the pipe, is not there the moment a test looks.
+    pub async fn log_with(&self, needle: &str) -> String {
+        super::eventually(
+            &format!("{needle:?} in the log"),
+            Duration::from_secs(10),
+            async || {
+                let log = self.log();
+                log.contains(needle).then_some(log)
+            },
+        )
+        .await
+    }
+
     /// Sends a signal (`"-TERM"`, `"-INT"`) to the process.
     pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
