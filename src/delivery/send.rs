@@ -14,7 +14,6 @@ use super::shared::QueueShared;
 use super::signing::signature_header;
 use crate::engine::PushDelivery;
 use crate::metrics::AttemptClass;
-use crate::spool::queue::static_header_refusal;
 
 /// Sends the request of one delivery (`id`: its external id).
 pub(super) async fn send(
@@ -46,18 +45,8 @@ pub(super) async fn send(
     } else if let Ok(v) = HeaderValue::from_str(&d.payload.content_type) {
         headers.insert(reqwest::header::CONTENT_TYPE, v);
     }
-    for (name, value) in &settings.headers {
-        // Refused when the settings are made; skipped here too, for
-        // settings journaled before that rule.
-        if static_header_refusal(name).is_some() {
-            continue;
-        }
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) {
-            headers.insert(n, v);
-        }
+    for (name, value) in &shared.static_headers {
+        headers.insert(name, value.clone());
     }
     let put = |headers: &mut HeaderMap, name: &'static str, value: &str| {
         if let Ok(v) = HeaderValue::from_str(value) {

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::Client;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::watch;
 
 use super::direct::{Direct, Ways};
@@ -16,6 +17,7 @@ use super::target::Destination;
 use crate::engine::{Engine, PushDelivery};
 use crate::metrics::DeliveryMetrics;
 use crate::spool::QueueSettings;
+use crate::spool::queue::static_header_refusal;
 
 /// What every worker of one queue shares.
 pub(crate) struct QueueShared {
@@ -28,6 +30,9 @@ pub(crate) struct QueueShared {
     /// has one.
     pub direct: Option<Arc<Direct>>,
     pub client: Client,
+    /// `settings.headers` as the request carries them, built once: each
+    /// attempt copies them in (`send.rs`).
+    pub static_headers: HeaderMap,
     pub limiter: Option<DefaultDirectRateLimiter>,
     pub metrics: DeliveryMetrics,
     /// Whether this pool's probe task runs. The breaker itself (failures
@@ -79,6 +84,7 @@ impl QueueShared {
             None => Err("queue has no destination".to_string()),
         };
         let direct = ways.to(destination.as_ref().ok().map(Destination::url));
+        let static_headers = static_headers(&settings);
         Arc::new(QueueShared {
             engine,
             destination,
@@ -87,6 +93,7 @@ impl QueueShared {
             queue,
             settings,
             client,
+            static_headers,
             limiter,
             probing: AtomicBool::new(false),
             stop,
@@ -101,8 +108,11 @@ impl QueueShared {
     pub(crate) fn secrets(&self, d: &PushDelivery) -> Vec<String> {
         const SECRET_BYTES_MIN: usize = 4;
         let secret_name = |name: &str| {
-            let lower = name.to_ascii_lowercase();
-            SECRET_HEADERS.contains(&lower.as_str()) || self.secret_headers.contains(&lower)
+            SECRET_HEADERS
+                .iter()
+                .copied()
+                .chain(self.secret_headers.iter().map(String::as_str))
+                .any(|secret| secret.eq_ignore_ascii_case(name))
         };
         let stored = d
             .payload
@@ -132,4 +142,24 @@ impl QueueShared {
         let ms = u64::try_from(self.engine_now_ms()).unwrap_or(0);
         SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
     }
+}
+
+/// A queue's static headers as a request carries them. Those the settings
+/// refuse (`static_header_refusal`) are refused when the settings are
+/// made; they are skipped here too, for settings journaled before that
+/// rule, as is a name or value that is not one.
+fn static_headers(settings: &QueueSettings) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in &settings.headers {
+        if static_header_refusal(name).is_some() {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(n, v);
+        }
+    }
+    headers
 }

@@ -242,7 +242,11 @@ async fn deliver(shared: &Arc<QueueShared>, d: PushDelivery, probe: bool) -> Att
         }
     };
     let duration_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
-    let sent = scrubbed(sent, &shared.secrets(&d));
+    // An empty answer has nothing to scrub: the secrets are not gathered.
+    let sent = match &sent {
+        Ok(answer) if answer.body.is_empty() => sent,
+        _ => scrubbed(sent, &shared.secrets(&d)),
+    };
     let (outcome, class) = classify(
         &sent,
         &shared.settings,
