@@ -128,6 +128,11 @@ impl From<WriteError> for ApiError {
                      on a dedup queue"
                 ),
             ),
+            WriteError::TooLarge { .. } => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                e.to_string(),
+            ),
             WriteError::Unconfirmed { .. } => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "operation_unconfirmed",

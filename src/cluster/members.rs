@@ -252,7 +252,8 @@ impl Cluster {
             .await
             .map_err(|e| match e {
                 crate::engine::WriteError::Unavailable { .. }
-                | crate::engine::WriteError::NotPrimary { .. } => {
+                | crate::engine::WriteError::NotPrimary { .. }
+                | crate::engine::WriteError::TooLarge(_) => {
                     MembershipError::Unavailable(e.to_string())
                 }
                 crate::engine::WriteError::Unconfirmed { .. }

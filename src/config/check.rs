@@ -7,8 +7,11 @@
 use super::lines::{KeyLines, at_line};
 use super::secret_shape;
 use super::shape::Config;
-use super::units::format_duration_ms;
+use super::units::{format_duration_ms, format_size};
 use crate::engine::rules::{self, Origin, Policy, QueueRuleError};
+use crate::journal::format::RECORD_BODY_MAX_BYTES;
+use crate::listen::HEADER_BYTES_MAX;
+use crate::spool::queue::QUEUE_NAME_MAX_BYTES;
 use crate::spool::queue::{Field, Naming};
 
 /// Smallest segment size accepted: below it rotation would dominate.
@@ -23,6 +26,29 @@ const COMPACTION_INTERVAL_MAX_MS: u64 = 86_400_000;
 /// Bounds of the `[events]` table: an event's record lists every delivery
 /// (about 30 bytes each), and its keys are held in memory for the window.
 const EVENT_SUBSCRIBERS_MAX: usize = 100_000;
+/// The largest `server.max_body_bytes`: a payload and the most a record
+/// holds beside it ([`RECORD_ENVELOPE_BYTES_MAX`]) fit in the journal's
+/// record bound, which a longer record would break (the writer refuses
+/// it; a scan reads it as damage).
+pub(crate) const BODY_BYTES_MAX: u64 = (RECORD_BODY_MAX_BYTES - RECORD_ENVELOPE_BYTES_MAX) as u64;
+/// What a record holds beside its payload, at most: an event's delivery
+/// list (`events.max_subscribers` queues of the longest name, each a
+/// length, the name and an id), a forwarded request's head (the listener's
+/// header bound), and a record's short strings (type, tenant, content
+/// type, trace: a 16-bit length each) and fixed fields.
+const RECORD_ENVELOPE_BYTES_MAX: usize = 16 << 20;
+const _: () = assert!(
+    EVENT_SUBSCRIBERS_MAX * (2 + QUEUE_NAME_MAX_BYTES + 8)
+        + HEADER_BYTES_MAX
+        + 4 * (2 + 65_535)
+        + 1024
+        <= RECORD_ENVELOPE_BYTES_MAX,
+    "a record's envelope outgrew the room left beside max_body_bytes"
+);
+/// The largest `spool.max_bytes`, in segments: every journal file stays
+/// open for reads (`journal/reader.rs`), one descriptor each, and this is
+/// a quarter of what `deploy/systemd/spoold.service` allows a process.
+const SPOOL_SEGMENTS_MAX: u64 = 16_384;
 const EVENT_DEDUP_WINDOW_MAX_MS: u64 = 30 * 86_400_000;
 /// The longest `server.shutdown_grace`.
 const SHUTDOWN_GRACE_MAX_MS: u64 = 3_600_000;
@@ -59,6 +85,29 @@ impl Config {
                  compaction always fit",
                 keys.at(&["spool", "max_bytes"]),
                 self.spool.max_bytes
+            ));
+        }
+        let most = SPOOL_SEGMENTS_MAX * seg;
+        if self.spool.max_bytes > most {
+            return Err(format!(
+                "{}spool.max_bytes = {} is too large for segment_bytes = {seg}: allowed at most \
+                 {SPOOL_SEGMENTS_MAX} × segment_bytes = {most} ({}), since every journal file \
+                 stays open for reads; raise segment_bytes for a larger spool",
+                keys.at(&["spool", "max_bytes"]),
+                self.spool.max_bytes,
+                format_size(most)
+            ));
+        }
+        let body = self.server.max_body_bytes;
+        if !(1..=BODY_BYTES_MAX).contains(&body) {
+            return Err(format!(
+                "{}server.max_body_bytes = {body} is out of range: allowed 1 to {BODY_BYTES_MAX} \
+                 ({}), so that a record with the largest body still fits the journal's \
+                 record bound of {} ({})",
+                keys.at(&["server", "max_body_bytes"]),
+                format_size(BODY_BYTES_MAX),
+                RECORD_BODY_MAX_BYTES,
+                format_size(RECORD_BODY_MAX_BYTES as u64)
             ));
         }
         Ok(())

@@ -4,6 +4,7 @@
 //! (`docs/contract.md` §4, errors) in one place (`api/error.rs`).
 
 use crate::journal::JournalError;
+use crate::journal::format::RecordTooLarge;
 
 use super::rules::QueueRuleError;
 
@@ -30,6 +31,12 @@ pub enum WriteError {
     /// record was known committed: it may or may not be applied.
     #[error("the primary lost its leadership before a majority confirmed the write: {reason}")]
     LeadershipLost { reason: String },
+
+    /// The record is larger than the journal's record bound: nothing was
+    /// written. The API's body bound keeps a request below it, so only a
+    /// caller of the library that skips that bound sees this.
+    #[error(transparent)]
+    TooLarge(#[from] RecordTooLarge),
 }
 
 /// A stored record could not be read back (an I/O error, or damage after

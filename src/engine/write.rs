@@ -136,8 +136,11 @@ impl Engine {
 
 /// The journal refused a write: nothing was written.
 fn unavailable(e: JournalError) -> WriteError {
-    WriteError::Unavailable {
-        reason: e.to_string(),
+    match e {
+        JournalError::RecordTooLarge(e) => WriteError::TooLarge(e),
+        e => WriteError::Unavailable {
+            reason: e.to_string(),
+        },
     }
 }
 

@@ -63,6 +63,12 @@ pub enum JournalError {
     /// The journal is shutting down.
     #[error("journal is closed")]
     Closed,
+
+    /// A record's body is larger than the journal's record bound
+    /// (`format::RECORD_BODY_MAX_BYTES`): replay would read it as damage.
+    /// Refused before anything of it is written; the journal goes on.
+    #[error(transparent)]
+    RecordTooLarge(#[from] super::format::RecordTooLarge),
 }
 
 impl JournalError {

@@ -29,13 +29,38 @@ pub const FRAME_HEADER_BYTES: usize = 32;
 /// Size of the spool identity file.
 pub(crate) const META_BYTES: usize = 64;
 
-/// A record body larger than this is treated as damage when scanning. It is
-/// far above any body the engine writes (`max_body_bytes` is capped well
-/// below it; purges and redrives are split into records of at most
+/// The one bound of a record's body. The writer refuses a larger one
+/// ([`check_record_body`], before anything is written) and a scan reads a
+/// length beyond it as damage. Everything the engine writes stays below
+/// it by construction: `server.max_body_bytes` is capped at
+/// `config::BODY_BYTES_MAX`, which leaves room for the most a record holds
+/// beside its payload (a compile-time assertion there ties the two);
+/// purges and redrives are split into records of at most
 /// `spool::command::IDS_PER_RECORD_MAX` ids; checkpoint chunks are at most
-/// `spool::checkpoint::CHUNK_BYTES_MAX`), so a length beyond it can only be
-/// garbage.
+/// `spool::checkpoint::CHUNK_BYTES_MAX`.
 pub(crate) const RECORD_BODY_MAX_BYTES: usize = 256 << 20;
+
+/// A record body beyond [`RECORD_BODY_MAX_BYTES`], refused before it
+/// went anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("record too large: {len_bytes} > {limit_bytes} bytes")]
+pub struct RecordTooLarge {
+    pub len_bytes: usize,
+    pub limit_bytes: usize,
+}
+
+/// Refuses a record body beyond [`RECORD_BODY_MAX_BYTES`]: every path that
+/// frames a record (the writer, replicated mode's proposer) asks this
+/// before the record goes anywhere.
+pub(crate) fn check_record_body(len_bytes: usize) -> Result<(), RecordTooLarge> {
+    if len_bytes > RECORD_BODY_MAX_BYTES {
+        return Err(RecordTooLarge {
+            len_bytes,
+            limit_bytes: RECORD_BODY_MAX_BYTES,
+        });
+    }
+    Ok(())
+}
 
 /// Frame flag: the last record of its group-commit batch (one write, one
 /// fsync). Replay uses it to tell a torn final batch from corruption.

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod links;
 pub mod mount;
 pub mod process;
+pub mod raw;
 pub mod server;
 pub mod sink;
 

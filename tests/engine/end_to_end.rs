@@ -502,3 +502,31 @@ async fn the_spool_directory_and_its_files_are_private() {
         assert_eq!(mode(&path), 0o600, "{}", path.display());
     }
 }
+
+/// A record past the journal's record bound (issue 38, finding 1) is
+/// refused with a typed error before anything of it is written, and the
+/// journal goes on: the next send is acknowledged, and a restart shows
+/// only it.
+#[tokio::test]
+async fn a_record_past_the_record_bound_is_refused_and_the_journal_goes_on() {
+    let sim = SimStorage::new();
+    let clock = ManualClock::new(START_MS);
+    let engine = open(&sim, &clock).await.unwrap();
+    make_queue(&engine, "q", QueueSettings::default()).await;
+    let mut huge = body("");
+    huge.payload.body = vec![7u8; 256 << 20].into();
+    let refused = engine.send("q", huge).await;
+    assert!(
+        matches!(
+            refused,
+            Err(SendError::Write(WriteError::TooLarge(ref e))) if e.limit_bytes == 256 << 20
+        ),
+        "{refused:?}"
+    );
+    let kept = engine.send("q", body("after")).await.unwrap();
+    drop(engine);
+    sim.crash(Tear::DropUnsynced);
+    let engine = open(&sim, &clock).await.unwrap();
+    let ids: Vec<_> = engine.all_messages().into_iter().map(|m| m.1).collect();
+    assert_eq!(ids, vec![kept.id]);
+}

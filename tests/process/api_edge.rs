@@ -11,53 +11,16 @@
 use std::time::{Duration, Instant};
 
 use crate::common::process::{Spoold, client, start_with};
+use crate::common::raw::{connect, raw};
 use crate::common::sink::Sink;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::io::AsyncWriteExt;
 
 const KEY: &str = "edge-test-key-0123456789";
 
 fn addr(spoold: &Spoold) -> String {
     spoold.base.trim_start_matches("http://").to_string()
-}
-
-/// Connects to `to`, from `from` (a loopback address of the test's
-/// choosing, so that it counts as another client) if given.
-async fn connect(to: &str, from: Option<&str>) -> std::io::Result<TcpStream> {
-    let to: std::net::SocketAddr = to.parse().unwrap();
-    let socket = TcpSocket::new_v4()?;
-    if let Some(from) = from {
-        socket.bind(format!("{from}:0").parse().unwrap())?;
-    }
-    socket.connect(to).await
-}
-
-/// One raw HTTP/1.1 request (`Connection: close`); the status and body, or
-/// `None` if no answer came within `timeout`.
-async fn raw(
-    to: &str,
-    from: Option<&str>,
-    head: &str,
-    body: &str,
-    timeout: Duration,
-) -> Option<(u16, String)> {
-    let exchange = async {
-        let mut stream = connect(to, from).await.ok()?;
-        let request = format!(
-            "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await.ok()?;
-        let answer = String::from_utf8_lossy(&answer).into_owned();
-        let status = answer.split_whitespace().nth(1)?.parse().ok()?;
-        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        Some((status, body.to_string()))
-    };
-    tokio::time::timeout(timeout, exchange).await.ok().flatten()
 }
 
 async fn visible(spoold: &Spoold, queue: &str) -> u64 {

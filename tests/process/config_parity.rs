@@ -130,6 +130,19 @@ const BAD_SERVER: &[(&str, &str, &[&str])] = &[
         "[spool]\nsegment_bytes = \"64KiB\"\nmax_bytes = \"128KiB\"\n",
         &["max_bytes", "line 5"],
     ),
+    (
+        // Issue 38, finding 1: a 270 MiB body was acknowledged, then lost
+        // or refused at the next start, as a record past the journal's
+        // bound reads as damage.
+        "a body bound past the journal's record bound",
+        "[server]\nmax_body_bytes = \"300MiB\"\n",
+        &["server.max_body_bytes", "line 4", "240MiB"],
+    ),
+    (
+        "a max_bytes with more files than descriptors to read them",
+        "[spool]\nsegment_bytes = \"64KiB\"\nmax_bytes = \"2GiB\"\n",
+        &["spool.max_bytes", "line 5", "16384"],
+    ),
 ];
 
 fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {

@@ -29,6 +29,7 @@ mod destination_chaos;
 mod events;
 mod full_disk;
 mod helm;
+mod limits;
 mod metrics;
 mod push_delivery;
 mod readme;

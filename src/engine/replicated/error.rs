@@ -3,6 +3,7 @@
 
 use crate::engine::error::WriteError;
 use crate::journal::JournalError;
+use crate::journal::format::RecordTooLarge;
 
 /// Why a proposal was not handed to Raft (nothing was appended).
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +19,10 @@ pub(crate) enum ReplicationError {
     /// The proposer stopped: the replica is shutting down.
     #[error("replication has stopped (the replica is shutting down)")]
     Closed,
+    /// The record is larger than the journal's record bound
+    /// (`journal::format::check_record_body`).
+    #[error(transparent)]
+    TooLarge(#[from] RecordTooLarge),
 }
 
 impl From<ReplicationError> for WriteError {
@@ -31,6 +36,7 @@ impl From<ReplicationError> for WriteError {
                     reason: e.to_string(),
                 }
             }
+            ReplicationError::TooLarge(e) => WriteError::TooLarge(e),
         }
     }
 }

@@ -39,6 +39,7 @@ use super::Engine;
 use super::core::Reply;
 use super::error::WriteError;
 use super::sink::{self, Op};
+use crate::journal::format::check_record_body;
 use crate::journal::{Durable, JournalError, RecordLoc};
 use crate::spool::{Applied, Command, Payload, Record};
 pub(crate) use error::{ReplicationError, StreamError};
@@ -281,6 +282,7 @@ impl Engine {
         }
         let mut body = Vec::new();
         record.encode(payload, &mut body);
+        check_record_body(body.len())?;
         let proposal = Proposal {
             kind: record.kind(),
             body,

@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::error::JournalError;
-use super::format::{FRAME_HEADER_BYTES, RecordLoc};
+use super::format::{FRAME_HEADER_BYTES, RecordLoc, check_record_body};
 use super::prealloc::Preallocator;
 use super::reader::SegmentReader;
 use super::storage::Storage;
@@ -328,11 +328,20 @@ impl<E: Send + 'static> Journal<E> {
             entries,
             ..
         } = &mut *pending;
+        // Where this call's records begin: a record over the bound takes
+        // every one of them back out, so the call is all or nothing.
+        let marks = (buf.len(), frames.len(), entries.len());
         for (kind, term, entry) in records {
             let start = buf.len();
             buf.resize(start + FRAME_HEADER_BYTES, 0);
             entries.push(entry);
             encode(entries.last().expect("just pushed"), buf);
+            if let Err(e) = check_record_body(buf.len() - start - FRAME_HEADER_BYTES) {
+                buf.truncate(marks.0);
+                frames.truncate(marks.1);
+                entries.truncate(marks.2);
+                return Err(e.into());
+            }
             frames.push((start, kind, term));
         }
         let wake = std::mem::take(&mut pending.writer_waiting);
