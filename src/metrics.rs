@@ -52,6 +52,7 @@ pub(crate) const CLUSTER_SNAPSHOT_BYTES: &str = "spoold_cluster_snapshot_receive
 pub(crate) const CLUSTER_SNAPSHOTS_INSTALLED: &str = "spoold_cluster_snapshots_installed_total";
 const EVENTS_TOTAL: &str = "spoold_events_total";
 pub(crate) const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
+pub(crate) const LIMIT_REACHED: &str = "spoold_limit_reached_total";
 
 pub(crate) const LABEL_QUEUE: &str = "queue";
 pub(crate) const LABEL_STATE: &str = "state";
@@ -61,6 +62,7 @@ pub(crate) const LABEL_STATUS: &str = "status";
 pub(crate) const LABEL_ROLE: &str = "role";
 pub(crate) const LABEL_PEER: &str = "peer";
 pub(crate) const LABEL_VOTER: &str = "voter";
+pub(crate) const LABEL_LIMIT: &str = "limit";
 
 /// fsync takes ~50 µs on a fast NVMe disk and up to ~100 ms on a slow
 /// network volume.
@@ -288,10 +290,50 @@ fn describe() {
         "Events published (POST /v1/events) by outcome: fanned_out, no_subscribers (no queue subscribes to the type), deduplicated."
     );
     describe_counter!(
+        LIMIT_REACHED,
+        Unit::Count,
+        "Requests refused, or pages cut short, by a bound the server enforces, by limit (docs/reliability.md lists them)."
+    );
+    describe_counter!(
         CLUSTER_SNAPSHOTS_INSTALLED,
         Unit::Count,
         "Replicated mode: snapshots this replica received and installed since start."
     );
+}
+
+/// A bound the server enforces against what clients and peers send, as
+/// the `limit` label of `spoold_limit_reached_total` names it. Each is
+/// checked by one owner (`docs/reliability.md` has the table); this is
+/// only how its refusals are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// A request body past `server.max_body_bytes` (413).
+    Body,
+    /// A record past the journal's record bound (413).
+    Record,
+    /// A search past the number that may run at once (429).
+    Searches,
+    /// A search page ended early by its time budget.
+    SearchTime,
+    /// A search page ended early by its byte budget.
+    SearchBytes,
+}
+
+impl Limit {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Limit::Body => "body",
+            Limit::Record => "record",
+            Limit::Searches => "searches",
+            Limit::SearchTime => "search_time",
+            Limit::SearchBytes => "search_bytes",
+        }
+    }
+}
+
+/// A request or a peer met `limit`.
+pub(crate) fn limit_reached(limit: Limit) {
+    counter!(LIMIT_REACHED, LABEL_LIMIT => limit.as_str()).increment(1);
 }
 
 /// Replicated mode: `spoold_cluster_snapshot_receiving` is 1 while one of

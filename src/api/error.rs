@@ -36,6 +36,7 @@ pub(crate) const KINDS: &[&str] = &[
     "node_id_retired",
     "quorum_at_risk",
     "payload_too_large",
+    "too_many_searches",
     "not_primary",
     "operation_unconfirmed",
     "unavailable",
@@ -96,6 +97,7 @@ impl ApiError {
     }
 
     pub(crate) fn payload_too_large(limit: u64) -> ApiError {
+        crate::metrics::limit_reached(crate::metrics::Limit::Body);
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
@@ -128,11 +130,14 @@ impl From<WriteError> for ApiError {
                      on a dedup queue"
                 ),
             ),
-            WriteError::TooLarge { .. } => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                e.to_string(),
-            ),
+            WriteError::TooLarge { .. } => {
+                crate::metrics::limit_reached(crate::metrics::Limit::Record);
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    e.to_string(),
+                )
+            }
             WriteError::Unconfirmed { .. } => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "operation_unconfirmed",

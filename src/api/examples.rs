@@ -262,7 +262,7 @@ fn response_example(op: &str) -> Option<Value> {
         }
         "getMessage" => message("visible"),
         "getDelivered" => message("delivered"),
-        "listHistory" => json!({"messages": [message("delivered")], "scanned": 1}),
+        "listHistory" => json!({"messages": [message("delivered")], "scanned": 1, "unsearched": 0}),
         "resendDelivered" => json!({
             "id": "00000000000000019685887553a11c07", "queue": "orders", "resentFrom": ID
         }),

@@ -11,7 +11,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::ApiError;
-use super::messages::parse_id;
+use super::messages::{ANSWER_BYTES_MAX, parse_id};
 use super::openapi::{MessagePath, QueuePath, Refused, SearchQuery};
 use super::view::MessageJson;
 use super::{AppState, query_pairs, view};
@@ -34,6 +34,8 @@ pub(crate) struct HistoryBody {
     /// Entries looked at (a `type` or `tenant` filter reads each one's
     /// record; at most 10 000 a page).
     scanned: usize,
+    /// Entries whose body is too large for a `match` term to parse (1 MiB).
+    unsearched: usize,
 }
 
 /// `{"id", "queue", "resentFrom"}`.
@@ -114,18 +116,30 @@ pub(crate) async fn list(
     Path(queue): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    let engine = state.engine()?;
-    let q = query(engine, raw.as_deref())?;
-    let page = engine.history(&queue, &q)?;
-    let body = HistoryBody {
-        messages: page
-            .items
-            .iter()
-            .map(|item| render(&state, engine, &queue, item))
-            .collect(),
-        next: page.next.map(|c| cursor(engine, c)),
-        scanned: page.scanned,
-    };
+    let q = query(state.engine()?, raw.as_deref())?;
+    // Every entry's record is read (and searched): off the runtime, within
+    // a search's budget, and the answer within its bound.
+    let body = super::search::off_runtime(&state, move |state, budget| {
+        let engine = state.engine()?;
+        let mut answer_bytes = 0usize;
+        let page = engine.history(&queue, &q, &mut |read, kept| {
+            if kept {
+                answer_bytes += read;
+            }
+            answer_bytes < ANSWER_BYTES_MAX && budget.spend(read)
+        })?;
+        Ok(HistoryBody {
+            messages: page
+                .items
+                .iter()
+                .map(|item| render(state, engine, &queue, item))
+                .collect(),
+            next: page.next.map(|c| cursor(engine, c)),
+            scanned: page.scanned,
+            unsearched: page.unsearched,
+        })
+    })
+    .await?;
     Ok(axum::Json(body).into_response())
 }
 

@@ -24,7 +24,7 @@ use super::openapi::{
 use super::view::MessageJson;
 use super::{AppState, WAIT_SECONDS_MAX, query_pairs, read_body, seconds_param, view};
 use crate::engine::{Delivery, Engine, MessageError, SendOutcome, SendRequest};
-use crate::spool::search::{SEARCH_SCAN_MAX, Search};
+use crate::spool::search::Search;
 use crate::spool::{DeadLetterFilter, MessageId, Payload, StoredRequest};
 use crate::time::format_rfc3339;
 
@@ -42,7 +42,7 @@ const PEEK_MAX: usize = 1000;
 /// `last`): past it the page ends (with at least one message) and `next`
 /// continues it. A body's bytes may render up to six times larger in
 /// JSON (`\u0000`), so memory is bounded by this, not by `limit`.
-const ANSWER_BYTES_MAX: usize = 4 << 20;
+pub(super) const ANSWER_BYTES_MAX: usize = 4 << 20;
 const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
 pub(super) fn header_str<'a>(
@@ -439,7 +439,7 @@ struct Messages<T> {
 }
 
 /// Renders a message with its payload, as peek, get and tail show it.
-fn render_stored(
+pub(super) fn render_stored(
     state: &AppState,
     engine: &Engine,
     queue: &str,
@@ -509,7 +509,11 @@ pub(crate) async fn peek(
         }
     }
     if !search.is_empty() {
-        return peek_search(&state, engine, &queue, &filter, &search, after, limit);
+        let page = super::search::off_runtime(&state, move |state, budget| {
+            super::search::peek_search(state, &queue, &filter, &search, after, limit, budget)
+        })
+        .await?;
+        return Ok(axum::Json(page).into_response());
     }
     let views = engine.peek(&queue, &filter, after, limit)?;
     // Rendered one at a time into the answer, which ends at
@@ -544,62 +548,6 @@ pub(crate) async fn peek(
     }
     out.push('}');
     Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response())
-}
-
-/// A peek with search terms: the messages (oldest first, after `after`)
-/// whose records hold every term, reading at most [`SEARCH_SCAN_MAX`] of
-/// them; `next` continues where the scan stopped, `scanned` says how many
-/// were read.
-fn peek_search(
-    state: &AppState,
-    engine: &Engine,
-    queue: &str,
-    filter: &DeadLetterFilter,
-    search: &Search,
-    mut after: Option<MessageId>,
-    limit: usize,
-) -> Result<Response, ApiError> {
-    const BATCH: usize = 1000;
-    let mut found = Vec::new();
-    let mut scanned = 0usize;
-    let mut more = true;
-    let mut bytes = 0usize;
-    while found.len() < limit && scanned < SEARCH_SCAN_MAX && bytes < ANSWER_BYTES_MAX {
-        let views = engine.peek(queue, filter, after, BATCH.min(SEARCH_SCAN_MAX - scanned))?;
-        more = views.len() == BATCH.min(SEARCH_SCAN_MAX - scanned);
-        for v in &views {
-            scanned += 1;
-            after = Some(v.id);
-            let payload = match engine.payload(queue, v.id) {
-                Ok(p) => p,
-                // Settled between the peek and the read: no longer there.
-                Err(MessageError::MessageNotFound { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            if !search.matches(&payload) {
-                continue;
-            }
-            let rendered = render_stored(state, engine, queue, v, Some(payload))?;
-            bytes += rendered.to_string().len();
-            found.push(rendered);
-            if found.len() >= limit || bytes >= ANSWER_BYTES_MAX {
-                more = true;
-                break;
-            }
-        }
-        if !more || views.is_empty() {
-            more = false;
-            break;
-        }
-    }
-    let next = after
-        .filter(|_| more)
-        .map(|id| engine.tokens().format_id(id));
-    let mut body = serde_json::json!({"messages": found, "scanned": scanned});
-    if let Some(next) = next {
-        body["next"] = Value::String(next);
-    }
-    Ok(axum::Json(body).into_response())
 }
 
 /// `GET /v1/queues/{q}/messages/{id}`

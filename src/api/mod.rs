@@ -109,6 +109,8 @@ pub(crate) struct AppState {
     /// end.
     shutting_down: watch::Sender<bool>,
     long_polls: Arc<Semaphore>,
+    /// Slots of the searches that may run at once (`search.rs`).
+    searches: Arc<Semaphore>,
     /// Replicated mode: the term in which the config's queues are in place
     /// on this primary; `/v1` calls are served here only in that term.
     open_term: std::sync::atomic::AtomicU64,
@@ -128,6 +130,7 @@ impl AppState {
             config,
             shutting_down: watch::Sender::new(false),
             long_polls: Arc::new(Semaphore::new(LONG_POLLS_MAX)),
+            searches: Arc::new(Semaphore::new(search::searches_max())),
             open_term: std::sync::atomic::AtomicU64::new(0),
             blocked: OnceLock::new(),
             relay: OnceLock::new(),

@@ -120,8 +120,15 @@ pub(crate) struct StoredBody<'a> {
 pub(crate) struct MessagesBody {
     messages: Vec<super::view::MessageJson<'static>>,
     /// A peek that may have more: pass it as `after` for the next page
-    /// (absent when this page holds the last message).
+    /// (absent when this page holds the last message). A search's page
+    /// may end before its `limit` (its byte or time budget): go on from
+    /// `next`.
     next: Option<String>,
+    /// A peek with search terms: messages whose records were read.
+    scanned: Option<u64>,
+    /// A peek with a `match` term: bodies too large to parse (over 1 MiB),
+    /// not searched.
+    unsearched: Option<u64>,
 }
 
 /// What a redrive did (with `dryRun`, would do).

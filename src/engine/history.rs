@@ -19,7 +19,7 @@ use crate::spool::{Command, MessageId, Payload, Record, SpoolError};
 use crate::time::Millis;
 
 pub use crate::spool::search::SEARCH_SCAN_MAX as HISTORY_SCAN_MAX;
-use crate::spool::search::Search;
+use crate::spool::search::{Search, Verdict};
 
 /// What a history listing selects.
 #[derive(Debug, Clone, Default)]
@@ -49,12 +49,22 @@ pub struct HistoryPage {
     pub next: Option<(Millis, MessageId)>,
     /// Entries looked at (their records read when a filter needs them).
     pub scanned: usize,
+    /// Entries whose body is too large for a `match` term to parse.
+    pub unsearched: usize,
 }
 
 impl Engine {
     /// A page of `queue`'s history (newest first) that `query` selects;
-    /// at most [`HISTORY_SCAN_MAX`] entries are read for it.
-    pub fn history(&self, queue: &str, query: &HistoryQuery) -> Result<HistoryPage, MessageError> {
+    /// at most [`HISTORY_SCAN_MAX`] entries are read for it, and the page
+    /// ends early once `go_on`, told the bytes of each record read and
+    /// whether the page keeps it, says so. Blocking file reads: call it
+    /// off the runtime.
+    pub fn history(
+        &self,
+        queue: &str,
+        query: &HistoryQuery,
+        go_on: &mut dyn FnMut(usize, bool) -> bool,
+    ) -> Result<HistoryPage, MessageError> {
         let candidates: Vec<(MessageId, Delivered, PinnedFile, Option<PinnedFile>)> = {
             let core = self.core();
             let q = core
@@ -74,27 +84,36 @@ impl Engine {
         };
         let limit = query.limit.max(1);
         let mut page = HistoryPage::default();
+        let mut cut = false;
         for (id, delivered, file, attempts_file) in candidates {
             page.scanned += 1;
             page.next = Some((delivered.delivered_at, id));
             let payload = self.read_pinned(file, delivered.loc)?;
-            if !query.search.matches(&payload) {
-                continue;
+            let verdict = query.search.judge(&payload);
+            let read = payload.body.len();
+            let kept = verdict == Verdict::Match;
+            if kept {
+                let attempts = self.read_attempts(attempts_file, delivered.attempts)?;
+                page.items.push(HistoryItem {
+                    id,
+                    delivered,
+                    payload,
+                    attempts,
+                });
+            } else if verdict == Verdict::TooLarge {
+                page.unsearched += 1;
             }
-            let attempts = self.read_attempts(attempts_file, delivered.attempts)?;
-            page.items.push(HistoryItem {
-                id,
-                delivered,
-                payload,
-                attempts,
-            });
             if page.items.len() >= limit {
                 break;
             }
+            if !go_on(read, kept) {
+                cut = true;
+                break;
+            }
         }
-        // A page that ended with the entries (not at its limit or scan
-        // bound) has no next.
-        if page.items.len() < limit && page.scanned < HISTORY_SCAN_MAX {
+        // A page that ended with the entries (not at its limit, scan bound
+        // or budget) has no next.
+        if page.items.len() < limit && page.scanned < HISTORY_SCAN_MAX && !cut {
             page.next = None;
         }
         Ok(page)

@@ -2,7 +2,8 @@
 //! format-1 spool, and the repair of a damaged one.
 //!
 //! Both end the same way ([`write_out`]): every payload record the state
-//! points at is copied into one new pack, a checkpoint of the state is
+//! points at is copied into new packs (as many as [`PackLayout`] needs,
+//! however large the spool), a checkpoint of the state is
 //! written beside it, and only then is every older file deleted. The
 //! checkpoint's rename is the moment the new journal takes over: a crash
 //! before it leaves the old files as they were (the new pack is an orphan
@@ -16,10 +17,9 @@ use std::sync::Arc;
 
 use super::checkpoint::load_checkpoint;
 use crate::journal::atomic::{AtomicWriteError, remove_files, write_atomically};
-use crate::journal::files::{write_checkpoint, write_pack};
+use crate::journal::files::{PackLayout, write_checkpoint, write_pack};
 use crate::journal::format::{
-    FILE_HEADER_BYTES, FileId, PackHeader, SpoolIdentity, checkpoint_file_name, pack_file_name,
-    segment_file_name,
+    FileId, PackHeader, SpoolIdentity, checkpoint_file_name, pack_file_name, segment_file_name,
 };
 use crate::journal::frames::frame_at;
 use crate::journal::scan::{self, Listing, Problem, ScanSummary, list_files, scan_dir};
@@ -391,47 +391,71 @@ struct Reframe<'a> {
     read: &'a dyn Fn(RecordLoc) -> std::io::Result<Vec<u8>>,
 }
 
-/// Writes `spool` out as one pack (every payload record it points at, read
-/// through `reframe`) and a checkpoint, then deletes every other journal
-/// file.
+/// Writes `spool` out as packs (every payload record it points at, read
+/// through `reframe`, laid out from pack `first_pack` on by [`PackLayout`])
+/// and a checkpoint, then deletes every other journal file.
 fn write_out(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     identity: &SpoolIdentity,
     spool: &Spool,
     next_segment_id: u64,
-    pack_id: u64,
+    first_pack: u64,
     reframe: &Reframe<'_>,
 ) -> Result<(), JournalError> {
     let salt = identity.salt;
     let seq = spool.applied_seq();
-    let pack = FileId::Pack(pack_id).to_loc();
-    let mut moves: Vec<(RecordLoc, RecordLoc)> = Vec::new();
+    // Each record copied, in the order the packs hold them: (pack id,
+    // where it is now, where it goes).
+    let mut moves: Vec<(u64, RecordLoc, RecordLoc)> = Vec::new();
     let mut placed: HashMap<RecordLoc, RecordLoc> = HashMap::new();
-    let mut offset = FILE_HEADER_BYTES as u64;
+    let mut layout = PackLayout::new();
     let mut relocate = |u: LocUse<'_>| {
         *placed.entry(u.loc).or_insert_with(|| {
+            let len = u.loc.len + reframe.len_added;
+            let (index, offset) = layout.place(len);
+            let pack = first_pack + index;
             let to = RecordLoc {
-                file: pack,
-                offset: u32::try_from(offset).expect("bug: a pack beyond 4 GiB"),
-                len: u.loc.len + reframe.len_added,
+                file: FileId::Pack(pack).to_loc(),
+                offset,
+                len,
             };
-            offset += u64::from(to.len);
-            moves.push((u.loc, to));
+            moves.push((pack, u.loc, to));
             to
         })
     };
-    let meta = CheckpointMeta {
+    // The checkpoint names the next free pack id, known only once the
+    // layout is done: a first pass lays the records out, the second
+    // encodes the checkpoint with it.
+    let mut meta = CheckpointMeta {
         seq,
         next_segment_id,
-        next_pack_id: pack_id + 1,
+        next_pack_id: first_pack,
         salt,
         token_key: identity.token_key,
         files: Vec::new(),
     };
-    let chunks = spool.encode_checkpoint(&meta, &mut relocate);
+    spool.encode_checkpoint(&meta, &mut relocate);
+    meta.next_pack_id = moves.last().map_or(first_pack, |last| last.0 + 1);
+    let chunks = spool.encode_checkpoint(&meta, &mut |u: LocUse<'_>| placed[&u.loc]);
     let mut keep = vec![checkpoint_file_name(seq)];
-    if !moves.is_empty() {
+    // The layout fills one pack after the other: each run of moves is one.
+    for pack in moves.chunk_by(|a, b| a.0 == b.0) {
+        let pack_id = pack[0].0;
+        let frames = pack.iter().map(|(_, from, to)| {
+            let frame = (reframe.read)(*from)?;
+            if frame.len() != to.len as usize {
+                // Anything else would misplace every record after it.
+                return Err(std::io::Error::other(format!(
+                    "the record at {} offset {} read back {} bytes, not {}",
+                    FileId::from_loc(from.file).file_name(),
+                    from.offset,
+                    frame.len(),
+                    to.len
+                )));
+            }
+            Ok(frame)
+        });
         write_pack(
             storage,
             dir,
@@ -440,12 +464,7 @@ fn write_out(
                 pack_id,
                 checkpoint_seq: seq,
             },
-            moves.iter().map(|(from, to)| {
-                let frame = (reframe.read)(*from)?;
-                // Anything else would misplace every record after it.
-                assert_eq!(frame.len(), to.len as usize, "bug: a record changed length");
-                Ok(frame)
-            }),
+            frames,
         )
         .map_err(AtomicWriteError::into_inner)?;
         keep.push(pack_file_name(pack_id));

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::atomic::{AtomicWriteError, write_atomically};
 use super::format::{
     CheckpointHeader, FILE_HEADER_BYTES, FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FrameHeader,
-    PackHeader, checkpoint_file_name, pack_file_name,
+    PACK_BYTES_MAX, PackHeader, checkpoint_file_name, pack_file_name,
 };
 use super::storage::Storage;
 use super::storage::StorageFile;
@@ -44,6 +44,43 @@ impl BufferedWriter<'_> {
         self.offset += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
+    }
+}
+
+/// Lays records out one after another in packs, starting the next pack
+/// once a record would take the current one past [`PACK_BYTES_MAX`] (a
+/// record larger than that gets a pack of its own). However much a
+/// rebuild or a snapshot copies, every offset fits a record location.
+#[derive(Debug)]
+pub(crate) struct PackLayout {
+    /// Index of the pack being filled (0 for the first).
+    pack: u64,
+    /// Where its next record goes.
+    offset: u64,
+}
+
+impl PackLayout {
+    pub(crate) fn new() -> PackLayout {
+        PackLayout {
+            pack: 0,
+            offset: FILE_HEADER_BYTES as u64,
+        }
+    }
+
+    /// Where a frame of `len` bytes goes: its pack's index and offset.
+    pub(crate) fn place(&mut self, len: u32) -> (u64, u32) {
+        let first = FILE_HEADER_BYTES as u64;
+        if self.offset > first && self.offset + u64::from(len) > PACK_BYTES_MAX {
+            self.pack += 1;
+            self.offset = first;
+        }
+        let at = self.offset;
+        self.offset += u64::from(len);
+        // `format.rs` asserts that PACK_BYTES_MAX and one record fit.
+        (
+            self.pack,
+            u32::try_from(at).expect("bug: a record placed past 4 GiB"),
+        )
     }
 }
 

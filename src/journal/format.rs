@@ -62,6 +62,19 @@ pub(crate) fn check_record_body(len_bytes: usize) -> Result<(), RecordTooLarge> 
     Ok(())
 }
 
+/// Packs laid out by [`super::files::PackLayout`] (a rebuild's, a snapshot
+/// stream's) are closed once the next record would take them past this.
+/// Record offsets are 32-bit, so a pack must stay below 4 GiB; tests use
+/// a small bound so that every path that lays out packs writes several.
+#[cfg(not(any(test, feature = "testing")))]
+pub(crate) const PACK_BYTES_MAX: u64 = 1 << 30;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) const PACK_BYTES_MAX: u64 = 1 << 20;
+const _: () = assert!(
+    PACK_BYTES_MAX + (FRAME_HEADER_BYTES + RECORD_BODY_MAX_BYTES) as u64 <= u32::MAX as u64,
+    "a pack's last record must start and end at a 32-bit offset"
+);
+
 /// Frame flag: the last record of its group-commit batch (one write, one
 /// fsync). Replay uses it to tell a torn final batch from corruption.
 pub const FRAME_FLAG_BATCH_END: u8 = 1;

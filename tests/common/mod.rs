@@ -44,6 +44,16 @@ pub fn sim_options(sim: &SimStorage, clock: &ManualClock) -> EngineOptions {
     }
 }
 
+/// Copies the files of directory `from` (a spool: no subdirectories) into
+/// `to`, which it creates.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
 pub async fn open(sim: &SimStorage, clock: &ManualClock) -> Result<Engine, JournalError> {
     Engine::open(sim_options(sim, clock)).await.map(|(e, _)| e)
 }

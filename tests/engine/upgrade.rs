@@ -15,11 +15,7 @@ use spoold::spool::MessageId;
 
 fn copy_fixture(to: &Path) {
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v1-spool");
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
+    common::copy_dir(&from, to);
 }
 
 /// A minute after the fixture was written: its delayed message is due

@@ -109,16 +109,7 @@ impl Template {
     /// A fresh copy of the stopped spool, with its own config.
     fn copy(&self) -> tempfile::TempDir {
         let to = tempfile::tempdir().unwrap();
-        let from = self.dir.path().join("spool");
-        std::fs::create_dir(to.path().join("spool")).unwrap();
-        for entry in std::fs::read_dir(&from).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(
-                entry.path(),
-                to.path().join("spool").join(entry.file_name()),
-            )
-            .unwrap();
-        }
+        common::copy_dir(&self.dir.path().join("spool"), &to.path().join("spool"));
         to
     }
 

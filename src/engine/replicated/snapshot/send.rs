@@ -9,14 +9,12 @@ use std::sync::Arc;
 use super::{RECORD_HEADER_BYTES, stream_pack, tag};
 use crate::engine::checkpoint::load_checkpoint;
 use crate::engine::replicated::log::RaftLog;
-use crate::journal::format::{FILE_HEADER_BYTES, FRAME_HEADER_BYTES};
+use crate::journal::files::PackLayout;
+use crate::journal::format::FRAME_HEADER_BYTES;
 use crate::journal::reader::SegmentReader;
 use crate::journal::storage::StorageFile;
 use crate::journal::{JournalError, RecordLoc};
 use crate::spool::CheckpointMeta;
-
-/// A stream pack is closed once the next record would take it past this.
-const STREAM_PACK_BYTES_MAX: u64 = 1 << 30;
 
 /// A snapshot on its way out: the messages of the stream, read from disk
 /// one at a time. The files are pinned (open handles), so compaction may
@@ -95,26 +93,21 @@ impl RaftLog {
             (spool, meta, handles)
         };
         let mut records = Vec::new();
-        let mut pack = 0u32;
-        let mut offset = FILE_HEADER_BYTES as u64;
+        let mut layout = PackLayout::new();
         let mut placed: HashMap<RecordLoc, RecordLoc> = HashMap::new();
         let mut relocate = |u: crate::spool::checkpoint::LocUse<'_>| {
             // An event's record is shipped once for all its deliveries.
             if let Some(&to) = placed.get(&u.loc) {
                 return to;
             }
-            let len = u64::from(u.loc.len);
-            if offset > FILE_HEADER_BYTES as u64 && offset + len > STREAM_PACK_BYTES_MAX {
-                pack += 1;
-                offset = FILE_HEADER_BYTES as u64;
-            }
+            let (pack, offset) = layout.place(u.loc.len);
+            let pack = u32::try_from(pack).expect("bug: more stream packs than file ids");
             records.push((pack, u.loc));
             let to = RecordLoc {
                 file: stream_pack(pack),
-                offset: u32::try_from(offset).expect("stream packs stay below 4 GiB"),
+                offset,
                 len: u.loc.len,
             };
-            offset += len;
             placed.insert(u.loc, to);
             to
         };
