@@ -36,6 +36,8 @@ pub(crate) const DELIVERY_DURATION: &str = "spoold_delivery_duration_seconds";
 pub(crate) const FSYNC_DURATION: &str = "spoold_journal_fsync_duration_seconds";
 pub(crate) const JOURNAL_BYTES: &str = "spoold_journal_bytes";
 pub(crate) const JOURNAL_MAX_BYTES: &str = "spoold_journal_max_bytes";
+pub(crate) const MEMORY_BYTES: &str = "spoold_memory_accounted_bytes";
+pub(crate) const MEMORY_MAX_BYTES: &str = "spoold_memory_max_bytes";
 pub(crate) const HTTP_REQUESTS: &str = "spoold_http_requests_total";
 pub(crate) const HTTP_DURATION: &str = "spoold_http_request_duration_seconds";
 pub(crate) const DELIVERY_LATENCY: &str = "spoold_delivery_latency_seconds";
@@ -234,6 +236,16 @@ fn describe() {
         Unit::Bytes,
         "The configured spool.max_bytes."
     );
+    describe_gauge!(
+        MEMORY_BYTES,
+        Unit::Bytes,
+        "What the spool's state holds in memory, as accounted (messages, deliveries, keys, history); sends past spool.max_memory get 507."
+    );
+    describe_gauge!(
+        MEMORY_MAX_BYTES,
+        Unit::Bytes,
+        "spool.max_memory: its configured value, or half the cgroup's memory limit."
+    );
     describe_counter!(
         HTTP_REQUESTS,
         Unit::Count,
@@ -317,6 +329,8 @@ pub(crate) enum Limit {
     SearchTime,
     /// A search page ended early by its byte budget.
     SearchBytes,
+    /// A send or event past `spool.max_memory` (507).
+    Memory,
 }
 
 impl Limit {
@@ -327,6 +341,7 @@ impl Limit {
             Limit::Searches => "searches",
             Limit::SearchTime => "search_time",
             Limit::SearchBytes => "search_bytes",
+            Limit::Memory => "memory",
         }
     }
 }

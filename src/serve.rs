@@ -411,9 +411,33 @@ fn engine_options(config: &Config) -> EngineOptions {
     options.segment_bytes = config.spool.segment_bytes;
     options.fsync = config.spool.fsync;
     options.max_bytes = config.spool.max_bytes;
+    options.max_memory = config.spool.max_memory.unwrap_or_else(default_max_memory);
     options.quarantine_corruption = config.spool.on_corruption == OnCorruption::Quarantine;
     options.policy = config.policy();
     options
+}
+
+/// `spool.max_memory` when the config leaves it unset: half the memory
+/// limit of the process's cgroup (v2 `memory.max`, or v1's
+/// `memory.limit_in_bytes`), so that a pod is refused sends with `507`
+/// long before its container is killed; without a limit, half the
+/// machine's memory. What the state holds is only part of the process
+/// (request bodies, compaction and the allocator take the rest).
+fn default_max_memory() -> u64 {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let cgroup = read("/sys/fs/cgroup/memory.max")
+        .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        // cgroup v1 says "no limit" with a number near 2⁶³.
+        .filter(|&bytes| bytes < 1 << 60);
+    let machine = || {
+        read("/proc/meminfo").and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+    };
+    cgroup.or_else(machine).map_or(u64::MAX, |bytes| bytes / 2)
 }
 
 /// A replica whose vote needs repair stays up and says why (the log, and

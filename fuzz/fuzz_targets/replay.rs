@@ -32,6 +32,7 @@ fn open(sim: &SimStorage, quarantine: bool) {
         lock: false,
         preallocate: false,
         max_bytes: u64::MAX,
+        max_memory: u64::MAX,
         quarantine_corruption: quarantine,
         policy: Default::default(),
         replicated: None,

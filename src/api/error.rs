@@ -130,6 +130,14 @@ impl From<WriteError> for ApiError {
                      on a dedup queue"
                 ),
             ),
+            WriteError::MemoryFull { .. } => ApiError {
+                retry_after_secs: Some(5),
+                ..ApiError::new(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    "spool_full",
+                    e.to_string(),
+                )
+            },
             WriteError::TooLarge { .. } => {
                 crate::metrics::limit_reached(crate::metrics::Limit::Record);
                 ApiError::new(

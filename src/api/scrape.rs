@@ -11,10 +11,11 @@ use crate::engine::Engine;
 use crate::metrics::{
     CLUSTER_APPLIED_INDEX, CLUSTER_MEMBERS, CLUSTER_PEER_CONTACT_AGE, CLUSTER_REPLICATION_LAG,
     CLUSTER_ROLE, CLUSTER_TERM, JOURNAL_BYTES, JOURNAL_MAX_BYTES, LABEL_PEER, LABEL_QUEUE,
-    LABEL_ROLE, LABEL_STATE, LABEL_VOTER, MESSAGES_ACKED, MESSAGES_DEDUPLICATED, MESSAGES_EXPIRED,
-    MESSAGES_FAILED, MESSAGES_RETRIED, MESSAGES_SENT, PUSH_DISPATCHERS, QUEUE_BREAKER_OPEN,
-    QUEUE_MESSAGES, QUEUE_OLDEST_AGE, QUEUE_OLDEST_RETRYING_AGE, QUEUE_PAUSED, QUEUE_RETRYING,
-    install, process_collector, queue_label,
+    LABEL_ROLE, LABEL_STATE, LABEL_VOTER, MEMORY_BYTES, MEMORY_MAX_BYTES, MESSAGES_ACKED,
+    MESSAGES_DEDUPLICATED, MESSAGES_EXPIRED, MESSAGES_FAILED, MESSAGES_RETRIED, MESSAGES_SENT,
+    PUSH_DISPATCHERS, QUEUE_BREAKER_OPEN, QUEUE_MESSAGES, QUEUE_OLDEST_AGE,
+    QUEUE_OLDEST_RETRYING_AGE, QUEUE_PAUSED, QUEUE_RETRYING, install, process_collector,
+    queue_label,
 };
 use crate::spool::state::{Counters, QueueStats};
 
@@ -58,6 +59,9 @@ impl QueueNumbers {
 fn refresh(engine: &Engine) {
     gauge!(JOURNAL_BYTES).set(engine.journal_bytes() as f64);
     gauge!(JOURNAL_MAX_BYTES).set(engine.max_bytes() as f64);
+    let (accounted, max_memory) = engine.memory();
+    gauge!(MEMORY_BYTES).set(accounted as f64);
+    gauge!(MEMORY_MAX_BYTES).set(max_memory as f64);
     gauge!(PUSH_DISPATCHERS).set(engine.awake_push_queues() as f64);
     let mut numbers: std::collections::BTreeMap<String, QueueNumbers> = Default::default();
     for name in engine.queue_names() {

@@ -253,7 +253,8 @@ impl Cluster {
             .map_err(|e| match e {
                 crate::engine::WriteError::Unavailable { .. }
                 | crate::engine::WriteError::NotPrimary { .. }
-                | crate::engine::WriteError::TooLarge(_) => {
+                | crate::engine::WriteError::TooLarge(_)
+                | crate::engine::WriteError::MemoryFull { .. } => {
                     MembershipError::Unavailable(e.to_string())
                 }
                 crate::engine::WriteError::Unconfirmed { .. }

@@ -45,6 +45,9 @@ const _: () = assert!(
         <= RECORD_ENVELOPE_BYTES_MAX,
     "a record's envelope outgrew the room left beside max_body_bytes"
 );
+/// The smallest `spool.max_memory`: below it a few thousand messages fill
+/// it.
+const MAX_MEMORY_MIN: u64 = 16 << 20;
 /// The largest `spool.max_bytes`, in segments: every journal file stays
 /// open for reads (`journal/reader.rs`), one descriptor each, and this is
 /// a quarter of what `deploy/systemd/spoold.service` allows a process.
@@ -96,6 +99,15 @@ impl Config {
                 keys.at(&["spool", "max_bytes"]),
                 self.spool.max_bytes,
                 format_size(most)
+            ));
+        }
+        if let Some(memory) = self.spool.max_memory
+            && memory < MAX_MEMORY_MIN
+        {
+            return Err(format!(
+                "{}spool.max_memory = {memory} is too small: allowed at least {} (16MiB)",
+                keys.at(&["spool", "max_memory"]),
+                MAX_MEMORY_MIN
             ));
         }
         let body = self.server.max_body_bytes;

@@ -121,6 +121,9 @@ fn spool_table(c: &Config) -> Table {
         "segment_bytes".into(),
         format_size(c.spool.segment_bytes).into(),
     );
+    if let Some(max_memory) = c.spool.max_memory {
+        spool.insert("max_memory".into(), format_size(max_memory).into());
+    }
     spool.insert("fsync".into(), c.spool.fsync.into());
     let on_corruption = match c.spool.on_corruption {
         OnCorruption::Refuse => "refuse",

@@ -79,6 +79,10 @@ pub struct SpoolConfig {
     pub max_bytes: u64,
     #[serde(deserialize_with = "de_size")]
     pub segment_bytes: u64,
+    /// What the state may hold in memory, as accounted; unset: half the
+    /// cgroup's memory limit, or half the machine's memory without one.
+    #[serde(deserialize_with = "de_opt_size")]
+    pub max_memory: Option<u64>,
     pub fsync: bool,
     pub on_corruption: OnCorruption,
     /// How often compaction looks for files worth compacting.
@@ -92,6 +96,7 @@ impl Default for SpoolConfig {
             dir: PathBuf::from("./spool"),
             max_bytes: 1 << 30,
             segment_bytes: 64 << 20,
+            max_memory: None,
             fsync: true,
             on_corruption: OnCorruption::Refuse,
             compaction_interval_ms: 1_000,

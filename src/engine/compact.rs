@@ -30,7 +30,7 @@
 //! reader that took a location and a handle together (under the core lock)
 //! always reads what the location names.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::Engine;
@@ -66,14 +66,26 @@ pub struct CompactReport {
 
 /// A payload record on its way into the new pack.
 struct Move {
-    queue: String,
-    id: MessageId,
-    attempts: bool,
+    holder: Holder,
     from: RecordLoc,
     to: RecordLoc,
-    /// The first message to point at `from`: the record is copied once,
-    /// however many messages (an event's deliveries) point at it.
+    /// The first holder of `from`: the record is copied once, however many
+    /// messages (an event's deliveries) point at it.
     copy: bool,
+}
+
+/// Who points at a moving record.
+enum Holder {
+    /// One message: its enqueue record, or (`attempts`) its newest attempt
+    /// record.
+    Message {
+        queue: String,
+        id: MessageId,
+        attempts: bool,
+    },
+    /// Every untouched delivery of the event whose record it is: they move
+    /// as one (`Spool::relocate_fresh`), whatever their number.
+    Event,
 }
 
 /// What step 1 decided.
@@ -163,8 +175,17 @@ impl Engine {
         }
 
         // Step 2: the pack, then the checkpoint.
-        let pack = self.write_new_pack(&plan)?;
-        let checkpoint_bytes = self.write_new_checkpoint(&plan, pack.is_some())?;
+        let written = self
+            .write_new_pack(&plan)
+            .and_then(|pack| Ok((self.write_new_checkpoint(&plan, pack.is_some())?, pack)));
+        let (checkpoint_bytes, pack) = match written {
+            Ok(written) => written,
+            Err(e) => {
+                // Nothing changed: the watch the plan started ends.
+                self.core().spool.take_promotions();
+                return Err(e);
+            }
+        };
 
         // Step 3: point memory at the new files.
         let bytes_before = plan.bytes_before();
@@ -216,36 +237,42 @@ impl Engine {
         let mut moves = Vec::new();
         let mut offset = FILE_HEADER_BYTES as u64;
         let mut placed: HashMap<RecordLoc, RecordLoc> = HashMap::new();
+        // Records whose event's untouched deliveries already have their move.
+        let mut events_moved: HashSet<RecordLoc> = HashSet::new();
         let mut relocate = |u: LocUse<'_>| {
             if !in_run.contains(&u.loc.file) {
                 return u.loc;
             }
-            if let Some(&to) = placed.get(&u.loc) {
-                moves.push(Move {
+            let copy = !placed.contains_key(&u.loc);
+            let to = *placed.entry(u.loc).or_insert_with(|| {
+                // A run's live bytes fit in one segment (`pick_run`), and
+                // segments and packs are far below 4 GiB.
+                let to = RecordLoc {
+                    file: pack,
+                    offset: u32::try_from(offset).expect("bug: a pack beyond 4 GiB"),
+                    len: u.loc.len,
+                };
+                offset += u64::from(u.loc.len);
+                to
+            });
+            let holder = if u.fresh {
+                if !events_moved.insert(u.loc) {
+                    return to;
+                }
+                Holder::Event
+            } else {
+                Holder::Message {
                     queue: u.queue.to_owned(),
                     id: u.id,
                     attempts: u.attempts,
-                    from: u.loc,
-                    to,
-                    copy: false,
-                });
-                return to;
-            }
-            let to = RecordLoc {
-                file: pack,
-                offset: u32::try_from(offset).expect("bug: a pack beyond 4 GiB"),
-                len: u.loc.len,
+                }
             };
-            offset += u64::from(u.loc.len);
             moves.push(Move {
-                queue: u.queue.to_owned(),
-                id: u.id,
-                attempts: u.attempts,
+                holder,
                 from: u.loc,
                 to,
-                copy: true,
+                copy,
             });
-            placed.insert(u.loc, to);
             to
         };
         let meta = CheckpointMeta {
@@ -260,6 +287,9 @@ impl Engine {
         if !moves.is_empty() {
             core.next_pack_id += 1;
         }
+        // Deliveries promoted from here to the swap leave their event with
+        // its record's old location: the swap moves them too.
+        core.spool.watch_promotions();
         Ok(Some(Plan {
             run,
             handles,
@@ -340,11 +370,27 @@ impl Engine {
             self.inner.reader.register(file, handle);
             core.files.insert(file.to_loc(), FileMeta { bytes: len });
         }
+        let mut events = HashMap::new();
         for m in &plan.moves {
-            if m.attempts {
-                core.spool.relocate_attempts(&m.queue, m.id, m.from, m.to);
-            } else {
-                core.spool.relocate(&m.queue, m.id, m.from, m.to);
+            match &m.holder {
+                Holder::Message {
+                    queue,
+                    id,
+                    attempts: true,
+                } => core.spool.relocate_attempts(queue, *id, m.from, m.to),
+                Holder::Message { queue, id, .. } => core.spool.relocate(queue, *id, m.from, m.to),
+                Holder::Event => {
+                    core.spool.relocate_fresh(m.from, m.to);
+                    events.insert(m.from, m.to);
+                }
+            }
+        }
+        for (queue, id) in core.spool.take_promotions() {
+            let from = core.spool.find(&queue, id).map(|(_, m)| m.loc);
+            if let Some(from) = from
+                && let Some(&to) = events.get(&from)
+            {
+                core.spool.relocate(&queue, id, from, to);
             }
         }
         for &f in &plan.run {

@@ -3,12 +3,14 @@
 //! of the files on disk.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::error::{SendError, WriteError};
 use crate::spool::queue::failed_queue_name;
+use crate::spool::state::memory::record_cost;
 use crate::spool::{Command, MessageId, Record, Spool};
 use crate::time::Millis;
 
@@ -327,6 +329,25 @@ pub(super) struct Shared {
     /// queue, redriven), for `tail`. Slow subscribers miss events rather than
     /// hold memory.
     pub arrivals: tokio::sync::broadcast::Sender<Arrival>,
+    /// What records appended but not yet applied will add to the state's
+    /// memory (`spool::state::memory::record_cost`).
+    pub in_flight_memory: AtomicU64,
+}
+
+impl Shared {
+    /// `record` was applied or refused: it is in flight no more. (A record
+    /// another primary appended was never counted here: the count stays at
+    /// zero rather than below.)
+    pub(super) fn memory_landed(&self, record: &Record<'_>) {
+        let cost = record_cost(&record.command);
+        if cost > 0 {
+            let _ = self
+                .in_flight_memory
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_sub(cost))
+                });
+        }
+    }
 }
 
 /// A message that just arrived in `queue`.

@@ -37,6 +37,18 @@ pub enum WriteError {
     /// caller of the library that skips that bound sees this.
     #[error(transparent)]
     TooLarge(#[from] RecordTooLarge),
+
+    /// What the state holds in memory, as accounted, and this record would
+    /// pass `spool.max_memory`: nothing was written. Settling messages
+    /// frees memory; retry later.
+    #[error(
+        "the spool's memory is full: {accounted_bytes} bytes accounted, a new message would pass \
+         spool.max_memory = {max_memory}"
+    )]
+    MemoryFull {
+        accounted_bytes: u64,
+        max_memory: u64,
+    },
 }
 
 /// A stored record could not be read back (an I/O error, or damage after

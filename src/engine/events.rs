@@ -119,6 +119,7 @@ impl Engine {
                         .collect(),
                 }),
             };
+            self.check_memory(&core, &record)?;
             self.append(&core, record, Some(&request.payload), Reply::Done(tx))?;
             if let Some(hash) = hash {
                 core.pending_events.insert(hash, now);

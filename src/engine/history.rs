@@ -163,6 +163,7 @@ impl Engine {
                     visible_at: now,
                 },
             };
+            self.check_memory(&core, &record)?;
             self.append(&core, record, Some(&item.payload), Reply::Done(tx))?;
             new_id
         };

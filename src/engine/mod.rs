@@ -50,6 +50,7 @@ pub(crate) mod token;
 mod write;
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -98,6 +99,10 @@ pub struct EngineOptions {
     /// Bytes the journal may take on disk; sends are refused with
     /// `SpoolFull` while less than `headroom_bytes` (two segments) is left.
     pub max_bytes: u64,
+    /// Bytes the state may hold in memory, as accounted
+    /// (`spool/state/memory.rs`); sends and events that would pass it are
+    /// refused with `MemoryFull`.
+    pub max_memory: u64,
     /// Move damaged spans aside at start-up instead of refusing to start.
     pub quarantine_corruption: bool,
     /// What the server allows any queue (destinations).
@@ -135,6 +140,7 @@ impl EngineOptions {
             lock: true,
             preallocate: true,
             max_bytes: u64::MAX,
+            max_memory: u64::MAX,
             quarantine_corruption: false,
             policy: Policy::default(),
             replicated: None,
@@ -202,6 +208,8 @@ struct Inner {
     /// One compaction at a time.
     compacting: Mutex<()>,
     max_bytes: u64,
+    /// What the state may hold in memory, as accounted.
+    max_memory: u64,
     segment_bytes: u64,
     clock: Arc<dyn Clock>,
     tokens: Tokens,
@@ -295,6 +303,38 @@ impl Engine {
             .saturating_add(active_growth)
             .saturating_add(headroom_bytes(seg))
             > self.inner.max_bytes
+    }
+
+    /// What the state holds in memory as accounted (with what records in
+    /// flight will add), and its bound.
+    pub fn memory(&self) -> (u64, u64) {
+        let accounted = self.core().spool.memory_bytes()
+            + self.inner.shared.in_flight_memory.load(Ordering::Relaxed);
+        (accounted, self.inner.max_memory)
+    }
+
+    /// Refuses `record` when what it adds would take the state's memory,
+    /// as accounted, past `max_memory`; call it under the core lock
+    /// (`core`), before appending.
+    fn check_memory(
+        &self,
+        core: &Core,
+        record: &crate::spool::Record<'_>,
+    ) -> Result<(), error::WriteError> {
+        let cost = crate::spool::state::memory::record_cost(&record.command);
+        if cost == 0 {
+            return Ok(());
+        }
+        let accounted =
+            core.spool.memory_bytes() + self.inner.shared.in_flight_memory.load(Ordering::Relaxed);
+        if accounted.saturating_add(cost) > self.inner.max_memory {
+            crate::metrics::limit_reached(crate::metrics::Limit::Memory);
+            return Err(error::WriteError::MemoryFull {
+                accounted_bytes: accounted,
+                max_memory: self.inner.max_memory,
+            });
+        }
+        Ok(())
     }
 
     /// The journal writer's counters (batches = fsyncs, records).

@@ -330,6 +330,7 @@ fn start_engine(
         core: Mutex::new(core),
         poisoned,
         arrivals,
+        in_flight_memory: Default::default(),
     });
     let reader = SegmentReader::new(claimed.storage.clone(), &claimed.dir, claimed.identity.salt);
     let journal = start_journal(
@@ -362,6 +363,7 @@ fn start_engine(
             identity,
             compacting: Mutex::new(()),
             max_bytes: options.max_bytes,
+            max_memory: options.max_memory,
             segment_bytes: options.segment_bytes,
             clock: options.clock,
             tokens,

@@ -95,7 +95,10 @@ impl Engine {
             tx,
             dedup: dedup.as_ref().map(|d| d.0.clone()),
         };
-        if let Err(e) = self.append(&core, record, Some(&request.payload), reply) {
+        let appended = self
+            .check_memory(&core, &record)
+            .and_then(|()| self.append(&core, record, Some(&request.payload), reply));
+        if let Err(e) = appended {
             if let Some((key, _)) = dedup {
                 core.pending_dedup.remove(&key);
             }

@@ -137,6 +137,7 @@ pub(super) fn refuse(
     {
         let mut core = shared.core.lock().expect("core lock poisoned");
         for op in ops {
+            shared.memory_landed(&op.record);
             core.release(&op.record);
             let waiters = core.take_dedup_waiters(&op.reply, false);
             answers.push((op.reply, waiters));
@@ -171,6 +172,7 @@ pub(super) fn apply(
     loc: RecordLoc,
 ) -> Applied {
     let applied = core.spool.apply(record, seq, loc);
+    shared.memory_landed(record);
     if let Command::Event(meta) = &record.command
         && let Some(hash) = meta.dedup_hash
     {

@@ -24,12 +24,20 @@ impl Engine {
         payload: Option<&Payload>,
         reply: Reply,
     ) -> Result<(), WriteError> {
+        let cost = crate::spool::state::memory::record_cost(&record.command);
         match self.inner.appender {
-            Appender::Raft => Ok(self.propose(record, payload, reply, 0)?),
+            Appender::Raft => self.propose(record, payload, reply, 0)?,
             Appender::Journal => self
                 .append_local(record, payload, reply)
-                .map_err(unavailable),
+                .map_err(unavailable)?,
         }
+        if cost > 0 {
+            self.inner
+                .shared
+                .in_flight_memory
+                .fetch_add(cost, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Appends to this node's journal (a single node).

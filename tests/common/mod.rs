@@ -37,6 +37,7 @@ pub fn sim_options(sim: &SimStorage, clock: &ManualClock) -> EngineOptions {
         // on with small segments.
         preallocate: false,
         max_bytes: u64::MAX,
+        max_memory: u64::MAX,
         quarantine_corruption: false,
         policy: Default::default(),
         replicated: None,

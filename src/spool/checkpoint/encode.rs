@@ -44,7 +44,7 @@ impl Spool {
                 queue.name.clone(),
                 QueueState {
                     queue,
-                    messages: messages.collect(),
+                    messages: messages.map(|(m, _)| m).collect(),
                     dedup,
                     history,
                 },
@@ -115,12 +115,13 @@ impl Spool {
             out.start(kind::MESSAGES, prefix.clone());
             let mut previous = EMPTY_ENTRY;
             let mut e = Vec::new();
-            for m in messages {
+            for (m, fresh) in messages {
                 let m = MessageEntry {
                     loc: relocate(LocUse {
                         queue: &queue.name,
                         id: m.id,
                         attempts: false,
+                        fresh,
                         loc: m.loc,
                     }),
                     attempts: m.attempts.map(|loc| {
@@ -128,6 +129,7 @@ impl Spool {
                             queue: &queue.name,
                             id: m.id,
                             attempts: true,
+                            fresh: false,
                             loc,
                         })
                     }),
@@ -161,6 +163,7 @@ impl Spool {
                         queue: &queue.name,
                         id,
                         attempts: false,
+                        fresh: false,
                         loc: d.loc,
                     });
                     let attempts = d.attempts.map(|loc| {
@@ -168,6 +171,7 @@ impl Spool {
                             queue: &queue.name,
                             id,
                             attempts: true,
+                            fresh: false,
                             loc,
                         })
                     });
@@ -244,7 +248,7 @@ impl Spool {
     /// window start).
     pub(super) fn for_each_queue(
         &self,
-        mut f: impl FnMut(QueueEntry, &mut dyn Iterator<Item = MessageEntry>, Vec<DedupEntry>),
+        mut f: impl FnMut(QueueEntry, &mut dyn Iterator<Item = (MessageEntry, bool)>, Vec<DedupEntry>),
     ) {
         for name in self.queue_names() {
             let q = self.queue(&name).expect("listed above");
@@ -265,7 +269,11 @@ impl Spool {
                 .map(|(hash, first_at, id)| DedupEntry { first_at, hash, id })
                 .collect();
             dedup.sort_unstable();
-            let mut messages = merge_by_id(q.message_entries(false), fq.message_entries(true));
+            let events = self.fresh_events();
+            let mut messages = merge_by_id(
+                q.message_entries(false, events),
+                fq.message_entries(true, events),
+            );
             f(entry, &mut messages, dedup);
         }
     }
@@ -273,13 +281,13 @@ impl Spool {
 
 /// Two id-ordered streams merged by id.
 pub(super) fn merge_by_id<'a>(
-    a: impl Iterator<Item = MessageEntry> + 'a,
-    b: impl Iterator<Item = MessageEntry> + 'a,
-) -> impl Iterator<Item = MessageEntry> + 'a {
+    a: impl Iterator<Item = (MessageEntry, bool)> + 'a,
+    b: impl Iterator<Item = (MessageEntry, bool)> + 'a,
+) -> impl Iterator<Item = (MessageEntry, bool)> + 'a {
     let mut a = a.peekable();
     let mut b = b.peekable();
     std::iter::from_fn(move || match (a.peek(), b.peek()) {
-        (Some(x), Some(y)) if x.id <= y.id => a.next(),
+        (Some(x), Some(y)) if x.0.id <= y.0.id => a.next(),
         (Some(_), Some(_)) => b.next(),
         (Some(_), None) => a.next(),
         (None, _) => b.next(),

@@ -89,6 +89,9 @@ pub(crate) struct LocUse<'a> {
     pub id: MessageId,
     /// The message's newest attempt record, not its enqueue record.
     pub attempts: bool,
+    /// An untouched event delivery: its record moves with its event's
+    /// (`Spool::relocate_fresh`), not on its own.
+    pub fresh: bool,
     pub loc: RecordLoc,
 }
 

@@ -27,27 +27,36 @@ impl Spool {
             self.applied_seq
         );
         self.applied_seq = seq;
+        let before = self.memory_of(&self.named_queues(&record.command));
         let applied = self.apply_command(record, loc);
-        self.mark_busy(&record.command);
+        let named = self.named_queues(&record.command);
+        self.memory_bytes = (self.memory_bytes + self.memory_of(&named)).saturating_sub(before);
+        self.busy.extend(named);
         applied
     }
 
     /// The queues `command` names (and their failure queues) join `busy`.
     pub(super) fn mark_busy(&mut self, command: &Command<'_>) {
-        let mark = |spool: &mut Spool, name: &str| {
+        let named = self.named_queues(command);
+        self.busy.extend(named);
+    }
+
+    /// The queues `command` names, with their failure queues: all that
+    /// applying it can change.
+    fn named_queues(&self, command: &Command<'_>) -> Vec<QueueId> {
+        let mut out = Vec::new();
+        let mut mark = |name: &str| {
             let base = crate::spool::queue::origin_queue_name(name);
-            if let Some(&qid) = spool.names.get(base) {
-                spool.busy.insert(qid);
-                if let Some(fid) = spool.queues[&qid].failed {
-                    spool.busy.insert(fid);
-                }
+            if let Some(&qid) = self.names.get(base) {
+                out.push(qid);
+                out.extend(self.queues[&qid].failed);
             }
         };
         match command {
-            Command::Enqueue(meta) => mark(self, &meta.queue),
+            Command::Enqueue(meta) => mark(&meta.queue),
             Command::Event(meta) => {
                 for (queue, _) in &meta.deliveries {
-                    mark(self, queue);
+                    mark(queue);
                 }
             }
             Command::QueueUpsert { name: queue, .. }
@@ -61,14 +70,15 @@ impl Spool {
             | Command::Redrive { queue, .. }
             | Command::Attempt { queue, .. }
             | Command::DedupKey { queue, .. }
-            | Command::HistoryDrop { queue, .. } => mark(self, queue),
-            Command::QueueDelete { .. }
-            | Command::QueuePause { .. }
+            | Command::HistoryDrop { queue, .. }
+            | Command::QueueDelete { name: queue } => mark(queue),
+            Command::QueuePause { .. }
             | Command::Epoch { .. }
             | Command::RaftBlank
             | Command::RaftMembership { .. }
             | Command::RetireNode { .. } => {}
         }
+        out
     }
 
     /// Applies a record of a format-1 journal (whose compacted segments
@@ -187,10 +197,10 @@ impl Spool {
         visible_at: Millis,
         retry_count: u32,
     ) -> Applied {
-        let Some(q) = self.queue_mut(queue) else {
+        let Some((q, events)) = self.queue_and_events(queue) else {
             return Applied::Missing;
         };
-        let Some((mut message, failure)) = q.take(id) else {
+        let Some((mut message, failure)) = q.take(id, events) else {
             return Applied::Missing;
         };
         message.visible_at = visible_at;
@@ -219,7 +229,7 @@ impl Spool {
         let Some(failed_qid) = q.failed else {
             return Applied::Missing;
         };
-        let Some((mut message, _)) = q.take(id) else {
+        let Some((mut message, _)) = q.take(id, &mut self.fresh_events) else {
             return Applied::Missing;
         };
         let attempts = q.attempts.remove(&id);
@@ -242,13 +252,13 @@ impl Spool {
 
     /// Messages of `queue` dropped, whatever their state.
     pub(super) fn apply_purge(&mut self, queue: &str, ids: &[MessageId]) -> Applied {
-        let Some(q) = self.queue_mut(queue) else {
+        let Some((q, events)) = self.queue_and_events(queue) else {
             return Applied::Missing;
         };
         let mut gone = Vec::new();
         let mut n = 0;
         for id in ids {
-            if let Some((m, _)) = q.take(*id) {
+            if let Some((m, _)) = q.take(*id, events) {
                 n += 1;
                 gone.push((m.loc, m.shared));
                 gone.extend(q.attempts.remove(id).map(|a| (a, false)));
@@ -274,7 +284,7 @@ impl Spool {
             .get_mut(&failed_qid)
             .expect("bug: failure queue missing");
         for &id in ids {
-            if let Some((mut message, _)) = fq.take(id) {
+            if let Some((mut message, _)) = fq.take(id, &mut self.fresh_events) {
                 message.retry_count = 0;
                 message.visible_at = at;
                 message.retention_from = at;
@@ -382,6 +392,10 @@ impl Spool {
         self.subscriptions.remove(qid.0, &q.settings.events);
         let mut gone: Vec<(RecordLoc, bool)> =
             q.messages.values().map(|m| (m.loc, m.shared)).collect();
+        for (_, slot) in q.fresh.iter() {
+            gone.push((self.fresh_events.get(slot).loc, true));
+            self.fresh_events.leave(slot);
+        }
         gone.extend(q.attempts.values().map(|&a| (a, false)));
         for d in q.history.values() {
             gone.push((d.loc, d.shared));
@@ -442,7 +456,7 @@ impl Spool {
         if q.settings.history_retention_ms == 0 || q.is_failure_queue() {
             return self.remove(queue, id, |c| c.acked += 1);
         }
-        let Some((message, _)) = q.take(id) else {
+        let Some((message, _)) = q.take(id, &mut self.fresh_events) else {
             return Applied::Missing;
         };
         q.counters.acked += 1;
@@ -504,7 +518,7 @@ impl Spool {
             };
             self.hold_record(loc, true);
             let q = self.queues.get_mut(&qid).expect("bug: name without queue");
-            q.insert(
+            q.insert_delivery(
                 *id,
                 Message {
                     enqueued_at: at,
@@ -515,6 +529,7 @@ impl Spool {
                     pending: false,
                     shared: true,
                 },
+                &mut self.fresh_events,
             );
             q.counters.sent += 1;
             n += 1;

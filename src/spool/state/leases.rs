@@ -3,7 +3,7 @@
 //! written, and dedup lookups. None is journaled; a restart drops them.
 
 use super::Spool;
-use super::queue::{Queue, retry_or_fail};
+use super::queue::{Queue, QueueId, retry_or_fail};
 use super::types::{Lease, Leased, SpoolError};
 use crate::spool::command::{Command, MessageId};
 use crate::time::Millis;
@@ -40,22 +40,65 @@ impl Spool {
         probe: bool,
     ) -> Result<Vec<Leased>, SpoolError> {
         let qid = *self.names.get(queue).ok_or(SpoolError::QueueNotFound)?;
+        // Leasing an untouched delivery makes it an ordinary message.
+        Ok(self.measured(qid, |spool| {
+            spool.lease_in(qid, now, duration_ms, max, probe)
+        }))
+    }
+
+    fn lease_in(
+        &mut self,
+        qid: QueueId,
+        now: Millis,
+        duration_ms: u64,
+        max: usize,
+        probe: bool,
+    ) -> Vec<Leased> {
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         let mut out = Vec::new();
         if q.paused || (q.breaker.next_probe.is_some() && !probe) {
-            return Ok(out);
+            return out;
         }
         let retention_ms = q.settings.retention_ms as i64;
         let expires_at = now + duration_ms as i64;
         let mut skipped = Vec::new();
+        // Untouched deliveries wait in a line of their own, merged with
+        // the other by (visible at, id): the next one to look at, past any
+        // skipped for their retention.
+        let mut fresh_from = MessageId(0);
         while out.len() < max {
-            let Some(&(visible_at, id)) = q.ready.first() else {
-                break;
+            let kept = q.ready.first().copied();
+            let fresh = q
+                .fresh
+                .first_from(fresh_from)
+                .map(|(id, slot)| (self.fresh_events.get(slot).visible_at, id));
+            let (visible_at, id) = match (kept, fresh) {
+                (k, Some(f)) if k.is_none_or(|k| f < k) => {
+                    if f.0 > now {
+                        break;
+                    }
+                    // An untouched delivery's retention runs from when it
+                    // became visible.
+                    if f.0 + retention_ms <= now {
+                        fresh_from = MessageId(f.1.0 + 1);
+                        continue;
+                    }
+                    q.promote(f.1, &mut self.fresh_events);
+                    if let Some(promoted) = &mut self.promotions {
+                        promoted.push((qid, f.1));
+                    }
+                    q.ready.remove(&f);
+                    f
+                }
+                (Some(k), _) => {
+                    if k.0 > now {
+                        break;
+                    }
+                    q.ready.pop_first();
+                    k
+                }
+                (None, _) => break,
             };
-            if visible_at > now {
-                break;
-            }
-            q.ready.pop_first();
             let message = q.messages[&id];
             if message.retention_from + retention_ms <= now {
                 // Past retention: the expiry timer takes it, nobody else.
@@ -82,7 +125,7 @@ impl Spool {
             });
         }
         q.ready.extend(skipped);
-        Ok(out)
+        out
     }
 
     pub(super) fn valid_lease(
@@ -153,6 +196,8 @@ impl Spool {
     /// Marks a message pending (out of line, its lease stale) while a record
     /// that removes or moves it is written.
     pub(crate) fn reserve_message(&mut self, queue: &str, id: MessageId) -> Result<(), SpoolError> {
+        let qid = *self.names.get(queue).ok_or(SpoolError::QueueNotFound)?;
+        self.promote(qid, id);
         let q = self.queue_mut(queue).ok_or(SpoolError::QueueNotFound)?;
         let message = q.messages.get_mut(&id).ok_or(SpoolError::MessageNotFound)?;
         if message.pending {

@@ -20,7 +20,9 @@ use crate::journal::RecordLoc;
 use crate::time::Millis;
 
 mod apply;
+pub(crate) mod fresh;
 mod leases;
+pub(crate) mod memory;
 mod plain;
 mod queue;
 mod restore;
@@ -62,6 +64,16 @@ pub(crate) struct Spool {
     /// How many messages point at each shared record (an event's, one per
     /// delivery still here): its bytes count once in `live_bytes`.
     shared_refs: HashMap<RecordLoc, u32>,
+    /// The events that untouched deliveries (`Queue::fresh`) stand for.
+    fresh_events: fresh::FreshEvents,
+    /// While compaction is between its plan and its swap: the deliveries
+    /// promoted meanwhile, which its plan moved with their event's record
+    /// and which now hold a location of their own (`compact.rs`).
+    promotions: Option<Vec<(QueueId, MessageId)>>,
+    /// The queues' share of what the state holds in memory, as accounted
+    /// (`memory.rs`), and the event keys'.
+    memory_bytes: u64,
+    event_key_bytes: u64,
     /// Which queues subscribe to which event types.
     subscriptions: Subscriptions,
     failure_settings: FailureSettings,
@@ -127,6 +139,14 @@ impl Spool {
         self.names.get(name).map(|id| &*self.queues[id])
     }
 
+    /// Queue `name` with the events its untouched deliveries stand for,
+    /// for what takes a message out of it.
+    fn queue_and_events(&mut self, name: &str) -> Option<(&mut Queue, &mut fresh::FreshEvents)> {
+        let id = self.names.get(name)?;
+        let q = self.queues.get_mut(id).map(|q| &mut **q)?;
+        Some((q, &mut self.fresh_events))
+    }
+
     fn queue_mut(&mut self, name: &str) -> Option<&mut Queue> {
         let id = self.names.get(name)?;
         self.queues.get_mut(id).map(|q| &mut **q)
@@ -137,6 +157,11 @@ impl Spool {
         let mut names: Vec<String> = self.names.keys().cloned().collect();
         names.sort();
         names
+    }
+
+    /// The events untouched deliveries stand for.
+    pub(crate) fn fresh_events(&self) -> &fresh::FreshEvents {
+        &self.fresh_events
     }
 
     /// Total messages in every queue.
@@ -251,10 +276,11 @@ impl Spool {
     /// Forgets a message without a record: repair, for one whose payload
     /// record is damaged.
     pub(crate) fn drop_message(&mut self, base_queue: &str, id: MessageId) {
-        let Some(q) = self.holder_mut(base_queue, id) else {
+        let Some(qid) = self.holder_id(base_queue, id) else {
             return;
         };
-        let Some((message, _)) = q.take(id) else {
+        let q = self.queues.get_mut(&qid).expect("found above");
+        let Some((message, _)) = q.take(id, &mut self.fresh_events) else {
             return;
         };
         let attempts = q.attempts.remove(&id);
@@ -289,7 +315,7 @@ impl Spool {
             return Applied::Missing;
         };
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
-        match q.take(id) {
+        match q.take(id, &mut self.fresh_events) {
             Some((message, _)) => {
                 count(&mut q.counters);
                 let attempts = q.attempts.remove(&id);
@@ -361,13 +387,13 @@ impl Spool {
     }
 
     /// Finds a message by its base queue (it may sit in the failure queue).
-    pub(crate) fn find(&self, base_queue: &str, id: MessageId) -> Option<(&Queue, &Message)> {
+    pub(crate) fn find(&self, base_queue: &str, id: MessageId) -> Option<(&Queue, Message)> {
         let q = self.queue(base_queue)?;
-        if let Some(m) = q.messages.get(&id) {
+        if let Some(m) = q.message(id, &self.fresh_events) {
             return Some((q, m));
         }
         let fq: &Queue = &self.queues[&q.failed?];
-        fq.messages.get(&id).map(|m| (fq, m))
+        fq.message(id, &self.fresh_events).map(|m| (fq, m))
     }
 
     /// Points a message at its record's new place after compaction moved
@@ -391,6 +417,8 @@ impl Spool {
             }
             return;
         }
+        // An untouched delivery moves with its event's record
+        // (`relocate_fresh`); compaction moves it no other way.
         let Some(m) = self
             .holder_mut(base_queue, id)
             .and_then(|q| q.messages.get_mut(&id))
@@ -406,18 +434,73 @@ impl Spool {
         self.hold_record(to, shared);
     }
 
+    /// The id of the queue (a base queue or its failure queue) that holds
+    /// message `id`.
+    fn holder_id(&self, base_queue: &str, id: MessageId) -> Option<QueueId> {
+        let qid = *self.names.get(base_queue)?;
+        let q = &self.queues[&qid];
+        if q.contains(id) {
+            return Some(qid);
+        }
+        q.failed.filter(|f| self.queues[f].contains(id))
+    }
+
+    /// Compaction moved the record at `from` to `to`: every untouched
+    /// delivery of the event there moves with it, as one.
+    pub(crate) fn relocate_fresh(&mut self, from: RecordLoc, to: RecordLoc) {
+        for _ in 0..self.fresh_events.relocate(from, to) {
+            self.release_record(from, true);
+            self.hold_record(to, true);
+        }
+    }
+
+    /// Compaction planned: from now until [`Spool::take_promotions`], note
+    /// every delivery promoted from its event (it takes its own copy of the
+    /// record's location, which the plan moves with the event's).
+    pub(crate) fn watch_promotions(&mut self) {
+        self.promotions = Some(Vec::new());
+    }
+
+    /// The deliveries promoted since [`Spool::watch_promotions`], as (base
+    /// queue, id); the watch ends.
+    pub(crate) fn take_promotions(&mut self) -> Vec<(String, MessageId)> {
+        let ids = self.promotions.take().unwrap_or_default();
+        ids.into_iter()
+            .filter_map(|(qid, id)| {
+                let q = self.queues.get(&qid)?;
+                let base = match q.parent {
+                    Some(parent) => &self.queues.get(&parent)?.name,
+                    None => &q.name,
+                };
+                Some((base.clone(), id))
+            })
+            .collect()
+    }
+
+    /// Turns untouched delivery `id` of queue `qid` into an ordinary
+    /// message, before anything changes it.
+    fn promote(&mut self, qid: QueueId, id: MessageId) {
+        self.measured(qid, |spool| {
+            let q = spool
+                .queues
+                .get_mut(&qid)
+                .expect("bug: promoting in a queue that is gone");
+            if q.promote(id, &mut spool.fresh_events)
+                && let Some(promoted) = &mut spool.promotions
+            {
+                promoted.push((qid, id));
+            }
+        });
+    }
+
     /// The queue (a base queue or its failure queue) that holds message `id`.
     fn holder_mut(&mut self, base_queue: &str, id: MessageId) -> Option<&mut Queue> {
         let qid = *self.names.get(base_queue)?;
         let q = &self.queues[&qid];
-        let holder = if q.messages.contains_key(&id) {
-            qid
-        } else {
-            q.failed?
-        };
+        let holder = if q.contains(id) { qid } else { q.failed? };
         self.queues
             .get_mut(&holder)
             .map(|q| &mut **q)
-            .filter(|q| q.messages.contains_key(&id))
+            .filter(|q| q.contains(id))
     }
 }

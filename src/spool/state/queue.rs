@@ -1,11 +1,13 @@
-//! One queue as memory keeps it: its messages by id and in line, its dedup
-//! keys and delivered history, and the rule that sends an unsettled lease
-//! back in line or to the failure queue.
+//! One queue as memory keeps it: its messages by id and in line (event
+//! deliveries nobody touched yet in a compact line of their own,
+//! `fresh.rs`), its dedup keys and delivered history, and the rule that
+//! sends an unsettled lease back in line or to the failure queue.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
+use super::fresh::{Fresh, FreshEvents};
 use super::plain::MessageEntry;
 use super::types::{Breaker, Counters, Delivered, Lease, Message};
 use crate::journal::RecordLoc;
@@ -39,11 +41,17 @@ pub(crate) struct Queue {
     pub(super) parent: Option<QueueId>,
     /// For an ordinary queue: its failure queue.
     pub(super) failed: Option<QueueId>,
+    /// Every message but the untouched event deliveries of `fresh`.
     pub(super) messages: BTreeMap<MessageId, Message>,
-    /// Messages waiting for a lease (visible or delayed), in line order.
+    /// Messages of `messages` waiting for a lease (visible or delayed), in
+    /// line order.
     pub(super) ready: BTreeSet<(Millis, MessageId)>,
-    /// Every message, by the start of its retention.
+    /// Every message of `messages`, by the start of its retention.
     pub(super) retention: BTreeSet<(Millis, MessageId)>,
+    /// Event deliveries nobody has touched: waiting, in line order (which
+    /// is their order by id, and by the start of their retention) and by
+    /// id, a few bytes each.
+    pub(super) fresh: Fresh,
     pub(super) leases: IdMap<MessageId, Lease>,
     pub(super) lease_expiry: BTreeSet<(Millis, MessageId)>,
     /// Dedup key hash → (first send, message id).
@@ -79,6 +87,7 @@ impl Queue {
             failed: None,
             messages: BTreeMap::new(),
             ready: BTreeSet::new(),
+            fresh: Fresh::default(),
             retention: BTreeSet::new(),
             leases: IdMap::default(),
             lease_expiry: BTreeSet::new(),
@@ -99,13 +108,14 @@ impl Queue {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.messages.len()
+        self.messages.len() + self.fresh.len()
     }
 
     /// Nothing here for the timer: no message, lease, dedup key or
     /// history entry.
     pub(super) fn is_idle(&self) -> bool {
         self.messages.is_empty()
+            && self.fresh.is_empty()
             && self.leases.is_empty()
             && self.dedup_order.is_empty()
             && self.history.is_empty()
@@ -120,9 +130,122 @@ impl Queue {
         self.messages.insert(id, message);
     }
 
+    /// Whether message `id` is here, either way it is kept.
+    pub(super) fn contains(&self, id: MessageId) -> bool {
+        self.messages.contains_key(&id) || self.fresh.position(id).is_some()
+    }
+
+    /// Message `id`, either way it is kept.
+    pub(super) fn message(&self, id: MessageId, events: &FreshEvents) -> Option<Message> {
+        match self.messages.get(&id) {
+            Some(m) => Some(*m),
+            None => self.fresh.slot(id).map(|slot| events.get(slot).message()),
+        }
+    }
+
+    /// A new event delivery (applied, or from a checkpoint): kept untouched
+    /// when it can be (its event's times, after every delivery already in
+    /// the line), else as an ordinary message.
+    pub(super) fn insert_delivery(
+        &mut self,
+        id: MessageId,
+        message: Message,
+        events: &mut FreshEvents,
+    ) {
+        let in_order = self.fresh.last().is_none_or(|(last, slot)| {
+            last < id && events.get(slot).visible_at <= message.visible_at
+        });
+        if in_order
+            && !self.is_failure_queue()
+            && !self.messages.contains_key(&id)
+            && let Some(slot) = events.join(&message)
+        {
+            self.fresh.push(id, slot);
+            return;
+        }
+        self.insert(id, message);
+    }
+
+    /// Turns untouched delivery `id` into an ordinary message, before
+    /// anything changes it; `false` if it is not one.
+    pub(super) fn promote(&mut self, id: MessageId, events: &mut FreshEvents) -> bool {
+        let Some(i) = self.fresh.position(id) else {
+            return false;
+        };
+        let slot = self.fresh.remove_at(i);
+        let message = events.get(slot).message();
+        events.leave(slot);
+        self.insert(id, message);
+        true
+    }
+
+    /// Every message with an id at or above `start`, ascending, either way
+    /// it is kept (`true`: an untouched delivery).
+    pub(super) fn entries_from<'a>(
+        &'a self,
+        start: MessageId,
+        events: &'a FreshEvents,
+    ) -> impl Iterator<Item = (MessageId, Message, bool)> + 'a {
+        let kept = self.messages.range(start..).map(|(&id, &m)| (id, m, false));
+        let fresh = self
+            .fresh
+            .iter_from(start)
+            .map(move |(id, slot)| (id, events.get(slot).message(), true));
+        merge(kept, fresh, |a, b| a.0 <= b.0)
+    }
+
+    /// Every message, newest (highest id) first, either way it is kept.
+    pub(super) fn entries_newest_first<'a>(
+        &'a self,
+        events: &'a FreshEvents,
+    ) -> impl Iterator<Item = (MessageId, Message)> + 'a {
+        let kept = self.messages.iter().rev().map(|(&id, &m)| (id, m));
+        let fresh = self
+            .fresh
+            .iter()
+            .rev()
+            .map(move |(id, slot)| (id, events.get(slot).message()));
+        merge(kept, fresh, |a, b| a.0 >= b.0)
+    }
+
+    /// Untouched deliveries not yet visible at `now` (only a clock that
+    /// went back between their event and now makes one): how many, and
+    /// when the first of them becomes visible. The line is in visibility
+    /// order, so this walks back from its end over them alone.
+    pub(super) fn fresh_delayed(&self, now: Millis, events: &FreshEvents) -> (u64, Option<Millis>) {
+        let mut count = 0;
+        let mut first = None;
+        for (_, slot) in self.fresh.iter().rev() {
+            let at = events.get(slot).visible_at;
+            if at <= now {
+                break;
+            }
+            count += 1;
+            first = Some(at);
+        }
+        (count, first)
+    }
+
+    /// The untouched delivery first in line (the oldest), with when it
+    /// became visible.
+    pub(super) fn fresh_first(&self, events: &FreshEvents) -> Option<(Millis, MessageId)> {
+        self.fresh
+            .first_from(MessageId(0))
+            .map(|(id, slot)| (events.get(slot).visible_at, id))
+    }
+
     /// Removes a message from every index (its attempts stay: the caller
     /// moves or forgets them).
-    pub(super) fn take(&mut self, id: MessageId) -> Option<(Message, Option<FailInfo>)> {
+    pub(super) fn take(
+        &mut self,
+        id: MessageId,
+        events: &mut FreshEvents,
+    ) -> Option<(Message, Option<FailInfo>)> {
+        if let Some(slot) = self.fresh.remove(id) {
+            let message = events.get(slot).message();
+            events.leave(slot);
+            return Some((message, None));
+        }
         let message = self.messages.remove(&id)?;
         self.ready.remove(&(message.visible_at, id));
         self.retention.remove(&(message.retention_from, id));
@@ -139,22 +262,26 @@ impl Queue {
         &self,
         filter: &DeadLetterFilter,
         max: usize,
+        events: &FreshEvents,
         eligible: impl Fn(MessageId, &Message) -> bool,
     ) -> Selection {
         let mut selection = Selection::default();
-        let candidates: Box<dyn Iterator<Item = (MessageId, &Message)>> = match &filter.ids {
+        let candidates: Box<dyn Iterator<Item = (MessageId, Message)>> = match &filter.ids {
             Some(ids) => Box::new(
                 ids.iter()
-                    .filter_map(|id| self.messages.get(id).map(|m| (*id, m))),
+                    .filter_map(|&id| self.message(id, events).map(|m| (id, m))),
             ),
-            None => Box::new(self.messages.iter().map(|(&id, m)| (id, m))),
+            None => Box::new(
+                self.entries_from(MessageId(0), events)
+                    .map(|(id, m, _)| (id, m)),
+            ),
         };
         for (id, m) in candidates {
             if !filter.matches(id, self.failures.get(&id)) {
                 continue;
             }
             selection.matched += 1;
-            if selection.picked.len() < max && eligible(id, m) {
+            if selection.picked.len() < max && eligible(id, &m) {
                 selection.picked.push(id);
             }
         }
@@ -168,23 +295,29 @@ impl Queue {
             .map(|(&hash, &(first, id))| (hash, first, id))
     }
 
-    /// Every message as a checkpoint entry, ids ascending.
-    pub(crate) fn message_entries(
-        &self,
+    /// Every message as a checkpoint entry, ids ascending (`true`: an
+    /// untouched event delivery, whose record moves with its event's).
+    pub(crate) fn message_entries<'a>(
+        &'a self,
         in_failure_queue: bool,
-    ) -> impl Iterator<Item = MessageEntry> + '_ {
-        self.messages.iter().map(move |(&id, m)| MessageEntry {
-            id,
-            in_failure_queue,
-            enqueued_at: m.enqueued_at,
-            visible_at: m.visible_at,
-            retention_from: m.retention_from,
-            retry_count: m.retry_count,
-            loc: m.loc,
-            shared: m.shared,
-            attempts: self.attempts.get(&id).copied(),
-            failure: self.failures.get(&id).copied(),
-        })
+        events: &'a FreshEvents,
+    ) -> impl Iterator<Item = (MessageEntry, bool)> + 'a {
+        self.entries_from(MessageId(0), events)
+            .map(move |(id, m, fresh)| {
+                let entry = MessageEntry {
+                    id,
+                    in_failure_queue,
+                    enqueued_at: m.enqueued_at,
+                    visible_at: m.visible_at,
+                    retention_from: m.retention_from,
+                    retry_count: m.retry_count,
+                    loc: m.loc,
+                    shared: m.shared,
+                    attempts: self.attempts.get(&id).copied(),
+                    failure: self.failures.get(&id).copied(),
+                };
+                (entry, fresh)
+            })
     }
 
     /// Every history entry, ids ascending.
@@ -304,6 +437,7 @@ pub(super) fn retry_or_fail(
     visible_at: Millis,
     last_status: Option<u16>,
 ) -> Command<'static> {
+    // A leased message: never an untouched delivery.
     let retries = q.messages[&id].retry_count;
     let queue = Cow::Owned(q.name.clone());
     if q.failed.is_some() && retries.saturating_add(1) > q.settings.max_retries {
@@ -322,4 +456,21 @@ pub(super) fn retry_or_fail(
             retry_count: retries.saturating_add(1),
         }
     }
+}
+
+/// Two ordered streams as one, in order: `first(a, b)` says whether `a`
+/// comes before `b`.
+fn merge<T>(
+    a: impl Iterator<Item = T>,
+    b: impl Iterator<Item = T>,
+    first: impl Fn(&T, &T) -> bool,
+) -> impl Iterator<Item = T> {
+    let mut a = a.peekable();
+    let mut b = b.peekable();
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if first(x, y) => a.next(),
+        (Some(_), Some(_)) => b.next(),
+        (Some(_), None) => a.next(),
+        (None, _) => b.next(),
+    })
 }

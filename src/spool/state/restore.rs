@@ -57,10 +57,18 @@ impl Spool {
         if id.0 >= self.next_message_id {
             return Err("id at or above the next message id");
         }
-        let q = self.queue_mut(name).ok_or("queue not in the checkpoint")?;
-        q.insert(id, message);
-        if let Some(f) = failure {
-            q.failures.insert(id, f);
+        let qid = *self.names.get(name).ok_or("queue not in the checkpoint")?;
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+        if q.contains(id) {
+            return Err("a message repeated");
+        }
+        match failure {
+            Some(f) => {
+                q.insert(id, message);
+                q.failures.insert(id, f);
+            }
+            // Kept as compactly as when its event was applied.
+            None => q.insert_delivery(id, message, &mut self.fresh_events),
         }
         if let Some(a) = attempts {
             q.attempts.insert(id, a);
@@ -93,6 +101,7 @@ impl Spool {
                 self.busy.insert(qid);
             }
         }
+        self.memory_bytes = self.queues.values().map(|q| q.memory_bytes()).sum();
     }
 
     /// Puts a history entry from a checkpoint into queue `name`.
@@ -106,7 +115,7 @@ impl Spool {
             return Err("id at or above the next message id");
         }
         let q = self.queue_mut(name).ok_or("queue not in the checkpoint")?;
-        if q.history.contains_key(&id) || q.messages.contains_key(&id) {
+        if q.history.contains_key(&id) || q.contains(id) {
             return Err("a history entry repeated");
         }
         q.remember(id, d);
@@ -121,6 +130,9 @@ impl Spool {
     /// checkpoint, oldest first).
     pub(crate) fn restore_event_key(&mut self, hash: u64, seen: EventSeen) {
         self.event_dedup_order.push_back((seen.first_at, hash));
-        self.event_dedup.insert(hash, seen);
+        self.event_key_bytes += Spool::event_key_bytes(seen.deliveries.len());
+        if let Some(old) = self.event_dedup.insert(hash, seen) {
+            self.event_key_bytes -= Spool::event_key_bytes(old.deliveries.len());
+        }
     }
 }

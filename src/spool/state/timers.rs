@@ -39,19 +39,33 @@ impl Spool {
                 out.push(retry_or_fail(q, id, now, None));
             }
             let retention_ms = q.settings.retention_ms as i64;
-            let past: Vec<MessageId> = q
+            let cut = (
+                now.saturating_sub(retention_ms).saturating_add(1),
+                MessageId(0),
+            );
+            let kept = q
                 .retention
-                .range(
-                    ..(
-                        now.saturating_sub(retention_ms).saturating_add(1),
-                        MessageId(0),
-                    ),
-                )
-                .map(|&(_, id)| id)
-                .filter(|id| !q.messages[id].pending && !q.leases.contains_key(id))
-                .take(max - out.len())
-                .collect();
-            for id in past {
+                .range(..cut)
+                .copied()
+                .filter(|(_, id)| !q.messages[id].pending && !q.leases.contains_key(id));
+            // Untouched deliveries are never pending nor leased, and their
+            // line is in retention order too.
+            let events = &self.fresh_events;
+            let fresh = q
+                .fresh
+                .iter()
+                .map(|(id, slot)| (events.get(slot).visible_at, id))
+                .take_while(|&key| key < cut);
+            let mut past: Vec<(Millis, MessageId)> = kept.chain(fresh).collect();
+            past.sort_unstable();
+            past.truncate(max - out.len());
+            if past.iter().any(|(_, id)| q.fresh.position(*id).is_some()) {
+                for &(_, id) in &past {
+                    self.promote(qid, id);
+                }
+            }
+            let q = self.queues.get_mut(&qid).expect("busy above");
+            for (_, id) in past {
                 let message = q.messages.get_mut(&id).expect("listed above");
                 message.pending = true;
                 q.ready.remove(&(message.visible_at, id));
@@ -110,12 +124,19 @@ impl Spool {
                     .retention
                     .iter()
                     .find(|(_, id)| !q.messages[id].pending && !q.leases.contains_key(id))
-                    .map(|&(t, _)| t + q.settings.retention_ms as i64);
+                    .map(|&(t, _)| t)
+                    .into_iter()
+                    .chain(q.fresh_first(&self.fresh_events).map(|(t, _)| t))
+                    .min()
+                    .map(|t| t + q.settings.retention_ms as i64);
                 let delayed = q
                     .ready
                     .range((now + 1, MessageId(0))..)
                     .next()
-                    .map(|&(t, _)| t);
+                    .map(|&(t, _)| t)
+                    .into_iter()
+                    .chain(q.fresh_delayed(now, &self.fresh_events).1)
+                    .min();
                 let history = q
                     .history_order
                     .first()
@@ -133,5 +154,8 @@ impl Spool {
             .range((now + 1, MessageId(0))..)
             .next()
             .map(|&(t, _)| t)
+            .into_iter()
+            .chain(q.fresh_delayed(now, &self.fresh_events).1)
+            .min()
     }
 }

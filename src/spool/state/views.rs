@@ -24,8 +24,10 @@ impl Spool {
                 break;
             }
             self.event_dedup_order.pop_front();
-            if self.event_dedup.get(&h).is_some_and(|e| e.first_at == at) {
-                self.event_dedup.remove(&h);
+            if self.event_dedup.get(&h).is_some_and(|e| e.first_at == at)
+                && let Some(gone) = self.event_dedup.remove(&h)
+            {
+                self.event_key_bytes -= Spool::event_key_bytes(gone.deliveries.len());
             }
         }
         self.event_dedup
@@ -76,7 +78,7 @@ impl Spool {
             .queues
             .get_mut(&fid)
             .expect("bug: failure queue missing");
-        let selection = fq.select(filter, max, |id, m| {
+        let selection = fq.select(filter, max, &self.fresh_events, |id, m| {
             !m.pending && !fq.leases.contains_key(&id)
         });
         if reserve {
@@ -98,19 +100,26 @@ impl Spool {
         max: usize,
     ) -> Result<Selection, SpoolError> {
         let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
-        Ok(q.select(filter, max, |_, m| !m.pending))
+        Ok(q.select(filter, max, &self.fresh_events, |_, m| !m.pending))
     }
 
     pub(crate) fn stats(&self, queue: &str, now: Millis) -> Option<QueueStats> {
         let q = self.queue(queue)?;
-        let delayed = q.ready.range((now + 1, MessageId(0))..).count() as u64;
+        let kept_delayed = q.ready.range((now + 1, MessageId(0))..).count() as u64;
+        let (fresh_delayed, _) = q.fresh_delayed(now, &self.fresh_events);
         let oldest = q
             .ready
             .first()
-            .filter(|&&(t, _)| t <= now)
-            .map(|&(t, _)| now - t);
+            .copied()
+            .into_iter()
+            .chain(q.fresh_first(&self.fresh_events))
+            .min()
+            .filter(|&(t, _)| t <= now)
+            .map(|(t, _)| now - t);
+        let waiting = (q.ready.len() + q.fresh.len()) as u64;
+        let delayed = kept_delayed + fresh_delayed;
         Some(QueueStats {
-            visible: q.ready.len() as u64 - delayed,
+            visible: waiting - delayed,
             leased: q.leases.len() as u64,
             delayed,
             counters: q.counters,
@@ -155,11 +164,10 @@ impl Spool {
         else {
             return Ok(Vec::new());
         };
-        Ok(q.messages
-            .range(start..)
-            .filter(|&(id, _)| filter.matches(*id, q.failures.get(id)))
+        Ok(q.entries_from(start, &self.fresh_events)
+            .filter(|(id, _, _)| filter.matches(*id, q.failures.get(id)))
             .take(limit)
-            .map(|(&id, m)| Spool::view(q, id, m, now))
+            .map(|(id, m, _)| Spool::view(q, id, &m, now))
             .collect())
     }
 
@@ -172,11 +180,9 @@ impl Spool {
     ) -> Result<Vec<MessageView>, SpoolError> {
         let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
         let mut views: Vec<MessageView> = q
-            .messages
-            .iter()
-            .rev()
+            .entries_newest_first(&self.fresh_events)
             .take(n)
-            .map(|(&id, m)| Spool::view(q, id, m, now))
+            .map(|(id, m)| Spool::view(q, id, &m, now))
             .collect();
         views.reverse();
         Ok(views)
@@ -189,8 +195,10 @@ impl Spool {
         now: Millis,
     ) -> Result<MessageView, SpoolError> {
         let q = self.queue(queue).ok_or(SpoolError::QueueNotFound)?;
-        let m = q.messages.get(&id).ok_or(SpoolError::MessageNotFound)?;
-        Ok(Spool::view(q, id, m, now))
+        let m = q
+            .message(id, &self.fresh_events)
+            .ok_or(SpoolError::MessageNotFound)?;
+        Ok(Spool::view(q, id, &m, now))
     }
 
     /// Every message of every queue, for checks in tests and tools.
@@ -198,7 +206,10 @@ impl Spool {
         let mut out: Vec<_> = self
             .queues
             .values()
-            .flat_map(|q| q.messages.iter().map(|(&id, &m)| (q.name.clone(), id, m)))
+            .flat_map(|q| {
+                q.entries_from(MessageId(0), &self.fresh_events)
+                    .map(|(id, m, _)| (q.name.clone(), id, m))
+            })
             .collect();
         out.sort_by_key(|(_, id, _)| *id);
         out
