@@ -9,7 +9,8 @@
 //!
 //! A change that makes today's build misread what an earlier one wrote
 //! fails here. Replicated mode's fixtures are restarted as clusters by
-//! `tests/cluster/fixtures.rs`.
+//! `tests/cluster/fixtures.rs`; the bytes of every record and chunk kind
+//! are pinned by `src/spool/golden_tests.rs`.
 
 use crate::common;
 
