@@ -465,3 +465,85 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 }
+
+/// The golden bytes of both layouts of a membership record (kind 16;
+/// `src/spool/golden_tests.rs` says what golden bytes are for): the
+/// first layout as 139ec3c wrote it, read only; the second as today's
+/// encoder writes it, both ways. The bytes are openraft's serde layout
+/// under postcard, so an upgrade of openraft that changes them fails
+/// here.
+#[cfg(test)]
+mod golden {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::*;
+    use crate::spool::golden_tests::{RECORDS, entry_text, parse};
+
+    /// A replica set of three on `host` (ports 7381 to 7383): each
+    /// member's incarnation and API URL, stored at `log_id`.
+    fn replica_set(log_id: (u64, u64), host: &str, peers: [(u64, &str); 3]) -> StoredMembership {
+        let nodes: BTreeMap<u64, Peer> = (1..=3)
+            .zip(peers)
+            .map(|(id, (incarnation, api_url))| {
+                let peer = Peer {
+                    raft_addr: format!("{host}:{}", 7380 + id),
+                    incarnation,
+                    api_url: api_url.into(),
+                };
+                (id, peer)
+            })
+            .collect();
+        let voters = vec![BTreeSet::from([1, 2, 3])];
+        let membership = openraft::Membership::new(voters, nodes).expect("a membership");
+        StoredMembership::new(Some(LogId::new_term_index(log_id.0, log_id.1)), membership)
+    }
+
+    #[test]
+    fn both_membership_layouts_read_their_golden_bytes() {
+        let file = parse(RECORDS);
+        // The replica sets after the primary pinned its members, as the
+        // records of the cluster fixtures hold them.
+        let v1 = replica_set(
+            (2, 3),
+            "127.38.0.1",
+            [
+                (0x9bf9_9950_f561_5083, ""),
+                (0xfd2f_8a38_3653_f257, ""),
+                (0xd7c2_5fb3_98f3_6299, ""),
+            ],
+        );
+        let v2 = replica_set(
+            (2, 2),
+            "127.38.0.2",
+            [
+                (0x1ae4_88b9_c36c_3569, "http://127.0.0.1:39913"),
+                (0x040a_390e_f5a9_c48d, "http://127.0.0.1:60897"),
+                (0x8810_36c2_a3a7_86db, "http://127.0.0.1:52561"),
+            ],
+        );
+        let written = encode_membership(&v2).unwrap();
+        let record = Record {
+            at: 0,
+            command: Command::RaftMembership {
+                config: written.as_slice().into(),
+            },
+        };
+        let mut body = Vec::new();
+        record.encode(None, &mut body);
+        let what = "raft membership (16): the byte 2, then the replica set with API URLs \
+                    (tests/data/v2-cluster-membership-v2, replica 1, record 3)";
+        let Some((kind::RAFT_MEMBERSHIP, golden)) = file.get("raft-membership-v2") else {
+            let entry = entry_text("raft-membership-v2", what, kind::RAFT_MEMBERSHIP, &body);
+            panic!("missing from tests/data/golden/records.txt:\n\n{entry}");
+        };
+        assert_eq!(*golden, body, "today's encoder writes other bytes");
+        for (name, expected) in [("raft-membership-v1", v1), ("raft-membership-v2", v2)] {
+            let (kind, bytes) = &file[name];
+            let Command::RaftMembership { config } = Record::decode(*kind, bytes).unwrap().command
+            else {
+                panic!("{name} is not a membership record");
+            };
+            assert_eq!(decode_membership(&config).unwrap(), expected, "{name}");
+        }
+    }
+}

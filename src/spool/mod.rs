@@ -35,4 +35,6 @@ pub(crate) use state::{Applied, Leased, Spool, SpoolError};
 pub use state::{Delivered, MessageState, MessageView, QueueStats};
 
 #[cfg(test)]
+pub(crate) mod golden_tests;
+#[cfg(test)]
 mod tests;

@@ -1,8 +1,9 @@
 //! Replicated mode: replicas as real `spoold` processes on loopback
 //! (`common::cluster`), some behind proxies the test cuts and delays
 //! (`common::links`): failover and forwarding, membership changes, faults
-//! beyond the nemesis, the Jepsen-style nemesis, and the cluster port
-//! against someone without the secret.
+//! beyond the nemesis, the Jepsen-style nemesis, the cluster port
+//! against someone without the secret, and clusters that earlier builds
+//! wrote (`tests/data`) restarted by this one.
 //!
 //! One module per subject: `cargo test --test cluster nemesis::` runs one.
 
@@ -11,6 +12,7 @@ mod common;
 
 mod failover;
 mod faults;
+mod fixtures;
 mod membership;
 mod nemesis;
 mod port_attacks;

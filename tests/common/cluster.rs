@@ -36,11 +36,17 @@ impl Replica {
 
 pub struct TestCluster {
     pub replicas: Vec<Replica>,
+    /// The address every replica listens on for replication (its port
+    /// its own): `127.0.0.1`, or a fixture's (`from_fixture`).
+    host: String,
     /// `peers = { … }` of the first start, the same in every config.
     peers: String,
     /// `[spool]` keys, `[cluster]` keys and tables of every config.
     keys: (String, String, String),
     tmp: tempfile::TempDir,
+    /// A fixture's lock on its fixed addresses (`from_fixture`), held
+    /// while its replicas may run: dropped after them.
+    addresses: Option<std::fs::File>,
 }
 
 /// Ports the kernel calls free now (held open together, so they differ).
@@ -67,11 +73,44 @@ impl TestCluster {
         let peer_ports = ports[n..].to_vec();
         let relay_ports = ports[..n].to_vec();
         TestCluster::configured(
+            "127.0.0.1",
             n,
             &ports,
             (&peer_ports, &relay_ports),
             (spool_keys, cluster_keys, tables),
         )
+    }
+
+    /// The replicas of a cluster an earlier build wrote
+    /// (`tests/data/NAME/replica-1`, …; `tests/data/README.md`), each
+    /// spool copied, each replica listening for replication on `host` at
+    /// port 7380 + its node id, where the fixture's stored membership
+    /// names it: openraft dials members at the addresses the membership
+    /// holds, so a restart cannot move them. The APIs get free ports.
+    /// Another test process that runs the same fixture waits for this one
+    /// (a lock on the addresses, held until the cluster is dropped).
+    pub fn from_fixture(name: &str, host: &str) -> TestCluster {
+        let lock = std::env::temp_dir().join(format!("spoold-fixture-{host}.lock"));
+        let lock = std::fs::File::create(lock).unwrap();
+        lock.lock().unwrap();
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let n = std::fs::read_dir(data.join(name)).unwrap().count();
+        let api_ports = free_ports(n);
+        let raft_ports: Vec<u16> = (1..=n as u16).map(|id| 7380 + id).collect();
+        let ports = [api_ports.clone(), raft_ports.clone()].concat();
+        let mut cluster = TestCluster::configured(
+            host,
+            n,
+            &ports,
+            (&raft_ports, &api_ports),
+            ("segment_bytes = \"64KiB\"", "", ""),
+        );
+        for r in &cluster.replicas {
+            let replica = format!("{name}/replica-{}", r.id);
+            super::copy_fixture(&replica, &r.dir.join("spool"));
+        }
+        cluster.addresses = Some(lock);
+        cluster
     }
 
     /// As [`TestCluster::with_spool`], each replica reached by the others
@@ -94,6 +133,7 @@ impl TestCluster {
             .map(|l| l.local_addr().unwrap().port())
             .collect();
         let cluster = TestCluster::configured(
+            "127.0.0.1",
             n,
             &ports,
             (&proxy_ports[..n], &proxy_ports[n..]),
@@ -115,19 +155,22 @@ impl TestCluster {
     /// `relay_ports`: where the others reach each replica's replication
     /// listener and API.
     fn configured(
+        host: &str,
         n: usize,
         ports: &[u16],
         (peer_ports, relay_ports): (&[u16], &[u16]),
         (spool_keys, cluster_keys, tables): (&str, &str, &str),
     ) -> TestCluster {
         let peers: Vec<String> = (0..n)
-            .map(|i| format!("{} = \"127.0.0.1:{}\"", i + 1, peer_ports[i]))
+            .map(|i| format!("{} = \"{host}:{}\"", i + 1, peer_ports[i]))
             .collect();
         let mut cluster = TestCluster {
             replicas: Vec::new(),
+            host: host.into(),
             peers: peers.join(", "),
             keys: (spool_keys.into(), cluster_keys.into(), tables.into()),
             tmp: tempfile::tempdir().unwrap(),
+            addresses: None,
         };
         for i in 0..n {
             let replica = cluster.replica(
@@ -156,12 +199,13 @@ impl TestCluster {
             format!(
                 "[server]\nlisten = \"127.0.0.1:{api_port}\"\n\
                  [spool]\ndir = \"{}\"\n{spool_keys}\n\
-                 [cluster]\nnode_id = {id}\nlisten = \"127.0.0.1:{raft_port}\"\n\
-                 advertise = \"127.0.0.1:{peer_port}\"\n\
+                 [cluster]\nnode_id = {id}\nlisten = \"{host}:{raft_port}\"\n\
+                 advertise = \"{host}:{peer_port}\"\n\
                  api_url = \"http://127.0.0.1:{relay_port}\"\nsecret = \"{SECRET}\"\n\
                  peers = {{ {} }}\n{cluster_keys}\n{tables}\n",
                 dir.join("spool").display(),
-                self.peers
+                self.peers,
+                host = self.host,
             ),
         )
         .unwrap();
@@ -205,7 +249,7 @@ impl TestCluster {
 
     /// The replication address of replica `i`.
     pub fn raft_addr(&self, i: usize) -> String {
-        format!("127.0.0.1:{}", self.replicas[i].peer_port)
+        format!("{}:{}", self.host, self.replicas[i].peer_port)
     }
 
     /// Starts replica `i` (without waiting for it to be ready).

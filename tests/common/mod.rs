@@ -10,7 +10,7 @@ pub mod raw;
 pub mod server;
 pub mod sink;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use spoold::engine::{Engine, EngineOptions, SendRequest};
@@ -45,13 +45,30 @@ pub fn sim_options(sim: &SimStorage, clock: &ManualClock) -> EngineOptions {
     }
 }
 
-/// Copies the files of directory `from` (a spool: no subdirectories) into
-/// `to`, which it creates.
-pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+/// Copies `tests/data/NAME` (a spool an earlier build wrote, or a
+/// directory of them: `tests/data/README.md`) to `to`: a test opens the
+/// copy, since opening a spool changes it.
+pub fn copy_fixture(name: &str, to: &Path) {
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name),
+        to,
+    );
+}
+
+/// Copies directory `from` (a spool, or a directory of them) into `to`,
+/// which it creates.
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
     }
 }
 

@@ -3,7 +3,8 @@
 //! fsync, every row of the recovery table, the model test of every
 //! operation through crashes and power cuts, arbitrary input to replay and
 //! the parsers), and on the real file system (a bounded soak, a spool of
-//! the previous format upgraded).
+//! the previous format upgraded, spools earlier builds of this format
+//! wrote read and written again).
 //!
 //! One module per subject: `cargo test --test engine model::` runs one.
 
@@ -11,6 +12,7 @@
 mod common;
 
 mod end_to_end;
+mod fixtures;
 mod fuzz;
 mod model;
 mod recovery_table;

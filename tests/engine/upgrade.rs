@@ -13,11 +13,6 @@ use std::time::Duration;
 use spoold::engine::{Engine, EngineOptions, SendRequest};
 use spoold::spool::MessageId;
 
-fn copy_fixture(to: &Path) {
-    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v1-spool");
-    common::copy_dir(&from, to);
-}
-
 /// A minute after the fixture was written: its delayed message is due
 /// 1 000 hours after that, whatever today's date.
 const FIXTURE_NOW_MS: i64 = 1_796_045_370_000;
@@ -74,7 +69,7 @@ async fn check_contents(engine: &Engine) {
 async fn a_format_1_spool_is_upgraded_at_start_up_with_everything_it_held() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
-    copy_fixture(&spool);
+    common::copy_fixture("v1-spool", &spool);
     let (engine, _) = Engine::open(options(&spool)).await.unwrap();
     check_contents(&engine).await;
     // The dedup key is remembered, and no id is handed out again.
@@ -114,7 +109,7 @@ async fn a_format_1_spool_is_upgraded_at_start_up_with_everything_it_held() {
 async fn journal_upgrade_converts_a_stopped_spool_and_verify_says_what_it_is() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
-    copy_fixture(&spool);
+    common::copy_fixture("v1-spool", &spool);
     let bin = env!("CARGO_BIN_EXE_spoold");
     let verify = Command::new(bin)
         .args(["journal", "verify", "--dir"])
