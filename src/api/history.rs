@@ -11,8 +11,9 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::ApiError;
-use super::messages::{ANSWER_BYTES_MAX, parse_id};
+use super::messages::parse_id;
 use super::openapi::{MessagePath, QueuePath, Refused, SearchQuery};
+use super::stored::ANSWER_BYTES_MAX;
 use super::view::MessageJson;
 use super::{AppState, query_pairs, view};
 use crate::engine::{Engine, HistoryItem, HistoryQuery};

@@ -21,6 +21,7 @@ use super::openapi::{
     BulkQueryParams, DeadLetterQuery, LeasePath, MessagePath, MessagesBody, PurgeBody, QueuePath,
     Refused, RenewBody, SearchQuery, StoredBody,
 };
+use super::stored::{ANSWER_BYTES_MAX, render_stored};
 use super::view::MessageJson;
 use super::{AppState, WAIT_SECONDS_MAX, query_pairs, read_body, seconds_param, view};
 use crate::engine::{Delivery, Engine, MessageError, SendOutcome, SendRequest};
@@ -38,11 +39,6 @@ const BATCH_MAX: usize = 100;
 /// Default and largest `limit` of a peek (docs/contract.md §4).
 const PEEK_DEFAULT: usize = 50;
 const PEEK_MAX: usize = 1000;
-/// Most bytes of rendered messages in one peek (and in a tail's first
-/// `last`): past it the page ends (with at least one message) and `next`
-/// continues it. A body's bytes may render up to six times larger in
-/// JSON (`\u0000`), so memory is bounded by this, not by `limit`.
-pub(super) const ANSWER_BYTES_MAX: usize = 4 << 20;
 const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
 pub(super) fn header_str<'a>(
@@ -436,31 +432,6 @@ pub(crate) async fn renew(
 #[derive(serde::Serialize)]
 struct Messages<T> {
     messages: Vec<T>,
-}
-
-/// Renders a message with its payload, as peek, get and tail show it.
-pub(super) fn render_stored(
-    state: &AppState,
-    engine: &Engine,
-    queue: &str,
-    v: &crate::spool::MessageView,
-    payload: Option<Payload>,
-) -> Result<Value, MessageError> {
-    let payload = match payload {
-        Some(p) => p,
-        None => engine.payload(queue, v.id)?,
-    };
-    let attempts = engine.attempts(queue, v.id).unwrap_or_default();
-    let rendered = view::render(
-        engine.tokens(),
-        queue,
-        v,
-        &payload,
-        &attempts,
-        &state.config.redact_headers,
-    );
-    // Strings, numbers and string-keyed maps only: this cannot fail.
-    Ok(serde_json::to_value(rendered).expect("bug: a message does not render as JSON"))
 }
 
 /// `GET /v1/queues/{q}/messages?limit=50&after=<id>`

@@ -24,6 +24,7 @@ pub(crate) mod relay;
 pub(crate) mod scrape;
 pub(crate) mod search;
 pub(crate) mod settings;
+pub(crate) mod stored;
 pub(crate) mod view;
 
 use std::sync::{Arc, OnceLock};

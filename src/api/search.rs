@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use super::AppState;
 use super::error::ApiError;
-use super::messages::{ANSWER_BYTES_MAX, render_stored};
+use super::stored::{ANSWER_BYTES_MAX, render_stored};
 use crate::engine::{Engine, MessageError};
 use crate::metrics::{Limit, limit_reached};
 use crate::spool::search::{CONTAINS_BYTES_MAX, SEARCH_SCAN_MAX, Search, Verdict};

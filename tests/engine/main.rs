@@ -12,6 +12,7 @@
 mod common;
 
 mod end_to_end;
+mod fan_out;
 mod fixtures;
 mod fuzz;
 mod model;

@@ -241,8 +241,9 @@ impl Fresh {
         self.iter_from(MessageId(0))
     }
 
-    /// Bytes this line holds for its entries.
-    pub(super) fn capacity_bytes(&self) -> usize {
-        self.line.capacity() * std::mem::size_of::<(MessageId, u32)>()
+    /// Entries, live or marked: what the line's buffer holds (its
+    /// capacity is at most twice this).
+    pub(super) fn entries(&self) -> usize {
+        self.line.len()
     }
 }

@@ -8,8 +8,7 @@
 //! slack (a B-tree's nodes are about half full when keys arrive in order,
 //! a hash map is at most seven eighths full), measured by `bench/run.sh`
 //! (section `fanout`, which sets the account beside the process's RSS in
-//! `docs/performance.md`). A queue's untouched event deliveries
-//! (`fresh.rs`) are counted by the bytes their line holds, exactly.
+//! `docs/performance.md`).
 //!
 //! A queue's share is a function of its collections' lengths, O(1) to
 //! compute: applying a record measures the queues it names before and
@@ -67,7 +66,7 @@ impl Queue {
         let n = |len: usize| len as u64;
         QUEUE_BYTES
             + n(self.messages.len()) * MESSAGE_BYTES
-            + n(self.fresh.capacity_bytes())
+            + n(self.fresh.entries()) * FRESH_DELIVERY_BYTES
             + n(self.leases.len() + self.failures.len() + self.attempts.len()) * SIDE_ENTRY_BYTES
             + n(self.dedup.len()) * DEDUP_KEY_BYTES
             + n(self.history.len()) * HISTORY_ENTRY_BYTES
