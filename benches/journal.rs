@@ -66,6 +66,7 @@ fn request(len: usize) -> SendRequest {
             event: None,
             resent_from: None,
             trace: None,
+            hops: 0,
             body: vec![b'x'; len].into(),
         },
         ..SendRequest::default()

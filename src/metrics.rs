@@ -331,6 +331,9 @@ pub(crate) enum Limit {
     SearchBytes,
     /// A send or event past `spool.max_memory` (507).
     Memory,
+    /// A request that came through more spoold deliveries than allowed
+    /// (508).
+    Hops,
 }
 
 impl Limit {
@@ -342,6 +345,7 @@ impl Limit {
             Limit::SearchTime => "search_time",
             Limit::SearchBytes => "search_bytes",
             Limit::Memory => "memory",
+            Limit::Hops => "hops",
         }
     }
 }

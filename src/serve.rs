@@ -261,8 +261,20 @@ async fn run(
     mut reloads: mpsc::Receiver<Reload>,
 ) -> Result<Outcome, ServeError> {
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    // Where this node answers, as bound (a port 0 becomes a port): never a
+    // push destination (`engine/guard.rs`).
+    let bound: Vec<(SocketAddr, &str)> = [
+        (listener.local_addr().ok(), "this node's API"),
+        (
+            probes.as_ref().and_then(|p| p.local_addr().ok()),
+            "this node's metrics listener",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(addr, what)| Some((addr?, what)))
+    .collect();
     let mut listeners = Listeners::serve(listener, probes, &state, grace);
-    let (engine, report, cluster) = match open_spool(&config).await {
+    let (engine, report, cluster) = match open_spool(&config, &bound).await {
         Ok(Opened::Spool {
             engine,
             report,
@@ -372,8 +384,15 @@ enum Opened {
 /// replica around it, which needs the cluster's secret first. Every failure
 /// ends the start, but a vote that needs repair: that replica stays up to
 /// say so ([`serve_blocked`]).
-async fn open_spool(config: &Config) -> Result<Opened, ServeError> {
+async fn open_spool(config: &Config, bound: &[(SocketAddr, &str)]) -> Result<Opened, ServeError> {
     let options = engine_options(config);
+    for (addr, what) in bound {
+        options
+            .policy
+            .guard
+            .own
+            .add(&addr.ip().to_string(), addr.port(), what);
+    }
     let opened = match &config.cluster {
         None => Engine::open(options)
             .await

@@ -40,6 +40,7 @@ pub fn text_message(body: impl Into<bytes::Bytes>) -> crate::engine::SendRequest
             event: None,
             resent_from: None,
             trace: None,
+            hops: 0,
             body: body.into(),
         },
         ..crate::engine::SendRequest::default()

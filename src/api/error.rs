@@ -37,6 +37,7 @@ pub(crate) const KINDS: &[&str] = &[
     "quorum_at_risk",
     "payload_too_large",
     "too_many_searches",
+    "loop_detected",
     "not_primary",
     "operation_unconfirmed",
     "unavailable",
@@ -235,9 +236,7 @@ impl From<QueueError> for ApiError {
         let message = e.to_string();
         match e {
             QueueError::NotFound { .. } => queue_not_found(message),
-            QueueError::Rule(QueueRuleError::DestinationNotAllowed { .. }) => {
-                ApiError::forbidden(message)
-            }
+            QueueError::Rule(QueueRuleError::Destination(_)) => ApiError::forbidden(message),
             QueueError::Rule(QueueRuleError::Settings(s)) => {
                 ApiError::bad_request(s.describe(Naming::Json))
             }

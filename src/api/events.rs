@@ -69,6 +69,7 @@ pub(crate) async fn publish(
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
     let dedup_key = idempotency_key(headers, "idempotency-key")?;
+    let hops = super::hops::incoming_hops(headers)?;
     let body = read_body(&state, headers, body).await?;
     let request = match header_str(headers, "spooler-event-type")? {
         Some(event_type) => EventRequest {
@@ -80,6 +81,7 @@ pub(crate) async fn publish(
                 event: None,
                 resent_from: None,
                 trace: None,
+                hops,
                 body,
             },
             dedup_key,
@@ -106,6 +108,7 @@ pub(crate) async fn publish(
                     event: None,
                     resent_from: None,
                     trace: None,
+                    hops,
                     body: payload.into(),
                 },
                 dedup_key,

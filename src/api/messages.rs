@@ -17,6 +17,7 @@ use tracing::Instrument;
 use super::error::ApiError;
 use super::filter::{BulkQuery, take_term};
 use super::forward::{resolve_path, stored_headers};
+use super::hops::incoming_hops;
 use super::openapi::{
     BulkQueryParams, DeadLetterQuery, LeasePath, MessagePath, MessagesBody, PurgeBody, QueuePath,
     Refused, RenewBody, SearchQuery, StoredBody,
@@ -144,6 +145,7 @@ pub(crate) async fn send(
             event: None,
             resent_from: None,
             trace: incoming_trace(headers),
+            hops: incoming_hops(headers)?,
             body: read_body(&state, headers, body).await?,
         },
     };
@@ -207,6 +209,7 @@ pub(crate) async fn forward(
             event: None,
             resent_from: None,
             trace: incoming_trace(headers),
+            hops: incoming_hops(headers)?,
             body: read_body(&state, headers, body).await?,
         },
     };

@@ -15,6 +15,7 @@ pub(crate) mod examples;
 pub(crate) mod filter;
 pub(crate) mod forward;
 pub(crate) mod history;
+pub(crate) mod hops;
 pub(crate) mod messages;
 pub(crate) mod openapi;
 pub(crate) mod params;

@@ -387,7 +387,8 @@ fn origin(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spool::queue::{destination_host, host_allowed};
+    use crate::engine::guard::{Guard, OwnEndpoints};
+    use crate::spool::queue::destination_host;
 
     #[test]
     fn put_bodies_default_what_they_omit_but_keep_the_secret() {
@@ -509,49 +510,48 @@ mod tests {
 
     #[test]
     fn destinations_are_checked_and_matched() {
+        let host = |dest: &str| destination_host(dest).map(|(h, _)| h);
         assert_eq!(
             destination_host("https://Api.Example.com:8443/h").unwrap(),
-            "api.example.com"
+            ("api.example.com".to_string(), 8443)
         );
-        assert_eq!(destination_host("http://[::1]:80").unwrap(), "::1");
-        assert!(destination_host("https://x.example.com/h?a=1").is_err());
-        // What the client dials, not how it was written.
-        assert_eq!(destination_host("http://2130706433/").unwrap(), "127.0.0.1");
-        assert_eq!(destination_host("http://127.1/").unwrap(), "127.0.0.1");
         assert_eq!(
-            destination_host("https://HOOKS.Example.COM./x").unwrap(),
+            destination_host("http://[::1]:80").unwrap(),
+            ("::1".into(), 80)
+        );
+        assert_eq!(destination_host("https://a.example.com/").unwrap().1, 443);
+        assert!(host("https://x.example.com/h?a=1").is_err());
+        // What the client dials, not how it was written.
+        assert_eq!(host("http://2130706433/").unwrap(), "127.0.0.1");
+        assert_eq!(host("http://127.1/").unwrap(), "127.0.0.1");
+        assert_eq!(
+            host("https://HOOKS.Example.COM./x").unwrap(),
             "hooks.example.com"
         );
-        assert_eq!(
-            destination_host("http://[::ffff:127.0.0.1]/").unwrap(),
-            "::ffff:7f00:1"
-        );
-        assert!(destination_host("ftp://x").is_err());
-        assert!(destination_host("https://user@x").is_err());
+        assert_eq!(host("http://[::ffff:127.0.0.1]/").unwrap(), "::ffff:7f00:1");
+        assert!(host("ftp://x").is_err());
+        assert!(host("https://user@x").is_err());
         let allowed = vec!["*.example.com".to_string(), "127.0.0.1".to_string()];
-        assert!(host_allowed("api.example.com", &allowed));
-        assert!(!host_allowed("example.com", &allowed));
-        assert!(!host_allowed("evilexample.com", &allowed));
-        assert!(host_allowed("127.0.0.1", &allowed));
+        let guard = Guard::new(Some(&allowed), OwnEndpoints::default());
+        let allowed = |dest: &str| {
+            destination_host(dest).is_ok_and(|(h, port)| guard.check_destination(&h, port).is_ok())
+        };
+        assert!(allowed("https://api.example.com/"));
+        assert!(allowed("http://127.0.0.1/"));
+        // The same address written as IPv4 mapped into IPv6, or in decimal.
+        assert!(allowed("http://[::ffff:127.0.0.1]/"));
+        assert!(allowed("http://2130706433/"));
         // Bypass attempts: each resolves to a host the list does not allow.
         for dest in [
+            "https://example.com/",
+            "https://evilexample.com/",
             "https://hooks.example.com.evil.org/",
             "https://evil.org#.example.com",
             "https://evil.org/.example.com",
             "http://0x7f.0.0.2/",
-            "http://[::ffff:127.0.0.1]/",
-            "https://example.com/",
+            "https://hooks.example.com@evil.org/",
         ] {
-            let allowed_now = destination_host(dest).is_ok_and(|h| host_allowed(&h, &allowed));
-            assert!(!allowed_now, "{dest} slipped through");
+            assert!(!allowed(dest), "{dest} slipped through");
         }
-        assert!(
-            destination_host("https://hooks.example.com@evil.org/").is_err(),
-            "user info"
-        );
-        assert!(
-            host_allowed(&destination_host("http://2130706433/").unwrap(), &allowed),
-            "decimal 127.0.0.1"
-        );
     }
 }

@@ -67,7 +67,31 @@ pub(super) fn start(
             network.clone(),
             (config.node_id, incarnation, config.api_url.clone()),
         )),
+        tokio::spawn(own_members(raft.clone(), engine.clone())),
     ]
+}
+
+/// Keeps every member's API URL and cluster address among what a push
+/// destination may never be (`engine/guard.rs`): a delivery to a peer's
+/// API is relayed back to the primary, a loop like one to this node's.
+async fn own_members(raft: Raft, engine: Engine) {
+    let mut metrics = raft.metrics();
+    let mut known = None;
+    loop {
+        let membership = metrics.borrow_watched().membership_config.clone();
+        if known.as_ref() != Some(&membership) {
+            let own = &engine.guard().own;
+            own.remove_prefixed("member ");
+            for (id, peer) in membership.membership().nodes() {
+                own.add_url(&peer.api_url, &format!("member {id}'s API"));
+                own.add_addr(&peer.raft_addr, &format!("member {id}'s cluster port"));
+            }
+            known = Some(membership);
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// The leader lease: openraft lets no follower vote for another

@@ -8,6 +8,7 @@ use super::lines::{KeyLines, at_line};
 use super::secret_shape;
 use super::shape::Config;
 use super::units::{format_duration_ms, format_size};
+use crate::engine::guard::{Guard, OwnEndpoints, check_allowed_destinations};
 use crate::engine::rules::{self, Origin, Policy, QueueRuleError};
 use crate::journal::format::RECORD_BODY_MAX_BYTES;
 use crate::listen::HEADER_BYTES_MAX;
@@ -200,6 +201,14 @@ impl Config {
                 i + 1
             ));
         }
+        if let Some(allowed) = &self.server.allowed_destinations
+            && let Err(why) = check_allowed_destinations(allowed)
+        {
+            return Err(format!(
+                "{}server.allowed_destinations: {why}",
+                keys.at(&["server", "allowed_destinations"])
+            ));
+        }
         for header in &self.server.redact_headers {
             if header.is_empty() || header.bytes().any(|b| b.is_ascii_whitespace() || b == b':') {
                 return Err(format!(
@@ -223,7 +232,7 @@ impl Config {
             let field = match &e {
                 QueueRuleError::Settings(s) => Some(s.field),
                 QueueRuleError::File { field, .. } => Some(*field),
-                QueueRuleError::DestinationNotAllowed { .. } => Some(Field::Destination),
+                QueueRuleError::Destination(_) => Some(Field::Destination),
                 QueueRuleError::Name { .. } | QueueRuleError::FileOverApi { .. } => None,
             };
             let mut path = vec!["queues", name.as_str()];
@@ -238,10 +247,28 @@ impl Config {
         Ok(())
     }
 
-    /// What the server allows any queue, from `[server]`.
+    /// What the server allows any queue, from `[server]`, and what a
+    /// destination may never be: this node's addresses as the config
+    /// writes them, and its peers' (the server adds its listeners as
+    /// bound, and the members' API URLs as the cluster learns them).
     pub fn policy(&self) -> Policy {
+        let own = OwnEndpoints::default();
+        own.add_addr(&self.server.listen, "this node's API");
+        if let Some(metrics) = &self.server.metrics_listen {
+            own.add_addr(metrics, "this node's metrics listener");
+        }
+        if let Some(cluster) = &self.cluster {
+            own.add_addr(&cluster.listen, "this node's cluster port");
+            if let Some(advertise) = &cluster.advertise {
+                own.add_addr(advertise, "this node's cluster port");
+            }
+            own.add_url(&cluster.api_url, "this node's API");
+            for (id, addr) in &cluster.peers {
+                own.add_addr(addr, &format!("peer {id}'s cluster port"));
+            }
+        }
         Policy {
-            allowed_destinations: self.server.allowed_destinations.clone(),
+            guard: Guard::new(self.server.allowed_destinations.as_deref(), own),
             max_event_subscribers: self.events.max_subscribers,
             event_dedup_window_ms: self.events.dedup_window_ms,
         }

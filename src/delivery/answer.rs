@@ -26,3 +26,15 @@ impl From<String> for SendError {
         }
     }
 }
+
+/// An error and every error under it, as one line (`dns error: … resolves
+/// only to …`): what an attempt records.
+pub(super) fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}

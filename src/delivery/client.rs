@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use reqwest::{Certificate, Client, Identity, redirect, retry};
 
+use super::resolve::GuardedResolver;
+use crate::engine::guard::Guard;
 use crate::spool::QueueSettings;
 use crate::tls::{install_crypto_provider, read_tls_file};
 
@@ -28,12 +30,20 @@ pub(super) const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VER
 type TlsKey = (Option<String>, Option<String>, Option<String>);
 
 /// The clients built so far, by TLS configuration.
-#[derive(Default)]
 pub(crate) struct Clients {
     built: HashMap<TlsKey, Client>,
+    /// What a destination may reach: every name is resolved through it.
+    guard: Guard,
 }
 
 impl Clients {
+    pub(crate) fn new(guard: Guard) -> Clients {
+        Clients {
+            built: HashMap::new(),
+            guard,
+        }
+    }
+
     /// The client for a queue's settings: shared with every queue of the
     /// same TLS configuration (a reqwest client is a handle on its pool).
     pub(crate) fn for_settings(&mut self, settings: &QueueSettings) -> Result<Client, String> {
@@ -45,16 +55,17 @@ impl Clients {
         if let Some(client) = self.built.get(&key) {
             return Ok(client.clone());
         }
-        let client = build(settings)?;
+        let client = build(settings, &self.guard)?;
         self.built.insert(key, client.clone());
         Ok(client)
     }
 }
 
-/// A client for a queue's TLS settings.
-pub(crate) fn build(settings: &QueueSettings) -> Result<Client, String> {
+/// A client for a queue's TLS settings, resolving names through `guard`.
+pub(crate) fn build(settings: &QueueSettings, guard: &Guard) -> Result<Client, String> {
     install_crypto_provider();
     let mut builder = Client::builder()
+        .dns_resolver(GuardedResolver::new(guard.clone()))
         .redirect(redirect::Policy::none())
         // Every attempt is the worker's: recorded, counted and backed off.
         // (reqwest's default retries HTTP/2 refusals itself, and to be able

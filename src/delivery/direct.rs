@@ -35,8 +35,10 @@ use reqwest::Url;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
-use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError};
+use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError, with_sources};
 use super::client::{CONNECT_TIMEOUT_MAX, POOL_IDLE_TIMEOUT, USER_AGENT_VALUE};
+use super::resolve::GuardedResolver;
+use crate::engine::guard::Guard;
 use crate::metrics::AttemptClass;
 
 /// Most bytes of a response body read to keep its connection: a larger
@@ -51,9 +53,12 @@ const HTTP_PROXY_VARS: [&str; 4] = ["http_proxy", "HTTP_PROXY", "all_proxy", "AL
 pub(crate) struct Direct {
     /// `http://host:port`, what the connector dials.
     origin: Uri,
-    /// DNS, then TCP to each address (IPv6 and IPv4 raced after 300 ms,
-    /// "happy eyeballs"), as reqwest does.
-    connector: HttpConnector,
+    /// DNS (through the destination guard), then TCP to each address
+    /// (IPv6 and IPv4 raced after 300 ms, "happy eyeballs"), as reqwest
+    /// does.
+    connector: HttpConnector<GuardedResolver>,
+    /// Checks where each new connection landed: never on spoold itself.
+    guard: Guard,
     /// The `Host` header: the destination's host, and its port unless 80.
     host_header: HeaderValue,
     /// Each with the moment it was left idle.
@@ -65,19 +70,29 @@ pub(crate) struct Direct {
 /// by host. Kept past the queues' dispatchers (which end about 5 s after
 /// their queue empties), so that idle connections outlive a quiet spell,
 /// up to [`POOL_IDLE_TIMEOUT`].
-#[derive(Default)]
 pub(crate) struct Ways {
     by_origin: HashMap<(Uri, HeaderValue), Arc<Direct>>,
+    guard: Guard,
 }
 
 impl Ways {
+    pub(crate) fn new(guard: Guard) -> Ways {
+        Ways {
+            by_origin: HashMap::new(),
+            guard,
+        }
+    }
+
     /// The direct way to `destination`, if it has one.
     pub(crate) fn to(&mut self, destination: Option<&Url>) -> Option<Arc<Direct>> {
         let key = destination.and_then(origin)?;
+        let guard = &self.guard;
         let way = self
             .by_origin
             .entry(key)
-            .or_insert_with_key(|(origin, host_header)| Arc::new(Direct::new(origin, host_header)));
+            .or_insert_with_key(|(origin, host_header)| {
+                Arc::new(Direct::new(origin, host_header, guard))
+            });
         Some(way.clone())
     }
 
@@ -113,13 +128,14 @@ enum Exchange {
 }
 
 impl Direct {
-    fn new(origin: &Uri, host_header: &HeaderValue) -> Direct {
-        let mut connector = HttpConnector::new();
+    fn new(origin: &Uri, host_header: &HeaderValue, guard: &Guard) -> Direct {
+        let mut connector = HttpConnector::new_with_resolver(GuardedResolver::new(guard.clone()));
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT_MAX));
         Direct {
             origin: origin.clone(),
             connector,
+            guard: guard.clone(),
             host_header: host_header.clone(),
             idle: Mutex::new(Vec::new()),
         }
@@ -216,9 +232,9 @@ impl Direct {
     }
 
     async fn connect(&self) -> Result<Conn, SendError> {
-        let connect_error = |e: &dyn std::fmt::Display| SendError {
+        let connect_error = |e: &dyn std::error::Error| SendError {
             class: AttemptClass::Connect,
-            text: format!("connect error: {e}"),
+            text: format!("connect error: {}", with_sources(e)),
         };
         let stream = self
             .connector
@@ -226,6 +242,12 @@ impl Direct {
             .call(self.origin.clone())
             .await
             .map_err(|e| connect_error(&e))?;
+        let tcp = stream.inner();
+        if let (Ok(peer), Ok(local)) = (tcp.peer_addr(), tcp.local_addr()) {
+            self.guard
+                .check_connected(peer, local.ip())
+                .map_err(|refused| connect_error(&refused))?;
+        }
         let (sender, driver) = http1::handshake(stream)
             .await
             .map_err(|e| connect_error(&e))?;

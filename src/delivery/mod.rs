@@ -17,6 +17,7 @@ pub(crate) mod answer;
 pub(crate) mod backoff;
 pub(crate) mod client;
 pub(crate) mod direct;
+pub(crate) mod resolve;
 pub(crate) mod send;
 pub(crate) mod shared;
 pub(crate) mod signing;
@@ -112,12 +113,13 @@ const PRUNE_MIN: usize = 256;
 
 impl Pools {
     fn new(engine: Engine, drain: bool, redact_headers: Vec<String>) -> Pools {
+        let guard = engine.guard().clone();
         Pools {
             engine,
             drain,
             redact_headers: Arc::new(redact_headers),
-            clients: client::Clients::default(),
-            ways: direct::Ways::default(),
+            clients: client::Clients::new(guard.clone()),
+            ways: direct::Ways::new(guard),
             running: HashMap::new(),
             retired: Vec::new(),
             prune_at: PRUNE_MIN,

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, Method, Url};
 
-use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError};
+use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError, with_sources};
 use super::shared::QueueShared;
 use super::signing::signature_header;
 use crate::engine::PushDelivery;
@@ -59,6 +59,10 @@ pub(super) async fn send(
         "spooler-retry-count",
         &d.retry_count.to_string(),
     );
+    // One spoold delivery more than the message came through: a spoold
+    // that receives it counts on (`api/hops.rs`).
+    let hops = d.payload.hops.saturating_add(1).to_string();
+    put(&mut headers, "spooler-hops", &hops);
     if let Some(trace) = crate::telemetry::outgoing(d.payload.trace.as_deref()) {
         put(&mut headers, "traceparent", &trace);
     }
@@ -141,11 +145,6 @@ fn describe(e: reqwest::Error) -> SendError {
     } else {
         (AttemptClass::Error, "error")
     };
-    let mut text = format!("{kind}: {e}");
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
+    let text = format!("{kind}: {}", with_sources(&e));
     SendError { class, text }
 }

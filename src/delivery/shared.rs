@@ -79,8 +79,20 @@ impl QueueShared {
             };
             Some(RateLimiter::direct(quota))
         });
+        // Checked when set; again here for settings written before a
+        // rule of the guard, or before this node's addresses were known.
         let destination = match &settings.destination {
-            Some(d) => Destination::parse(d),
+            Some(d) => Destination::parse(d).and_then(|dest| {
+                let url = dest.url();
+                let host = url.host_str().unwrap_or_default();
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let port = url.port_or_known_default().unwrap_or(80);
+                engine
+                    .guard()
+                    .check_destination(&host.to_ascii_lowercase(), port)
+                    .map_err(|refused| refused.to_string())?;
+                Ok(dest)
+            }),
             None => Err("queue has no destination".to_string()),
         };
         let direct = ways.to(destination.as_ref().ok().map(Destination::url));

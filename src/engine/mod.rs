@@ -32,6 +32,7 @@ pub(crate) mod compact;
 mod core;
 pub(crate) mod error;
 mod events;
+pub(crate) mod guard;
 mod history;
 mod lease;
 mod messages;
@@ -335,6 +336,12 @@ impl Engine {
             });
         }
         Ok(())
+    }
+
+    /// What a destination may reach (`guard.rs`): deliveries check every
+    /// address they connect to with it.
+    pub(crate) fn guard(&self) -> &guard::Guard {
+        &self.inner.policy.guard
     }
 
     /// The journal writer's counters (batches = fsyncs, records).

@@ -10,8 +10,9 @@
 
 use std::path::Path;
 
+use super::guard::{Guard, Refusal};
 use crate::spool::queue::{
-    Field, QueueSettings, SettingsError, destination_host, host_allowed, valid_queue_name,
+    Field, QueueSettings, SettingsError, destination_host, valid_queue_name,
 };
 use crate::tls::tls_file;
 
@@ -27,9 +28,9 @@ pub enum Origin {
 /// What the server's configuration allows any queue, and any event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
-    /// Host patterns a destination must match (`*.example.com`); `None`:
-    /// any host.
-    pub allowed_destinations: Option<Vec<String>>,
+    /// Which addresses a destination may reach (`server.allowed_destinations`,
+    /// never this node itself; `guard.rs`).
+    pub guard: Guard,
     /// Most queues one event may go to (`events.max_subscribers`): an event
     /// that more queues subscribe to is refused.
     pub max_event_subscribers: usize,
@@ -45,7 +46,7 @@ pub(crate) const EVENT_DEDUP_WINDOW_MS_DEFAULT: u64 = 24 * 3_600_000;
 impl Default for Policy {
     fn default() -> Policy {
         Policy {
-            allowed_destinations: None,
+            guard: Guard::default(),
             max_event_subscribers: MAX_EVENT_SUBSCRIBERS_DEFAULT,
             event_dedup_window_ms: EVENT_DEDUP_WINDOW_MS_DEFAULT,
         }
@@ -60,9 +61,10 @@ pub enum QueueRuleError {
     /// A setting out of its bounds.
     #[error(transparent)]
     Settings(#[from] SettingsError),
-    /// `server.allowed_destinations` does not match the destination.
-    #[error("destination host {host} is not in server.allowed_destinations")]
-    DestinationNotAllowed { host: String },
+    /// A destination the guard refuses: spoold itself, a link-local or
+    /// metadata address, or one `server.allowed_destinations` leaves out.
+    #[error(transparent)]
+    Destination(#[from] Refusal),
     /// Files on the local disk are named in the config file only: over
     /// the API a caller could make spoold read any path (a FIFO, a
     /// device) and learn from the answer whether it exists.
@@ -87,14 +89,12 @@ pub(crate) fn check(
         });
     }
     settings.validate()?;
-    if let (Some(dest), Some(allowed)) = (&settings.destination, &policy.allowed_destinations) {
-        let host = destination_host(dest).map_err(|problem| SettingsError {
+    if let Some(dest) = &settings.destination {
+        let (host, port) = destination_host(dest).map_err(|problem| SettingsError {
             field: Field::Destination,
             problem,
         })?;
-        if !host_allowed(&host, allowed) {
-            return Err(QueueRuleError::DestinationNotAllowed { host });
-        }
+        policy.guard.check_destination(&host, port)?;
     }
     for (field, path) in [
         (Field::CaFile, &settings.ca_file),

@@ -159,6 +159,9 @@ pub struct Payload {
     /// The W3C `traceparent` its delivery attempts continue (a send's or
     /// forward's; docs/contract.md §8).
     pub trace: Option<String>,
+    /// How many spoold deliveries the message came through
+    /// (`Spooler-Hops`, `api/hops.rs`): its own deliveries say one more.
+    pub hops: u8,
     /// Shared, not copied: the HTTP layer's buffer goes straight into the
     /// journal record, and a delivery attempt clones a reference.
     pub body: Bytes,

@@ -505,6 +505,34 @@ fn records() -> Vec<Golden> {
                 ids: vec![MessageId(7), MessageId(9)],
             },
         ),
+        golden(
+            "enqueue-trace-hops",
+            "enqueue (4) that came through 3 spoold deliveries (flag bit 3: a u8 at the very end, after the traceparent)",
+            enqueue(11, None),
+        )
+        .carrying(Payload {
+            trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            hops: 3,
+            ..text("relayed")
+        }),
+        golden(
+            "event-hops",
+            "event (18) that came through 2 spoold deliveries (flag bit 2: a u8 after the payload)",
+            event(None, None),
+        )
+        .carrying(Payload {
+            hops: 2,
+            ..event_payload(None)
+        }),
+        golden(
+            "resend-hops",
+            "resend (19) of a message that came through 5 spoold deliveries (flag bit 3: a u8 after the payload)",
+            resend(),
+        )
+        .carrying(Payload {
+            hops: 5,
+            ..resent(None, None)
+        }),
     ]
 }
 

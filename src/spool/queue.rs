@@ -594,7 +594,7 @@ fn signing_secret_ok(secret: &str) -> Result<(), String> {
 /// standard normalises it (lower case, `http://2130706433` is 127.0.0.1,
 /// IPv6 without brackets, no trailing dot), so that `allowed_destinations`
 /// judges exactly what is dialled.
-pub(crate) fn destination_host(dest: &str) -> Result<String, String> {
+pub(crate) fn destination_host(dest: &str) -> Result<(String, u16), String> {
     let bad = |why: &str| Err(format!("{dest:?} is not usable: {why}"));
     let url = match url::Url::parse(dest) {
         Ok(url) => url,
@@ -622,19 +622,8 @@ pub(crate) fn destination_host(dest: &str) -> Result<String, String> {
     if host.is_empty() {
         return bad("it needs a host");
     }
-    Ok(host.to_ascii_lowercase())
-}
-
-/// Whether `host` matches one of `patterns` (`*.example.com` matches any
-/// subdomain of example.com; anything else matches exactly).
-pub(crate) fn host_allowed(host: &str, patterns: &[String]) -> bool {
-    patterns.iter().any(|p| {
-        let p = p.to_ascii_lowercase();
-        match p.strip_prefix("*.") {
-            Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
-            None => host == p,
-        }
-    })
+    let port = url.port_or_known_default().unwrap_or(80);
+    Ok((host.to_ascii_lowercase(), port))
 }
 
 #[cfg(test)]

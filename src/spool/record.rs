@@ -56,13 +56,21 @@ const ENQUEUE_HAS_REQUEST: u8 = 2;
 /// A `traceparent` str16 follows the payload (at the end, so that a
 /// reader that does not know the bit reads the rest as before).
 const ENQUEUE_HAS_TRACE: u8 = 4;
-/// An event's flags: it carries a dedup key hash; a tenant.
+/// A hop count u8 follows everything else (after the trace, if any), for
+/// the same reason: a build before it reads the record as a message that
+/// came through no spoold.
+const ENQUEUE_HAS_HOPS: u8 = 8;
+/// An event's flags: it carries a dedup key hash; a tenant; a hop count
+/// (a u8 after the payload).
 const EVENT_HAS_DEDUP: u8 = 1;
 const EVENT_HAS_TENANT: u8 = 2;
-/// A resend's flags: a stored request; an event tag; its tenant.
+const EVENT_HAS_HOPS: u8 = 4;
+/// A resend's flags: a stored request; an event tag; its tenant; a hop
+/// count (a u8 after the payload).
 const RESEND_HAS_REQUEST: u8 = 1;
 const RESEND_HAS_EVENT: u8 = 2;
 const RESEND_HAS_TENANT: u8 = 4;
+const RESEND_HAS_HOPS: u8 = 8;
 
 impl Record<'_> {
     pub fn kind(&self) -> u8 {
@@ -124,6 +132,9 @@ impl Record<'_> {
                 if payload.trace.is_some() {
                     flags |= ENQUEUE_HAS_TRACE;
                 }
+                if payload.hops > 0 {
+                    flags |= ENQUEUE_HAS_HOPS;
+                }
                 out.push(flags);
                 put_u64(out, meta.dedup_hash.unwrap_or(0));
                 put_str16(out, &meta.queue);
@@ -134,6 +145,9 @@ impl Record<'_> {
                 put_bytes32(out, &payload.body);
                 if let Some(trace) = &payload.trace {
                     put_str16(out, trace);
+                }
+                if payload.hops > 0 {
+                    out.push(payload.hops);
                 }
             }
             Command::Event(meta) => {
@@ -146,6 +160,9 @@ impl Record<'_> {
                 }
                 if meta.tenant.is_some() {
                     flags |= EVENT_HAS_TENANT;
+                }
+                if payload.hops > 0 {
+                    flags |= EVENT_HAS_HOPS;
                 }
                 out.push(flags);
                 put_u64(out, meta.dedup_hash.unwrap_or(0));
@@ -160,6 +177,9 @@ impl Record<'_> {
                 }
                 put_str16(out, &payload.content_type);
                 put_bytes32(out, &payload.body);
+                if payload.hops > 0 {
+                    out.push(payload.hops);
+                }
             }
             Command::Resend {
                 queue,
@@ -182,6 +202,9 @@ impl Record<'_> {
                         flags |= RESEND_HAS_TENANT;
                     }
                 }
+                if payload.hops > 0 {
+                    flags |= RESEND_HAS_HOPS;
+                }
                 out.push(flags);
                 put_str16(out, &payload.content_type);
                 if let Some(req) = &payload.request {
@@ -195,6 +218,9 @@ impl Record<'_> {
                     }
                 }
                 put_bytes32(out, &payload.body);
+                if payload.hops > 0 {
+                    out.push(payload.hops);
+                }
             }
             Command::HistoryDrop { queue, ids } => {
                 put_str16(out, queue);
@@ -300,7 +326,7 @@ impl Record<'_> {
                 paused: r.u8()? != 0,
             },
             kind::ENQUEUE => Command::Enqueue(read_enqueue_head(&mut r)?.0),
-            kind::EVENT => Command::Event(read_event_head(&mut r)?),
+            kind::EVENT => Command::Event(read_event_head(&mut r)?.0),
             kind::RESEND => Command::Resend {
                 queue: Cow::Borrowed(r.str16()?),
                 id: r.id()?,
@@ -457,9 +483,9 @@ fn read_request(r: &mut Reader<'_>) -> Result<StoredRequest, DecodeError> {
     })
 }
 
-/// An event body after its `at`, up to its payload. The one reader of
-/// this layout.
-fn read_event_head<'a>(r: &mut Reader<'a>) -> Result<EventMeta<'a>, DecodeError> {
+/// An event body after its `at`, up to its payload, and its flags. The
+/// one reader of this layout.
+fn read_event_head<'a>(r: &mut Reader<'a>) -> Result<(EventMeta<'a>, u8), DecodeError> {
     let id = r.id()?;
     let visible_at = r.i64()?;
     let flags = r.u8()?;
@@ -475,14 +501,15 @@ fn read_event_head<'a>(r: &mut Reader<'a>) -> Result<EventMeta<'a>, DecodeError>
     for _ in 0..n {
         deliveries.push((Cow::Borrowed(r.str16()?), r.id()?));
     }
-    Ok(EventMeta {
+    let meta = EventMeta {
         id,
         event_type,
         tenant,
         visible_at,
         dedup_hash: (flags & EVENT_HAS_DEDUP != 0).then_some(hash),
         deliveries,
-    })
+    };
+    Ok((meta, flags))
 }
 
 /// Decodes the attempts of an attempt record's body.
@@ -535,19 +562,30 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
             None
         };
         let body = Bytes::copy_from_slice(r.bytes32()?);
+        let hops = if flags & RESEND_HAS_HOPS != 0 {
+            r.u8()?
+        } else {
+            0
+        };
         return Ok(Payload {
             content_type,
             request,
             event,
             resent_from: Some(from),
             trace: None,
+            hops,
             body,
         });
     }
     if record_kind == kind::EVENT {
-        let meta = read_event_head(&mut r)?;
+        let (meta, flags) = read_event_head(&mut r)?;
         let content_type = r.str16()?.to_owned();
         let body = Bytes::copy_from_slice(r.bytes32()?);
+        let hops = if flags & EVENT_HAS_HOPS != 0 {
+            r.u8()?
+        } else {
+            0
+        };
         return Ok(Payload {
             content_type,
             request: None,
@@ -558,6 +596,7 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
             }),
             resent_from: None,
             trace: None,
+            hops,
             body,
         });
     }
@@ -574,12 +613,18 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
     } else {
         None
     };
+    let hops = if flags & ENQUEUE_HAS_HOPS != 0 {
+        r.u8()?
+    } else {
+        0
+    };
     Ok(Payload {
         content_type,
         request,
         event: None,
         resent_from: None,
         trace,
+        hops,
         body,
     })
 }
@@ -697,6 +742,7 @@ mod tests {
             event: None,
             resent_from: None,
             trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            hops: 0,
             body: Bytes::from_static(b"{\"a\":1}"),
         };
         let record = Record {
@@ -722,6 +768,7 @@ mod tests {
             event: None,
             resent_from: None,
             trace: None,
+            hops: 0,
             body: Bytes::from_static(b"{\"invoice\":7}"),
         };
         for tenant in [None, Some(Cow::Borrowed("cus_42"))] {

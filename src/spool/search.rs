@@ -263,6 +263,7 @@ mod tests {
             }),
             resent_from: None,
             trace: None,
+            hops: 0,
             body: Bytes::copy_from_slice(body.as_bytes()),
         }
     }

@@ -30,6 +30,7 @@ async fn send_receive_ack_reads_the_payload_back_from_disk() {
             event: None,
             resent_from: None,
             trace: None,
+            hops: 0,
             body: b"{\"n\":1}".to_vec().into(),
         },
         ..SendRequest::default()

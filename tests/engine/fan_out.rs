@@ -24,6 +24,7 @@ fn event(n: usize) -> EventRequest {
             event: None,
             resent_from: None,
             trace: None,
+            hops: 0,
             body: format!("{{\"n\": {n}}}").into_bytes().into(),
         },
         dedup_key: None,

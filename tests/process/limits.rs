@@ -412,3 +412,168 @@ async fn fan_out_memory_has_a_bound_that_replay_keeps() {
         .unwrap();
     assert_eq!(accepted.status(), 202);
 }
+
+/// Finding 5: two push queues whose destinations were this node's own
+/// `/v1/events` republished each other's deliveries: one publish became
+/// 116 155 events in 17 s, and went on after a restart. A destination at
+/// this node (its API, by address or `localhost`), at a link-local or
+/// metadata address (unless a listed range holds it), or resolving only
+/// outside the listed ranges, is refused; what no address check can see
+/// (a loop through another spoold) stops at `Spooler-Hops`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_never_loop_through_spoold_nor_reach_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let spoold = common::process::start(dir.path()).await;
+    let api = spoold.api();
+    let port = api.addr().rsplit_once(':').unwrap().1.to_owned();
+    for destination in [
+        format!("http://127.0.0.1:{port}/v1/events"),
+        format!("http://localhost:{port}/v1/events"),
+        format!("http://[::ffff:127.0.0.1]:{port}/v1/events"),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+        "http://[fd00:ec2::254]/".to_string(),
+        "http://[::ffff:a9fe:a9fe]/".to_string(),
+    ] {
+        let r = api
+            .put_queue(
+                "loop",
+                serde_json::json!({"destination": destination, "events": ["loop.>"]}),
+            )
+            .await;
+        assert_eq!(r.status(), 403, "{destination}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["kind"], "forbidden", "{destination}: {body}");
+    }
+    let r = api
+        .put_queue(
+            "loop",
+            serde_json::json!({"destination": format!("http://127.0.0.1:{port}/v1/events")}),
+        )
+        .await;
+    let said: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        said["message"]
+            .as_str()
+            .unwrap()
+            .contains("this node's API"),
+        "{said}"
+    );
+    drop(spoold);
+
+    // An operator may allow a metadata address by its range; a name is
+    // checked by what it resolves to when a delivery connects.
+    let (sink, sink_url) = common::sink::Sink::start().await;
+    let sink_port = sink_url
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .trim_end_matches('/')
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let spoold = common::process::start_with(
+        dir.path(),
+        "allowed_destinations = [\"*\", \"169.254.169.254/32\"]",
+        "",
+    )
+    .await;
+    let made = spoold
+        .api()
+        .put_queue(
+            "metadata",
+            serde_json::json!({"destination": "http://169.254.169.254/"}),
+        )
+        .await;
+    assert_eq!(made.status(), 201);
+    drop(spoold);
+    let dir = tempfile::tempdir().unwrap();
+    let spoold =
+        common::process::start_with(dir.path(), "allowed_destinations = [\"10.0.0.0/8\"]", "")
+            .await;
+    let api = spoold.api();
+    let made = api
+        .put_queue(
+            "named",
+            serde_json::json!({"destination": format!("http://localhost:{sink_port}/hook")}),
+        )
+        .await;
+    assert_eq!(made.status(), 201, "a name may resolve into a listed range");
+    let sent = api
+        .req(Method::POST, "/v1/queues/named/messages")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 201);
+    let attempt = common::eventually("a refused attempt", Duration::from_secs(10), async || {
+        let page = api.get_json("/v1/queues/named/messages").await;
+        let error = page["messages"][0]["attempts"][0]["error"]
+            .as_str()?
+            .to_owned();
+        Some(error)
+    })
+    .await;
+    assert!(attempt.contains("resolves only to addresses"), "{attempt}");
+    assert!(sink.seen().is_empty(), "the sink was reached");
+}
+
+/// Finding 5, the hops: a loop through two spoolds (which no address
+/// check sees: each is the other's ordinary destination) ends after
+/// `Spooler-Hops` reaches its bound, with `508 loop_detected`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_through_two_spoolds_ends_at_the_hop_bound() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = common::process::start(a_dir.path()).await;
+    let b = common::process::start(b_dir.path()).await;
+    let fast = serde_json::json!({"initialSeconds": 0.05, "multiplier": 1.0, "maxSeconds": 0.05, "jitter": 0.0});
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        let made = from
+            .api()
+            .put_queue(
+                "relay",
+                serde_json::json!({
+                    "destination": format!("{}/v1/events", to.base),
+                    "events": ["loop.>"],
+                    "maxRetries": 0,
+                    "backoff": fast,
+                }),
+            )
+            .await;
+        assert_eq!(made.status(), 201);
+    }
+    // Each delivery carries the event as a raw body: the receiving spoold
+    // takes its type from Spooler-Event-Type, which a delivery sends.
+    let published = a
+        .api()
+        .req(Method::POST, "/v1/events")
+        .header("Spooler-Event-Type", "loop.ping")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(published.status(), 202);
+    // The loop runs until the hop bound, then the last delivery fails.
+    let failed = common::eventually("the loop to end", Duration::from_secs(30), async || {
+        for spoold in [&a, &b] {
+            let q = spoold.api().get_json("/v1/queues/relay.failed").await;
+            if q["stats"]["visible"].as_u64()? > 0 {
+                return Some(
+                    spoold
+                        .api()
+                        .get_json("/v1/queues/relay.failed/messages")
+                        .await,
+                );
+            }
+        }
+        None
+    })
+    .await;
+    let last = &failed["messages"][0];
+    assert_eq!(last["lastStatus"], 508, "{failed}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut total = 0;
+    for spoold in [&a, &b] {
+        let q = spoold.api().get_json("/v1/queues/relay").await;
+        total += q["stats"]["sentTotal"].as_u64().unwrap();
+    }
+    assert!(total <= 10, "{total} events went round");
+}
