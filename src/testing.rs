@@ -71,6 +71,10 @@ pub fn sign_cluster_request(
         (auth::FROM_HEADER.into(), from.to_string()),
         (auth::TARGET_HEADER.into(), target.to_string()),
         (auth::INCARNATION_HEADER.into(), "0".into()),
+        (
+            crate::cluster::level::LEVEL_HEADER.into(),
+            crate::cluster::level::own().to_string(),
+        ),
     ]
 }
 

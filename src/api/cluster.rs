@@ -154,7 +154,11 @@ pub(crate) async fn status(
         Some(cluster) => {
             let mut view = ClusterView::from(cluster.status());
             if digest && let Ok(engine) = state.engine() {
-                let (applied_index, sha256) = engine.state_digest();
+                let engine = engine.clone();
+                let (applied_index, sha256) =
+                    tokio::task::spawn_blocking(move || engine.state_digest())
+                        .await
+                        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
                 view.state_digest = Some(StateDigestView {
                     // The Raft index of the applied record.
                     applied_index: applied_index.saturating_sub(1),

@@ -29,6 +29,7 @@ pub(crate) const KINDS: &[&str] = &[
     "stale_lease",
     "message_not_delayed",
     "event_in_progress",
+    "idempotency_key_reused",
     "queue_managed_by_config",
     "already_member",
     "member_behind",

@@ -158,6 +158,9 @@ impl From<EventError> for ApiError {
                 e.retry_after_secs = Some(1);
                 e
             }
+            EventError::KeyReused => {
+                ApiError::new(StatusCode::CONFLICT, "idempotency_key_reused", message)
+            }
             EventError::SpoolFull { .. } => ApiError {
                 retry_after_secs: Some(5),
                 ..ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "spool_full", message)

@@ -177,7 +177,8 @@ impl PeerClient {
             .header(AUTH_HEADER, auth)
             .header(TARGET_HEADER, self.target.to_string())
             .header(FROM_HEADER, self.network.node_id.to_string())
-            .header(INCARNATION_HEADER, incarnation);
+            .header(INCARNATION_HEADER, incarnation)
+            .header(super::level::LEVEL_HEADER, super::level::own());
         (request, nonce)
     }
 
@@ -207,7 +208,11 @@ impl PeerClient {
             header(INCARNATION_HEADER).and_then(|v| v.parse::<u64>().ok()),
             header(API_HEADER).unwrap_or_default(),
         );
+        let level = super::level::mismatch(&headers);
         let bytes = response.bytes().await.map_err(unreachable)?;
+        if let Some(why) = level {
+            return Err(unreachable(format!("peer {}: {why}", self.target)));
+        }
         let (Some(mac), Some(incarnation)) = (mac, incarnation) else {
             return Err(unreachable(format!(
                 "peer {} answered {status} unsigned: {}",

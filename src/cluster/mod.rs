@@ -26,6 +26,7 @@
 pub(crate) mod auth;
 pub(crate) mod client;
 pub(crate) mod files;
+pub(crate) mod level;
 mod listener;
 pub(crate) mod members;
 pub(crate) mod server;

@@ -99,6 +99,25 @@ struct ServerState {
     votes_from: Instant,
     /// The largest append body a peer sends.
     append_bytes_max: usize,
+    /// Refusals of another level are logged once a minute, not per
+    /// heartbeat.
+    level_warned: Arc<Throttle>,
+}
+
+/// At most one of something per period.
+#[derive(Default)]
+struct Throttle(std::sync::Mutex<Option<Instant>>);
+
+impl Throttle {
+    /// Whether this is the first time in `period`.
+    fn first_in(&self, period: Duration) -> bool {
+        let mut last = self.0.lock().expect("bug: throttle lock poisoned");
+        if last.is_some_and(|at| at.elapsed() < period) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
 }
 
 /// What the listener needs to know about this replica.
@@ -136,6 +155,7 @@ pub(crate) fn router(raft: Raft, log: RaftLog, key: ClusterKey, config: ServerCo
         progress: config.progress,
         votes_from: Instant::now() + config.election_timeout,
         append_bytes_max: config.append_bytes_max,
+        level_warned: Arc::default(),
     };
     Router::new()
         .route("/raft/hello", post(hello))
@@ -151,7 +171,8 @@ pub(crate) fn router(raft: Raft, log: RaftLog, key: ClusterKey, config: ServerCo
 }
 
 fn refusal(status: StatusCode, reason: impl Into<String>) -> Response {
-    (status, reason.into()).into_response()
+    let level = [(super::level::LEVEL_HEADER, super::level::own().to_string())];
+    (status, level, reason.into()).into_response()
 }
 
 fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
@@ -195,6 +216,12 @@ async fn authenticate(State(s): State<ServerState>, mut request: Request, next: 
             format!("this is node {}, not {target}", s.node_id),
         );
     }
+    if let Some(why) = super::level::mismatch(headers) {
+        if s.level_warned.first_in(Duration::from_secs(60)) {
+            tracing::warn!(from, reason = %why, "refused replication from another level");
+        }
+        return refusal(StatusCode::CONFLICT, why);
+    }
     if meant != 0 && meant != s.incarnation {
         tracing::warn!(
             meant,
@@ -224,6 +251,10 @@ fn answer(s: &ServerState, v: &Verified, status: StatusCode, body: Vec<u8>) -> R
     let mut response = (status, body).into_response();
     let headers = response.headers_mut();
     headers.insert(INCARNATION_HEADER, HeaderValue::from(s.incarnation));
+    headers.insert(
+        super::level::LEVEL_HEADER,
+        HeaderValue::from(super::level::own()),
+    );
     if let Ok(url) = HeaderValue::from_str(&s.api_url) {
         headers.insert(API_HEADER, url);
     }

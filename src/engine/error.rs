@@ -107,6 +107,14 @@ pub enum EventError {
     #[error("an event with this Idempotency-Key is still being written: ask again")]
     KeyInProgress,
 
+    /// The key was used, inside the window, for an event with another type
+    /// or body: a retry says the same, so this is a mistake.
+    #[error(
+        "this Idempotency-Key was used for another event (another type or body) inside \
+         events.dedup_window: use a new key for a new event"
+    )]
+    KeyReused,
+
     #[error("spool is full: {journal_bytes} of {max_bytes} bytes in use")]
     SpoolFull { journal_bytes: u64, max_bytes: u64 },
 

@@ -66,15 +66,29 @@ impl Engine {
             let mut core = self.core();
             let now = self.now(&mut core);
             let policy = &self.inner.policy;
+            // A key belongs to its tenant: another tenant's event with the
+            // same key is another event. (Without a tenant, the scope the
+            // builds before tenants hashed with, so their keys still hold.)
+            let scope = match &request.tenant {
+                Some(tenant) => format!("\0events\0{tenant}"),
+                None => "\0events".to_owned(),
+            };
             let hash = request
                 .dedup_key
                 .as_deref()
-                .map(|key| self.inner.tokens.dedup_hash("\0events", key));
+                .map(|key| self.inner.tokens.dedup_hash(&scope, key));
+            let fingerprint = hash.map(|_| fingerprint(&request));
             if let Some(hash) = hash {
                 if let Some(seen) = core
                     .spool
                     .event_by_key(hash, now, policy.event_dedup_window_ms)
                 {
+                    // A key reused for something else is a mistake to show,
+                    // not a retry to answer (an event remembered without a
+                    // fingerprint, from a build before them, is a retry).
+                    if seen.fingerprint.is_some() && seen.fingerprint != fingerprint {
+                        return Err(EventError::KeyReused);
+                    }
                     crate::metrics::count_event("deduplicated");
                     return Ok(EventOutcome {
                         id: seen.id,
@@ -113,6 +127,7 @@ impl Engine {
                     tenant: request.tenant.clone().map(Cow::Owned),
                     visible_at: now,
                     dedup_hash: hash,
+                    fingerprint,
                     deliveries: deliveries
                         .iter()
                         .map(|(q, id)| (Cow::Owned(q.clone()), *id))
@@ -144,4 +159,16 @@ impl Engine {
     pub fn subscribers(&self, event_type: &str, tenant: Option<&str>) -> Vec<String> {
         self.core().spool.subscribers(event_type, tenant)
     }
+}
+
+/// What an event says, hashed: its type and its body (SHA-256, the first
+/// eight bytes). A repeat of its key must say the same.
+fn fingerprint(request: &EventRequest) -> u64 {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update((request.event_type.len() as u64).to_le_bytes());
+    hash.update(request.event_type.as_bytes());
+    hash.update(&request.payload.body);
+    let digest = hash.finalize();
+    u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"))
 }

@@ -119,6 +119,9 @@ pub struct EngineOptions {
     pub identity: Option<crate::journal::SpoolIdentity>,
 }
 
+/// The most often the state digest is computed.
+const DIGEST_EVERY: Duration = Duration::from_secs(1);
+
 /// What a spool keeps free beyond its files, counting the active segment
 /// at its full size: one segment for the next rotation (the preallocated
 /// spare), one for compaction's output. With the active segment that is
@@ -211,6 +214,9 @@ struct Inner {
     max_bytes: u64,
     /// What the state may hold in memory, as accounted.
     max_memory: u64,
+    /// The last state digest: when it was computed, its applied record,
+    /// its hex (`Engine::state_digest`).
+    digest: Mutex<Option<(std::time::Instant, u64, String)>>,
     segment_bytes: u64,
     clock: Arc<dyn Clock>,
     tokens: Tokens,
@@ -362,13 +368,31 @@ impl Engine {
 
     /// The last applied record and a SHA-256 (hex) of the replicated state
     /// as of it (`Spool::state_digest`): replicas compare them.
+    ///
+    /// Hashing the state holds the core lock for as long as it takes (four
+    /// clients asking in a loop kept sends waiting a second each), so one
+    /// is computed at most every [`DIGEST_EVERY`]: an ask within that
+    /// time gets the last one, which says the applied record it is of.
+    /// Blocking: call it off the runtime.
     pub fn state_digest(&self) -> (u64, String) {
-        let core = self.core();
-        let hash = core.spool.state_digest();
-        (
-            core.spool.applied_seq(),
-            hash.iter().map(|b| format!("{b:02x}")).collect(),
-        )
+        let mut last = self.inner.digest.lock().expect("bug: digest lock poisoned");
+        if let Some((at, seq, hex)) = &*last
+            && at.elapsed() < DIGEST_EVERY
+        {
+            return (*seq, hex.clone());
+        }
+        let (seq, hash) = {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            let window = self.inner.policy.event_dedup_window_ms;
+            (
+                core.spool.applied_seq(),
+                core.spool.state_digest(now, window),
+            )
+        };
+        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+        *last = Some((std::time::Instant::now(), seq, hex.clone()));
+        (seq, hex)
     }
 
     /// Test hook: while on, durable records wait before they are applied

@@ -364,6 +364,7 @@ fn start_engine(
             compacting: Mutex::new(()),
             max_bytes: options.max_bytes,
             max_memory: options.max_memory,
+            digest: Mutex::new(None),
             segment_bytes: options.segment_bytes,
             clock: options.clock,
             tokens,

@@ -13,6 +13,16 @@ use crc32c::{crc32c, crc32c_append};
 /// Version of the segment, pack, checkpoint and frame layouts written by
 /// this build.
 pub(crate) const FORMAT_VERSION: u32 = 2;
+/// What this build reads of format 2, as one number that grows with every
+/// record flag or chunk kind an older build cannot read: 1, format 2 as
+/// first released (with replicated mode); 2, events and history (kinds 18
+/// to 20, chunks 70 and 71); 3, event keys with fingerprints (chunk 72,
+/// event flag bit 3). Replicas of different levels do not replicate to
+/// each other (`cluster/level.rs`), so no replica is ever sent what it
+/// cannot read. (The hop count of records is a trailing field older
+/// builds skip: it needs no level.)
+pub(crate) const READS_LEVEL: u64 = 3;
+
 /// Version of `spool.meta`'s layout (unchanged since the first release).
 pub(crate) const META_VERSION: u32 = 1;
 

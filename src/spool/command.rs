@@ -108,6 +108,10 @@ pub struct EventMeta<'a> {
     pub visible_at: Millis,
     /// Hash of the `Idempotency-Key`, when the event had one.
     pub dedup_hash: Option<u64>,
+    /// With a key: what the event said (its type and body), hashed, so
+    /// that a repeat of the key with something else is told apart from a
+    /// retry (`409 idempotency_key_reused`).
+    pub fingerprint: Option<u64>,
     /// The queue and message id of each delivery, queues in name order.
     pub deliveries: Vec<(Cow<'a, str>, MessageId)>,
 }

@@ -260,6 +260,7 @@ fn records() -> Vec<Golden> {
             tenant: tenant.map(Cow::Borrowed),
             visible_at: AT,
             dedup_hash,
+            fingerprint: None,
             deliveries: vec![
                 ("audit".into(), MessageId(31)),
                 ("billing".into(), MessageId(32)),
@@ -506,6 +507,18 @@ fn records() -> Vec<Golden> {
             },
         ),
         golden(
+            "event-fingerprint",
+            "event (18) with a key and the fingerprint of its type and body (flag bit 3: a u64 at the very end)",
+            Command::Event(EventMeta {
+                fingerprint: Some(0x1122_3344_5566_7788),
+                ..match event(None, Some(0x0a0b)) {
+                    Command::Event(meta) => meta,
+                    _ => unreachable!("an event"),
+                }
+            }),
+        )
+        .carrying(event_payload(None)),
+        golden(
             "enqueue-trace-hops",
             "enqueue (4) that came through 3 spoold deliveries (flag bit 3: a u8 at the very end, after the traceparent)",
             enqueue(11, None),
@@ -656,6 +669,7 @@ fn checkpoint_state() -> (Spool, CheckpointMeta) {
             tenant: Some("cus_42".into()),
             visible_at: AT + 9_000,
             dedup_hash: Some(0xbeef),
+            fingerprint: None,
             deliveries: vec![(billing(), MessageId(4)), (hooks(), MessageId(5))],
         }),
         Command::Ack {
@@ -711,7 +725,58 @@ fn checkpoint_state() -> (Spool, CheckpointMeta) {
 /// Its chunks are entries `NAME/0`, `NAME/1`, … in order.
 fn checkpoints() -> Vec<(&'static str, Spool, CheckpointMeta)> {
     let (spool, meta) = checkpoint_state();
-    vec![("every-chunk", spool, meta)]
+    let (printed, printed_meta) = printed_keys_state();
+    vec![
+        ("every-chunk", spool, meta),
+        ("printed-keys", printed, printed_meta),
+    ]
+}
+
+/// A state whose event keys have fingerprints (chunk 72): one queue, an
+/// event with a key and a fingerprint, one without a key.
+fn printed_keys_state() -> (Spool, CheckpointMeta) {
+    let mut spool = Spool::new();
+    let audit = || Cow::Borrowed("audit");
+    let event = |id: u64, dedup_hash: Option<u64>, fingerprint: Option<u64>| {
+        Command::Event(EventMeta {
+            id: MessageId(id),
+            event_type: "order.created".into(),
+            tenant: None,
+            visible_at: AT,
+            dedup_hash,
+            fingerprint,
+            deliveries: vec![(audit(), MessageId(id + 1))],
+        })
+    };
+    let commands = vec![
+        Command::QueueUpsert {
+            name: audit(),
+            settings: Box::new(QueueSettings {
+                events: vec!["order.*".into()],
+                ..QueueSettings::default()
+            }),
+            managed_by_config: false,
+        },
+        event(1, Some(0x0a0b), Some(0x1122_3344_5566_7788)),
+        event(3, None, None),
+    ];
+    for (seq, command) in (1..).zip(commands) {
+        let loc = RecordLoc {
+            file: SEGMENT,
+            offset: 64 + 200 * seq as u32,
+            len: 150,
+        };
+        spool.apply(&Record { at: AT, command }, seq, loc);
+    }
+    let meta = CheckpointMeta {
+        seq: spool.applied_seq(),
+        next_segment_id: 4,
+        next_pack_id: 1,
+        salt: 0x5eed_0000_0000_0002,
+        token_key: [0x24; 32],
+        files: vec![SEGMENT],
+    };
+    (spool, meta)
 }
 
 #[test]
@@ -770,7 +835,7 @@ fn every_checkpoint_chunk_kind_reads_its_golden_bytes_and_writes_them() {
     let kinds: BTreeSet<u8> = file.values().map(|(kind, _)| *kind).collect();
     assert_eq!(
         kinds,
-        (64..=71).collect(),
+        (64..=72).collect(),
         "every chunk kind has golden bytes"
     );
 }
@@ -790,6 +855,7 @@ fn chunk_what(kind: u8, body: &[u8]) -> String {
         chunk::CLUSTER => "CLUSTER (69)".into(),
         chunk::EVENT_KEYS => "EVENT_KEYS (70)".into(),
         chunk::HISTORY => of_queue("HISTORY (71)"),
+        chunk::EVENT_KEYS_PRINTED => "EVENT_KEYS_PRINTED (72)".into(),
         _ => unreachable!("not a chunk kind"),
     }
 }

@@ -65,6 +65,10 @@ const ENQUEUE_HAS_HOPS: u8 = 8;
 const EVENT_HAS_DEDUP: u8 = 1;
 const EVENT_HAS_TENANT: u8 = 2;
 const EVENT_HAS_HOPS: u8 = 4;
+/// A fingerprint u64 of what the event said (its type and body), after
+/// everything else (the hop count, if any): a key's repeat with another
+/// event is refused. Older builds read the event without it.
+const EVENT_HAS_FINGERPRINT: u8 = 8;
 /// A resend's flags: a stored request; an event tag; its tenant; a hop
 /// count (a u8 after the payload).
 const RESEND_HAS_REQUEST: u8 = 1;
@@ -164,6 +168,9 @@ impl Record<'_> {
                 if payload.hops > 0 {
                     flags |= EVENT_HAS_HOPS;
                 }
+                if meta.fingerprint.is_some() {
+                    flags |= EVENT_HAS_FINGERPRINT;
+                }
                 out.push(flags);
                 put_u64(out, meta.dedup_hash.unwrap_or(0));
                 put_str16(out, &meta.event_type);
@@ -179,6 +186,9 @@ impl Record<'_> {
                 put_bytes32(out, &payload.body);
                 if payload.hops > 0 {
                     out.push(payload.hops);
+                }
+                if let Some(fingerprint) = meta.fingerprint {
+                    put_u64(out, fingerprint);
                 }
             }
             Command::Resend {
@@ -326,7 +336,19 @@ impl Record<'_> {
                 paused: r.u8()? != 0,
             },
             kind::ENQUEUE => Command::Enqueue(read_enqueue_head(&mut r)?.0),
-            kind::EVENT => Command::Event(read_event_head(&mut r)?.0),
+            kind::EVENT => {
+                let (mut meta, flags) = read_event_head(&mut r)?;
+                if flags & EVENT_HAS_FINGERPRINT != 0 {
+                    // After the payload (skipped, not copied) and the hops.
+                    r.str16()?;
+                    r.bytes32()?;
+                    if flags & EVENT_HAS_HOPS != 0 {
+                        r.u8()?;
+                    }
+                    meta.fingerprint = Some(r.u64()?);
+                }
+                Command::Event(meta)
+            }
             kind::RESEND => Command::Resend {
                 queue: Cow::Borrowed(r.str16()?),
                 id: r.id()?,
@@ -507,6 +529,7 @@ fn read_event_head<'a>(r: &mut Reader<'a>) -> Result<(EventMeta<'a>, u8), Decode
         tenant,
         visible_at,
         dedup_hash: (flags & EVENT_HAS_DEDUP != 0).then_some(hash),
+        fingerprint: None,
         deliveries,
     };
     Ok((meta, flags))
@@ -778,6 +801,7 @@ mod tests {
                 tenant: tenant.clone(),
                 visible_at: 6,
                 dedup_hash: tenant.as_ref().map(|_| 0xbeef),
+                fingerprint: tenant.as_ref().map(|_| 0xfeed),
                 deliveries: vec![
                     (Cow::Borrowed("cus-1"), MessageId(11)),
                     (Cow::Borrowed("cus-2"), MessageId(12)),

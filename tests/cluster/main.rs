@@ -10,9 +10,11 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod digest;
 mod failover;
 mod faults;
 mod fixtures;
+mod levels;
 mod membership;
 mod nemesis;
 mod port_attacks;

@@ -254,11 +254,17 @@ impl TestCluster {
 
     /// Starts replica `i` (without waiting for it to be ready).
     pub fn start(&mut self, i: usize) {
+        self.start_with_env(i, &[]);
+    }
+
+    /// Starts replica `i` with more environment variables.
+    pub fn start_with_env(&mut self, i: usize, env: &[(&str, &str)]) {
         let r = &mut self.replicas[i];
         assert!(r.process.is_none(), "replica {} already runs", r.id);
-        r.process = Some(spawn_command(
-            Command::new(bin()).args(["run", "--config"]).arg(&r.config),
-        ));
+        let mut command = Command::new(bin());
+        command.args(["run", "--config"]).arg(&r.config);
+        command.envs(env.iter().copied());
+        r.process = Some(spawn_command(&mut command));
     }
 
     /// Starts every replica and waits until each is ready (knows a primary).

@@ -191,10 +191,12 @@ enum Op {
         delay_ms: u64,
         key: Option<u8>,
     },
-    /// Publish an event of `TYPES[kind]`.
+    /// Publish an event of `TYPES[kind]`; with a key already seen and
+    /// `retry`, what its first event said.
     Event {
         kind: usize,
         key: Option<u8>,
+        retry: bool,
     },
     Receive {
         queue: usize,
@@ -364,8 +366,8 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (queue.clone(), prop_oneof![3 => Just(0u64), 1 => Just(1_000), 1 => Just(40_000)],
               proptest::option::weighted(0.3, 0..3u8))
             .prop_map(|(queue, delay_ms, key)| Op::Send { queue, delay_ms, key }),
-        4 => (0..TYPES.len(), proptest::option::weighted(0.3, 0..3u8))
-            .prop_map(|(kind, key)| Op::Event { kind, key }),
+        4 => (0..TYPES.len(), proptest::option::weighted(0.3, 0..3u8), any::<bool>())
+            .prop_map(|(kind, key, retry)| Op::Event { kind, key, retry }),
         5 => (queue.clone(), proptest::bool::weighted(0.25), 1..4usize)
             .prop_map(|(queue, failed, max)| Op::Receive { queue, failed, max }),
         3 => (0..8usize).prop_map(Op::Ack),
@@ -452,7 +454,27 @@ struct ModelQueue {
 
 /// An event's key as the model remembers it: key, first time, event id,
 /// deliveries.
-type EventKey = (u8, i64, MessageId, Vec<(String, MessageId)>);
+/// An event's key as the model remembers it: the key, when it was first
+/// seen, the event's id and deliveries, and what the event said (its type
+/// and body), which a retry repeats and the engine fingerprints.
+type EventKey = (
+    u8,
+    i64,
+    MessageId,
+    Vec<(String, MessageId)>,
+    (String, String),
+);
+
+/// What the engine keeps of what an event said: the first eight bytes of
+/// SHA-256 over its type's length, its type and its body.
+fn fingerprint(event_type: &str, body: &str) -> u64 {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update((event_type.len() as u64).to_le_bytes());
+    hash.update(event_type.as_bytes());
+    hash.update(body.as_bytes());
+    u64::from_le_bytes(hash.finalize()[..8].try_into().unwrap())
+}
 
 #[derive(Default)]
 struct Model {
@@ -690,13 +712,16 @@ impl Model {
             event_keys: self
                 .event_keys
                 .iter()
-                .filter(|(_, first_at, _, _)| first_at + EVENT_WINDOW_MS > now)
-                .map(|(key, first_at, id, deliveries)| EventKeyEntry {
-                    hash: engine.tokens().dedup_hash("\0events", &format!("ev-{key}")),
-                    first_at: *first_at,
-                    id: *id,
-                    deliveries: deliveries.clone(),
-                })
+                .filter(|(_, first_at, _, _, _)| first_at + EVENT_WINDOW_MS > now)
+                .map(
+                    |(key, first_at, id, deliveries, (event_type, body))| EventKeyEntry {
+                        hash: engine.tokens().dedup_hash("\0events", &format!("ev-{key}")),
+                        first_at: *first_at,
+                        id: *id,
+                        fingerprint: Some(fingerprint(event_type, body)),
+                        deliveries: deliveries.clone(),
+                    },
+                )
                 .collect(),
         }
     }
@@ -877,7 +902,8 @@ impl World {
                 let (queue, id) = &found[0];
                 let tag = self.engine.payload(queue, *id).unwrap().event.unwrap();
                 let at = self.model.messages[id].enqueued_at;
-                self.model.event_keys.push((key, at, tag.id, found));
+                let said = (tag.event_type.clone(), text.clone());
+                self.model.event_keys.push((key, at, tag.id, found, said));
             }
         }
         // What replay did not find is gone for good.
@@ -886,35 +912,46 @@ impl World {
     }
 
     /// An event of `event_type` (the body new), with the model's
-    /// bookkeeping.
-    async fn event(&mut self, event_type: &str, key: Option<u8>, label: &str) {
+    /// bookkeeping; with `retry`, a key already seen comes with what its
+    /// first event said, as a retry does (else a new body: the key is
+    /// reused for another event and refused).
+    async fn event(&mut self, event_type: &str, key: Option<u8>, retry: bool, label: &str) {
         let now = self.now();
-        let text = self.model.new_body();
-        let request = EventRequest {
-            event_type: event_type.to_owned(),
-            tenant: None,
-            payload: body(&text).payload,
-            dedup_key: key.map(|k| format!("ev-{k}")),
-        };
-        let out = self
-            .engine
-            .publish(request)
-            .await
-            .unwrap_or_else(|e| panic!("{label}: {e}"));
         let first = key.and_then(|k| {
             self.model
                 .event_keys
                 .iter()
-                .find(|(key, at, _, _)| *key == k && at + EVENT_WINDOW_MS > now)
+                .find(|(key, at, _, _, _)| *key == k && at + EVENT_WINDOW_MS > now)
+                .cloned()
         });
-        if let Some((_, _, id, deliveries)) = first {
+        let (event_type, text) = match &first {
+            Some((_, _, _, _, said)) if retry => said.clone(),
+            _ => (event_type.to_owned(), self.model.new_body()),
+        };
+        let request = EventRequest {
+            event_type: event_type.clone(),
+            tenant: None,
+            payload: body(&text).payload,
+            dedup_key: key.map(|k| format!("ev-{k}")),
+        };
+        let out = self.engine.publish(request).await;
+        if let Some((_, _, id, deliveries, _)) = &first {
+            if !retry {
+                assert!(
+                    matches!(out, Err(EventError::KeyReused)),
+                    "{label}: a key reused for another event: {out:?}"
+                );
+                return;
+            }
+            let out = out.unwrap_or_else(|e| panic!("{label}: {e}"));
             assert!(out.deduplicated, "{label}: key inside its window");
             assert_eq!((&out.id, &out.deliveries), (id, deliveries), "{label}");
             return;
         }
+        let out = out.unwrap_or_else(|e| panic!("{label}: {e}"));
         assert!(!out.deduplicated, "{label}");
         let queues: Vec<&String> = out.deliveries.iter().map(|(q, _)| q).collect();
-        let expected = self.model.subscribers(event_type);
+        let expected = self.model.subscribers(&event_type);
         assert_eq!(queues, expected.iter().collect::<Vec<_>>(), "{label}");
         self.model.answered(out.id, label);
         for (queue, id) in &out.deliveries {
@@ -923,7 +960,9 @@ impl World {
             self.model.messages.get_mut(id).unwrap().shared = true;
         }
         if let Some(k) = key {
-            self.model.event_keys.push((k, now, out.id, out.deliveries));
+            self.model
+                .event_keys
+                .push((k, now, out.id, out.deliveries, (event_type, text)));
         }
     }
 
@@ -1028,7 +1067,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 delay_ms,
                 key,
             } => w.send(QUEUES[queue], delay_ms, key, &label).await,
-            Op::Event { kind, key } => w.event(TYPES[kind], key, &label).await,
+            Op::Event { kind, key, retry } => w.event(TYPES[kind], key, retry, &label).await,
             Op::Receive { queue, failed, max } => {
                 let queue = if failed {
                     format!("{}.failed", QUEUES[queue])

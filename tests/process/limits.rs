@@ -577,3 +577,61 @@ async fn a_loop_through_two_spoolds_ends_at_the_hop_bound() {
     }
     assert!(total <= 10, "{total} events went round");
 }
+
+/// Finding 6: tenant A published `order.created` with key k; tenant B's
+/// `invoice.paid` with the same key was answered `200` with A's id and
+/// stored nowhere. A key now belongs to its tenant, and a repeat that
+/// says something else (another type or body) is `409
+/// idempotency_key_reused`, not a silent dedup; a retry (the same event)
+/// is still answered with the first one, also after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_key_belongs_to_its_tenant_and_to_one_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spoold = common::process::start(dir.path()).await;
+    for (queue, events) in [("orders", "order.>"), ("invoices", "invoice.>")] {
+        let made = spoold
+            .api()
+            .put_queue(queue, serde_json::json!({"events": [events]}))
+            .await;
+        assert_eq!(made.status(), 201);
+    }
+    let publish = async |spoold: &Spoold, tenant: &str, event_type: &str, body: &str| {
+        let r = spoold
+            .api()
+            .req(Method::POST, "/v1/events")
+            .header("Idempotency-Key", "k")
+            .json(
+                &serde_json::json!({"type": event_type, "tenant": tenant, "payload": {"b": body}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().await.unwrap())
+    };
+    let (status, a) = publish(&spoold, "tenant-a", "order.created", "1").await;
+    assert_eq!(status, 202, "{a}");
+    let (status, b) = publish(&spoold, "tenant-b", "invoice.paid", "2").await;
+    assert_eq!(status, 202, "another tenant's event with the same key: {b}");
+    assert_ne!(a["id"], b["id"]);
+    let invoices = spoold.api().get_json("/v1/queues/invoices").await;
+    assert_eq!(
+        invoices["stats"]["visible"], 1,
+        "B's event is stored: {invoices}"
+    );
+
+    let (status, again) = publish(&spoold, "tenant-a", "order.created", "1").await;
+    assert_eq!(status, 200, "a retry: {again}");
+    assert_eq!(again["id"], a["id"]);
+    for (event_type, body) in [("order.created", "changed"), ("order.cancelled", "1")] {
+        let (status, reused) = publish(&spoold, "tenant-a", event_type, body).await;
+        assert_eq!(status, 409, "{event_type} {body}: {reused}");
+        assert_eq!(reused["kind"], "idempotency_key_reused");
+    }
+    assert_eq!(spoold.stop(), 0);
+    let spoold = common::process::start(dir.path()).await;
+    let (status, _) = publish(&spoold, "tenant-a", "order.created", "changed").await;
+    assert_eq!(status, 409, "the fingerprint survives a restart");
+    let (status, again) = publish(&spoold, "tenant-b", "invoice.paid", "2").await;
+    assert_eq!((status, &again["id"]), (200, &b["id"]));
+}

@@ -286,7 +286,8 @@ impl CheckpointLoader {
                         .map_err(|e| DecodeError(format!("history of {queue}: {e}")))?;
                 }
             }
-            (kind::EVENT_KEYS, Some(spool)) => {
+            (kind::EVENT_KEYS | kind::EVENT_KEYS_PRINTED, Some(spool)) => {
+                let printed = kind == kind::EVENT_KEYS_PRINTED;
                 let n = r.u32()?;
                 for _ in 0..n {
                     let hash = r.u64()?;
@@ -297,9 +298,17 @@ impl CheckpointLoader {
                     for _ in 0..count {
                         deliveries.push((r.str16()?.to_owned(), r.id()?));
                     }
+                    let fingerprint = if printed {
+                        let has = r.u8()? != 0;
+                        let fingerprint = r.u64()?;
+                        has.then_some(fingerprint)
+                    } else {
+                        None
+                    };
                     let seen = crate::spool::state::EventSeen {
                         first_at,
                         id,
+                        fingerprint,
                         deliveries,
                     };
                     spool.restore_event_key(hash, seen);

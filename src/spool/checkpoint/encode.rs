@@ -15,6 +15,7 @@ use crate::spool::queue::failed_queue_name;
 use crate::spool::state::{
     DedupEntry, EventKeyEntry, MessageEntry, QueueEntry, QueueState, Spool, SpoolState,
 };
+use crate::time::Millis;
 
 impl Spool {
     /// The state without leases, as plain data.
@@ -31,6 +32,7 @@ impl Spool {
                     hash,
                     first_at: seen.first_at,
                     id: seen.id,
+                    fingerprint: seen.fingerprint,
                     deliveries: seen.deliveries.clone(),
                 })
                 .collect(),
@@ -59,14 +61,20 @@ impl Spool {
     /// node: its journal position, keys, epoch and the next id it would
     /// hand out (a send refused after allocating one moves only that node's
     /// counter). Replicas at the same applied record compare these.
-    pub(crate) fn state_digest(&self) -> [u8; 32] {
+    ///
+    /// Dedup keys and event keys whose window had passed at `now` are left
+    /// out (`event_window_ms`: the events' window): a primary's timer
+    /// forgets them in its own time, a follower's when it serves, and
+    /// neither is a record.
+    pub(crate) fn state_digest(&self, now: Millis, event_window_ms: u64) -> [u8; 32] {
         use sha2::Digest;
         let zero = RecordLoc {
             file: 0,
             offset: 0,
             len: 0,
         };
-        let chunks = self.encode_checkpoint(&CheckpointMeta::default(), &mut |_| zero);
+        let live = Some((now, event_window_ms));
+        let chunks = self.encode_chunks(&CheckpointMeta::default(), &mut |_| zero, live);
         let mut hash = sha2::Sha256::new();
         for (kind, body) in chunks.iter().filter(|(k, _)| *k != kind::BEGIN) {
             hash.update([*kind]);
@@ -83,6 +91,17 @@ impl Spool {
         &self,
         meta: &CheckpointMeta,
         relocate: &mut dyn FnMut(LocUse<'_>) -> RecordLoc,
+    ) -> Vec<(u8, Vec<u8>)> {
+        self.encode_chunks(meta, relocate, None)
+    }
+
+    /// [`Spool::encode_checkpoint`], leaving out the keys whose window had
+    /// passed at `live`'s time (`live`: the time and the events' window).
+    fn encode_chunks(
+        &self,
+        meta: &CheckpointMeta,
+        relocate: &mut dyn FnMut(LocUse<'_>) -> RecordLoc,
+        live: Option<(Millis, u64)>,
     ) -> Vec<(u8, Vec<u8>)> {
         let mut out = ChunkWriter::default();
         let mut counts = Counts::default();
@@ -146,7 +165,9 @@ impl Spool {
             }
             out.finish();
             out.start(kind::DEDUP, prefix.clone());
-            for d in dedup {
+            let window = queue.settings.dedup_window_ms as i64;
+            let in_window = |d: &DedupEntry| live.is_none_or(|(now, _)| d.first_at + window > now);
+            for d in dedup.iter().filter(|d| in_window(d)) {
                 e.clear();
                 put_u64(&mut e, d.hash);
                 put_i64(&mut e, d.first_at);
@@ -206,9 +227,27 @@ impl Spool {
             put_u32(&mut begin, *f);
         }
         out.chunks.insert(0, (kind::BEGIN, begin));
-        let mut keys = self.event_keys().peekable();
+        let key_live = |seen: &crate::spool::state::EventSeen| {
+            live.is_none_or(|(now, window)| seen.first_at + window as i64 > now)
+        };
+        let mut keys = self
+            .event_keys()
+            .filter(|(_, seen)| key_live(seen))
+            .peekable();
         if keys.peek().is_some() {
-            out.start(kind::EVENT_KEYS, Vec::new());
+            // The layout with fingerprints only when some key has one: a
+            // spool without them stays readable by the builds before it.
+            let printed = self
+                .event_keys()
+                .any(|(_, seen)| key_live(seen) && seen.fingerprint.is_some());
+            out.start(
+                if printed {
+                    kind::EVENT_KEYS_PRINTED
+                } else {
+                    kind::EVENT_KEYS
+                },
+                Vec::new(),
+            );
             let mut e = Vec::new();
             for (hash, seen) in keys {
                 e.clear();
@@ -219,6 +258,10 @@ impl Spool {
                 for (queue, id) in &seen.deliveries {
                     put_str16(&mut e, queue);
                     put_u64(&mut e, id.0);
+                }
+                if printed {
+                    e.push(u8::from(seen.fingerprint.is_some()));
+                    put_u64(&mut e, seen.fingerprint.unwrap_or(0));
                 }
                 out.entry(&e);
             }

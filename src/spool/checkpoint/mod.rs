@@ -40,6 +40,9 @@ pub(crate) mod kind {
     pub(crate) const CLUSTER: u8 = 69;
     pub(crate) const EVENT_KEYS: u8 = 70;
     pub(crate) const HISTORY: u8 = 71;
+    /// Event keys with the fingerprint of what each event said: written
+    /// instead of `EVENT_KEYS` once a key has one.
+    pub(crate) const EVENT_KEYS_PRINTED: u8 = 72;
 }
 
 /// Version of the chunk layouts inside a checkpoint.

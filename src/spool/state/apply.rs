@@ -538,6 +538,7 @@ impl Spool {
             let seen = EventSeen {
                 first_at: at,
                 id: meta.id,
+                fingerprint: meta.fingerprint,
                 deliveries: meta
                     .deliveries
                     .iter()

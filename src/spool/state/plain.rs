@@ -67,6 +67,7 @@ pub struct EventKeyEntry {
     pub hash: u64,
     pub first_at: Millis,
     pub id: MessageId,
+    pub fingerprint: Option<u64>,
     pub deliveries: Vec<(String, MessageId)>,
 }
 

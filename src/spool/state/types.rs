@@ -161,6 +161,9 @@ pub struct QueueStats {
 pub(crate) struct EventSeen {
     pub first_at: Millis,
     pub id: MessageId,
+    /// What the event said (`EventMeta::fingerprint`), when its record
+    /// carries it.
+    pub fingerprint: Option<u64>,
     pub deliveries: Vec<(String, MessageId)>,
 }
 
