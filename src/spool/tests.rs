@@ -511,14 +511,14 @@ fn the_state_digest_covers_replicated_state_and_not_a_nodes_own_counters() {
         },
     );
     assert_eq!(a.state_digest(0, 0), b.state_digest(0, 0));
-    assert_eq!(a.state_digest(0, 0), c.state_digest());
+    assert_eq!(a.state_digest(0, 0), c.state_digest(0, 0));
 
     // A message more, or a change of place, is a different state.
     send(&mut b, 20, 20);
     assert_ne!(a.state_digest(0, 0), b.state_digest(0, 0));
     let leased = a.lease("q", 30, 1_000, 1, false).unwrap();
     nack(&mut a, 30, &leased[0], 60_000);
-    assert_ne!(a.state_digest(0, 0), c.state_digest());
+    assert_ne!(a.state_digest(0, 0), c.state_digest(0, 0));
 }
 
 #[test]
