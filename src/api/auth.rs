@@ -7,6 +7,8 @@
 //! there only `Spooler-Api-Key` counts (and it is never stored). Keys are
 //! compared in constant time and never logged.
 
+use std::sync::Arc;
+
 use axum::extract::Request;
 use axum::http::header;
 use subtle::ConstantTimeEq;
@@ -23,15 +25,29 @@ pub(crate) fn key_matches(keys: &[String], presented: &str) -> bool {
         .into()
 }
 
+/// The key a request presented (`None`: none), kept with it: a stream or
+/// long poll it opened ends once a reload no longer accepts it
+/// (`AppState::revoked`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Presented(pub(crate) Option<Arc<str>>);
+
+impl Presented {
+    /// Whether `keys` (the keys in force) still let it in.
+    pub(crate) fn accepted_by(&self, keys: &[String]) -> bool {
+        keys.is_empty() || self.0.as_deref().is_some_and(|k| key_matches(keys, k))
+    }
+}
+
 /// Whether `request` may pass: anything outside `/v1` and `/metrics` (the
 /// probes, the console's page) does, and so does everything when no keys
 /// are configured. `/metrics` on the API port lists every queue; the
 /// metrics listener (`server.metrics_listen`) serves it without a key.
-pub(crate) fn check_key(keys: &[String], request: &Request) -> Result<(), ApiError> {
+/// What it presented, for the handler.
+pub(crate) fn check_key(keys: &[String], request: &Request) -> Result<Presented, ApiError> {
     let path = request.uri().path();
     let guarded = path == "/v1" || path.starts_with("/v1/") || path == "/metrics";
-    if keys.is_empty() || !guarded {
-        return Ok(());
+    if !guarded {
+        return Ok(Presented::default());
     }
     let forward = path.starts_with("/v1/forward/") || path == "/v1/forward";
     let headers = request.headers();
@@ -41,9 +57,11 @@ pub(crate) fn check_key(keys: &[String], request: &Request) -> Result<(), ApiErr
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     let presented = if forward { api_key } else { api_key.or(bearer) };
-    match presented {
-        Some(key) if key_matches(keys, key.trim()) => Ok(()),
-        _ => Err(ApiError::unauthorized()),
+    let presented = Presented(presented.map(|k| Arc::from(k.trim())));
+    if presented.accepted_by(keys) {
+        Ok(presented)
+    } else {
+        Err(ApiError::unauthorized())
     }
 }
 

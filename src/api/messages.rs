@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, RawPathParams, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -14,6 +15,7 @@ use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 use tracing::Instrument;
 
+use super::auth::Presented;
 use super::error::ApiError;
 use super::filter::{BulkQuery, take_term};
 use super::forward::{resolve_path, stored_headers};
@@ -266,11 +268,13 @@ fn receive_params(query: Option<&str>, batch: bool) -> Result<ReceiveParams, Api
     Ok(params)
 }
 
-/// Leases, holding a long-poll permit while waiting.
+/// Leases, holding a long-poll permit while waiting; a long poll whose
+/// key a reload removes ends unanswered (`401`) and leases nothing.
 async fn lease(
-    state: &AppState,
+    state: &Arc<AppState>,
     queue: &str,
     params: ReceiveParams,
+    presented: Option<Extension<Presented>>,
 ) -> Result<Vec<Delivery>, ApiError> {
     let engine = state.engine()?;
     if params.wait.is_zero() {
@@ -282,7 +286,14 @@ async fn lease(
             super::LONG_POLLS_MAX
         ))
     })?;
-    Ok(engine.receive(queue, params.max, params.wait).await?)
+    let revoked = state.revoked(presented.map(|p| p.0).unwrap_or_default());
+    // The receive leases only in a poll that then returns at once, so
+    // dropping it while it waits leaves no lease behind.
+    tokio::select! {
+        biased;
+        () = revoked => Err(ApiError::unauthorized()),
+        got = engine.receive(queue, params.max, params.wait) => Ok(got?),
+    }
 }
 
 /// `POST /v1/queues/{q}/receive`
@@ -301,9 +312,10 @@ pub(crate) async fn receive(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
+    presented: Option<Extension<Presented>>,
 ) -> Result<Response, ApiError> {
     let params = receive_params(query.as_deref(), false)?;
-    let mut got = lease(&state, &queue, params).await?;
+    let mut got = lease(&state, &queue, params, presented).await?;
     let Some(d) = got.pop() else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
@@ -357,9 +369,10 @@ pub(crate) async fn receive_batch(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
+    presented: Option<Extension<Presented>>,
 ) -> Result<Response, ApiError> {
     let params = receive_params(query.as_deref(), true)?;
-    let got = lease(&state, &queue, params).await?;
+    let got = lease(&state, &queue, params, presented).await?;
     let engine = state.engine()?;
     let messages: Vec<_> = got
         .iter()
@@ -611,6 +624,7 @@ pub(crate) async fn tail(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
+    presented: Option<Extension<Presented>>,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?.clone();
     let mut last = 0;
@@ -644,12 +658,17 @@ pub(crate) async fn tail(
     }
     backlog.reverse();
     let stop = state.shutdown_signal();
+    // The stream ends when the server stops, or when a reload no longer
+    // accepts the key it was opened with.
+    let revoked = Box::pin(state.revoked(presented.map(|p| p.0).unwrap_or_default()));
     let follow = stream::unfold(
-        (arrivals, stop, shown, engine, state, queue),
-        |(mut rx, mut stop, mut shown, engine, state, queue)| async move {
+        (arrivals, (stop, revoked), shown, engine, state, queue),
+        |(mut rx, (mut stop, mut revoked), mut shown, engine, state, queue)| async move {
             loop {
                 let arrival = tokio::select! {
+                    biased;
                     _ = stop.wait_for(|stopping| *stopping) => return None,
+                    () = &mut revoked => return None,
                     a = rx.recv() => a,
                 };
                 match arrival {
@@ -662,7 +681,7 @@ pub(crate) async fn tail(
                         };
                         return Some((
                             format!("{rendered}\n"),
-                            (rx, stop, shown, engine, state, queue),
+                            (rx, (stop, revoked), shown, engine, state, queue),
                         ));
                     }
                     Ok(_) | Err(RecvError::Lagged(_)) => continue,

@@ -113,6 +113,8 @@ pub(crate) struct AppState {
     long_polls: Arc<Semaphore>,
     /// Slots of the searches that may run at once (`search.rs`).
     searches: Arc<Semaphore>,
+    /// Bumped by every reload of the keys (`set_api_keys`).
+    keys_changed: watch::Sender<u64>,
     /// Replicated mode: the term in which the config's queues are in place
     /// on this primary; `/v1` calls are served here only in that term.
     open_term: std::sync::atomic::AtomicU64,
@@ -133,6 +135,7 @@ impl AppState {
             shutting_down: watch::Sender::new(false),
             long_polls: Arc::new(Semaphore::new(LONG_POLLS_MAX)),
             searches: Arc::new(Semaphore::new(search::searches_max())),
+            keys_changed: watch::Sender::new(0),
             open_term: std::sync::atomic::AtomicU64::new(0),
             blocked: OnceLock::new(),
             relay: OnceLock::new(),
@@ -144,9 +147,33 @@ impl AppState {
         self.api_keys.read().expect("api keys poisoned").clone()
     }
 
-    /// A reload's keys: the next request is checked against them.
+    /// A reload's keys: the next request is checked against them, and
+    /// the streams and long polls whose key they no longer accept end
+    /// ([`AppState::revoked`]).
     pub(crate) fn set_api_keys(&self, keys: Vec<String>) {
         *self.api_keys.write().expect("api keys poisoned") = Arc::new(keys);
+        self.keys_changed.send_modify(|n| *n += 1);
+    }
+
+    /// Resolves once the keys in force no longer accept `presented`: a
+    /// stream or long poll opened with it ends (a reload that removes a
+    /// key takes what it opened with it).
+    pub(crate) fn revoked(
+        self: &Arc<Self>,
+        presented: auth::Presented,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let state = self.clone();
+        let mut changed = self.keys_changed.subscribe();
+        async move {
+            loop {
+                if !presented.accepted_by(&state.api_keys()) {
+                    return;
+                }
+                if changed.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        }
     }
 
     /// This server will not serve: `reason` says what the operator must do.
@@ -317,9 +344,14 @@ async fn gate(
 ) -> Response {
     let started = std::time::Instant::now();
     let route = path.as_ref().map_or("unmatched", |p| p.as_str());
+    let mut request = request;
     let checked = edge::check(state.config.edge, &request)
         .and_then(|()| auth::check_key(&state.api_keys(), &request))
-        .and_then(|()| params::check(request.method(), route, request.uri().query()));
+        .and_then(|presented| {
+            params::check(request.method(), route, request.uri().query())?;
+            request.extensions_mut().insert(presented);
+            Ok(())
+        });
     // Each call is a span, continuing the caller's trace (`telemetry.rs`).
     let span = crate::telemetry::span(|| {
         tracing::info_span!("http.request", otel.name = %format!("{} {route}", request.method()),

@@ -635,3 +635,66 @@ async fn an_event_key_belongs_to_its_tenant_and_to_one_event() {
     let (status, again) = publish(&spoold, "tenant-b", "invoice.paid", "2").await;
     assert_eq!((status, &again["id"]), (200, &b["id"]));
 }
+
+/// Finding 7: after SIGHUP removed an API key, new requests with it got
+/// `401`, but an open `tail` kept receiving every later message and a
+/// pending long poll still leased. Both end now: the tail's stream closes
+/// and the long poll answers `401` without leasing, so the message stays
+/// for the keys still in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_revokes_a_key_ends_its_streams_and_polls() {
+    use common::api::Api;
+    use common::process::{start_command, write_config};
+    const OLD: &str = "revoked-key-0123456789";
+    const KEPT: &str = "kept-key-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let keys = |keys: &[&str]| format!("api_keys = {keys:?}");
+    let config = write_config(dir.path(), &keys(&[OLD, KEPT]), "", "[queues.q]\n");
+    let spoold = start_command(
+        std::process::Command::new(common::process::bin())
+            .args(["run", "--config"])
+            .arg(&config),
+    )
+    .await;
+    let old = Api::new(spoold.base.clone(), Some(OLD.into()));
+    let kept = Api::new(spoold.base.clone(), Some(KEPT.into()));
+
+    let mut tail = old.get("/v1/queues/q/tail").send().await.unwrap();
+    assert_eq!(tail.status(), 200);
+    let poll = tokio::spawn({
+        let request = old.req(Method::POST, "/v1/queues/q/receive?wait=20");
+        async move { request.send().await.unwrap() }
+    });
+    kept.send_id("q", "before").await;
+    let first = tokio::time::timeout(Duration::from_secs(5), tail.chunk())
+        .await
+        .expect("the tail's first line")
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("before"));
+    // The long poll took "before"; the next one waits.
+    let leased = poll.await.unwrap();
+    assert_eq!(leased.status(), 200);
+    let poll = tokio::spawn({
+        let request = old.req(Method::POST, "/v1/queues/q/receive?wait=20");
+        async move { request.send().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    write_config(dir.path(), &keys(&[KEPT]), "", "[queues.q]\n");
+    spoold.signal("-HUP");
+    spoold.log_with("SIGHUP: config reloaded").await;
+    let answered = tokio::time::timeout(Duration::from_secs(5), poll)
+        .await
+        .expect("the long poll ends at the reload")
+        .unwrap();
+    assert_eq!(answered.status(), 401);
+    let ended = tokio::time::timeout(Duration::from_secs(5), tail.chunk())
+        .await
+        .expect("the tail ends at the reload");
+    assert!(matches!(ended, Ok(None)), "{ended:?}");
+
+    kept.send_id("q", "after").await;
+    let q = kept.get_json("/v1/queues/q").await;
+    assert_eq!(q["stats"]["visible"], 1, "nothing leased it: {q}");
+}
