@@ -638,6 +638,7 @@ async fn reload(
     let config = &request.config;
     let env_keys = request.env_api_keys.as_deref();
     config.check_exposure(env_keys)?;
+    let changes = crate::config::reload_changes(running, config)?;
     let keys = config.api_keys(env_keys)?;
     if keys.is_empty() && !state.api_keys().is_empty() {
         return Err(
@@ -661,6 +662,9 @@ async fn reload(
     // Replicated mode: the primary reconciles (`reconcile_when_serving`).
     wanted.send_replace(queues);
     state.set_api_keys(keys);
+    for change in changes {
+        tracing::info!(change = %change, "reload");
+    }
     Ok(reloaded)
 }
 

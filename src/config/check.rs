@@ -226,6 +226,13 @@ impl Config {
     fn check_queues(&self, keys: &KeyLines) -> Result<(), String> {
         let policy = self.policy();
         for (name, queue) in &self.queues {
+            if queue.unsigned == Some(true) && queue.signing_secret.is_some() {
+                return Err(format!(
+                    "{}queues.{name}.unsigned = true, but the queue has a signing_secret: one or \
+                     the other",
+                    at_line(keys.nearest_line(&["queues", name.as_str(), "unsigned"]))
+                ));
+            }
             let Err(e) = rules::check(name, &queue.settings(), Origin::Config, &policy) else {
                 continue;
             };

@@ -45,7 +45,11 @@ impl Config {
         let c = self.redacted();
         let mut queues = Table::new();
         for (name, q) in &c.queues {
-            queues.insert(name.clone(), Value::Table(queue_table(&q.settings())));
+            let mut table = queue_table(&q.settings());
+            if let Some(unsigned) = q.unsigned {
+                table.insert("unsigned".into(), unsigned.into());
+            }
+            queues.insert(name.clone(), Value::Table(table));
         }
         let mut root = Table::new();
         root.insert("server".into(), Value::Table(server_table(&c)));

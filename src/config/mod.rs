@@ -29,6 +29,7 @@ mod check;
 mod cluster;
 mod effective;
 mod lines;
+mod reload;
 mod shape;
 #[cfg(test)]
 mod tests;
@@ -36,6 +37,7 @@ mod units;
 
 pub(crate) use check::is_loopback;
 pub use cluster::{ClusterConfig, ClusterTlsConfig};
+pub use reload::reload_changes;
 pub use shape::{
     BackoffConfig, Config, EventsConfig, LogConfig, LogFormat, OnCorruption, QueueConfig,
     ServerConfig, SpoolConfig, TelemetryConfig,
@@ -58,17 +60,22 @@ pub enum ConfigError {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        let text = Config::read_text(path)?;
+        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// A config file's text.
+    fn read_text(path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
             path: path.to_path_buf(),
             reason: match e.kind() {
                 std::io::ErrorKind::NotFound => "no such file".into(),
                 std::io::ErrorKind::PermissionDenied => "permission denied".into(),
                 _ => e.to_string(),
             },
-        })?;
-        Config::parse(&text).map_err(|message| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            message,
         })
     }
 

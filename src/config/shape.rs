@@ -213,6 +213,10 @@ pub struct QueueConfig {
     pub history_retention: Option<u64>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub history_max_bytes: Option<u64>,
+    /// `true`: this queue delivers without a signing secret (and without
+    /// static headers it had): a reload may remove them
+    /// (`config/reload.rs`). Read from the file only.
+    pub unsigned: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -698,3 +698,67 @@ async fn a_reload_that_revokes_a_key_ends_its_streams_and_polls() {
     let q = kept.get_json("/v1/queues/q").await;
     assert_eq!(q["stats"]["visible"], 1, "nothing leased it: {q}");
 }
+
+/// Finding 8: a config file cut after a queue's `destination` was taken
+/// by SIGHUP; the queue lost its `signing_secret` and `Authorization`
+/// header, and its next delivery went out unsigned. A reload now reads the
+/// file once it stopped changing, and refuses one that drops a secret or a
+/// static header unless the queue says `unsigned = true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_never_takes_a_half_written_file() {
+    use common::process::{start_command, write_config};
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let (sink, url) = common::sink::Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let head = format!("[queues.hooks]\ndestination = \"{url}/in\"\n");
+    let whole = |max_retries: u32| {
+        format!(
+            "{head}max_retries = {max_retries}\nsigning_secret = \"{SECRET}\"\n\
+             headers = {{ Authorization = \"Bearer t0k3n\" }}\n"
+        )
+    };
+    let config = write_config(dir.path(), "", "", &whole(3));
+    let spoold = start_command(
+        std::process::Command::new(common::process::bin())
+            .args(["run", "--config"])
+            .arg(&config),
+    )
+    .await;
+    let api = spoold.api();
+    let delivered_signed = async |n: usize, body: &str| {
+        api.send_id("hooks", body).await;
+        let seen = sink.wait_for(n).await;
+        let last = &seen[n - 1];
+        (
+            last.headers.contains_key("webhook-signature"),
+            last.headers.get("authorization").is_some(),
+        )
+    };
+    assert_eq!(delivered_signed(1, "first").await, (true, true));
+
+    // Cut after the destination: refused, and deliveries stay signed.
+    write_config(dir.path(), "", "", &head);
+    spoold.signal("-HUP");
+    let log = spoold.log_with("SIGHUP: config refused").await;
+    assert!(log.contains("signing_secret"), "{log}");
+    assert_eq!(delivered_signed(2, "second").await, (true, true));
+
+    // Caught mid-write: the reload waits for the file to settle and takes
+    // the whole of it.
+    write_config(dir.path(), "", "", &head);
+    spoold.signal("-HUP");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    write_config(dir.path(), "", "", &whole(5));
+    spoold.log_with("SIGHUP: config reloaded").await;
+    let q = api.get_json("/v1/queues/hooks").await;
+    assert_eq!(q["settings"]["maxRetries"], 5, "{q}");
+    assert_eq!(delivered_signed(3, "third").await, (true, true));
+
+    // Said explicitly: taken, and the log says what it changed.
+    write_config(dir.path(), "", "", &format!("{head}unsigned = true\n"));
+    spoold.signal("-HUP");
+    let log = spoold.log_with("signing secret removed").await;
+    assert!(log.contains("static headers removed"), "{log}");
+    assert!(!log.contains(SECRET), "a secret in the log");
+    assert_eq!(delivered_signed(4, "fourth").await, (false, false));
+}

@@ -8,14 +8,14 @@
 //! of the log that names it still finds them.
 
 use std::io::IsTerminal as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use tokio::sync::watch;
 
 use super::env_api_keys;
-use crate::config::{Config, LogFormat};
+use crate::config::{Config, ConfigError, LogFormat};
 use crate::serve::{Outcome, Reloader};
 use crate::telemetry::Telemetry;
 
@@ -24,6 +24,7 @@ const LOG_TARGET: &str = "spoold";
 
 /// Where the served config comes from: read at start, and again on each
 /// SIGHUP.
+#[derive(Clone)]
 struct ConfigSource {
     /// `--config`; without one, the embedded defaults.
     path: Option<PathBuf>,
@@ -35,8 +36,18 @@ impl ConfigSource {
     /// The config `run` serves: the file (or the defaults), `--listen` over
     /// it.
     fn load(&self) -> anyhow::Result<Config> {
+        self.load_with(Config::load)
+    }
+
+    /// As [`ConfigSource::load`], the file read once two reads agree
+    /// (`Config::load_settled`): what a reload takes.
+    fn load_settled(&self) -> anyhow::Result<Config> {
+        self.load_with(Config::load_settled)
+    }
+
+    fn load_with(&self, read: fn(&Path) -> Result<Config, ConfigError>) -> anyhow::Result<Config> {
         let mut config = match &self.path {
-            Some(path) => Config::load(path)?,
+            Some(path) => read(path)?,
             None => Config::default(),
         };
         if let Some(listen) = &self.listen {
@@ -207,7 +218,14 @@ async fn reload(reloader: &Reloader, source: &ConfigSource) {
         );
         return;
     };
-    let config = match source.load() {
+    // Read once it stopped changing: a file caught mid-write is not taken.
+    let settled = {
+        let source = source.clone();
+        tokio::task::spawn_blocking(move || source.load_settled())
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    };
+    let config = match settled {
         Ok(config) => config,
         Err(e) => {
             tracing::error!(
