@@ -5,14 +5,19 @@
 //! of the listener's slots, which it needs to be served:
 //!
 //! - It must send its first byte within [`FIRST_BYTE_TIMEOUT`] of
-//!   connecting, and takes a slot only then: idle connections cost a
-//!   socket for two seconds, never a slot. Its request headers must be
-//!   complete within [`HEADER_READ_TIMEOUT`] (bodies have
-//!   [`crate::api::BODY_READ_TIMEOUT`]).
+//!   connecting, and the whole head of its first request (after the TLS
+//!   handshake, on a TLS listener) within [`FIRST_REQUEST_TIMEOUT`], and
+//!   takes a slot only then: idle connections, and ones that send a byte
+//!   and stall, cost a socket for a few seconds, never a slot (stalled
+//!   ones held slots for ten seconds and kept a keyed send waiting seven).
+//!   Later requests' headers must be complete within
+//!   [`HEADER_READ_TIMEOUT`] (bodies have [`crate::api::BODY_READ_TIMEOUT`]).
 //! - At most [`CONNECTIONS_MAX`] are active, and at most
-//!   [`CONNECTIONS_PER_CLIENT_MAX`] of them from one client address, so
-//!   that one neighbour cannot take every slot; a connection waits (in
-//!   this process) until its client and the listener have a slot free.
+//!   [`CONNECTIONS_PER_CLIENT_MAX`] of them from one client, so that one
+//!   neighbour cannot take every slot; a connection waits (in this
+//!   process) until its client and the listener have a slot free. A
+//!   client is an address, and every loopback address is one client
+//!   (`127.0.0.2` and `127.0.0.3` are the same host as `127.0.0.1`).
 //! - At most [`OPEN_MAX`] are open, [`OPEN_PER_CLIENT_MAX`] from one
 //!   address; past that a connection is closed at once.
 //! - A probe (`GET /healthz`, `GET /readyz`, told by its request line)
@@ -31,7 +36,9 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -39,12 +46,16 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// From accepting a connection to its first byte.
 pub(crate) const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(2);
+/// From a connection's first byte to the end of its first request's head
+/// (its TLS handshake included): it takes no slot before.
+pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const HEADERS_MAX: usize = 100;
 pub(crate) const HEADER_BYTES_MAX: usize = 64 << 10;
 pub(crate) const CONNECTIONS_MAX: usize = 4096;
@@ -65,9 +76,12 @@ pub(crate) struct Limits {
     /// and of those from one client address.
     pub open_max: usize,
     pub open_per_client_max: usize,
-    /// From the connection's first byte (and the TLS handshake's start) to
-    /// the end of a request's headers.
+    /// From a request's first byte to the end of its headers (later
+    /// requests of a connection).
     pub header_read_timeout: Duration,
+    /// From the connection's first byte to the end of its first request's
+    /// head, TLS handshake included: it holds no slot before.
+    pub first_request_timeout: Duration,
     /// TLS on every connection, when set.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Answers a probe that finds no slot free (plain HTTP only).
@@ -83,6 +97,7 @@ impl Limits {
             open_max: OPEN_MAX,
             open_per_client_max: OPEN_PER_CLIENT_MAX,
             header_read_timeout: HEADER_READ_TIMEOUT,
+            first_request_timeout: FIRST_REQUEST_TIMEOUT,
             tls: None,
             probes: Some(probes),
         }
@@ -112,6 +127,7 @@ impl PerClient {
     }
 
     fn semaphore(&self, ip: IpAddr) -> Arc<Semaphore> {
+        let ip = client_of(ip);
         let mut clients = self.clients.lock().expect("per-client counts poisoned");
         clients
             .entry(ip)
@@ -120,6 +136,7 @@ impl PerClient {
     }
 
     fn try_take(self: &Arc<Self>, ip: IpAddr) -> Option<ClientPermit> {
+        let ip = client_of(ip);
         let permit = self.semaphore(ip).try_acquire_owned().ok()?;
         Some(ClientPermit {
             _permit: permit,
@@ -129,6 +146,7 @@ impl PerClient {
     }
 
     async fn take(self: &Arc<Self>, ip: IpAddr) -> ClientPermit {
+        let ip = client_of(ip);
         let permit = self
             .semaphore(ip)
             .acquire_owned()
@@ -156,6 +174,17 @@ impl Drop for ClientPermit {
     }
 }
 
+/// The client a connection from `ip` counts for: every loopback address is
+/// the one host, and an IPv4 address mapped into IPv6 is that address.
+fn client_of(ip: IpAddr) -> IpAddr {
+    let ip = ip.to_canonical();
+    if ip.is_loopback() {
+        IpAddr::from([127, 0, 0, 1])
+    } else {
+        ip
+    }
+}
+
 /// Waits up to `timeout` for the first byte of `stream`: false if none
 /// came (or the client left).
 async fn first_byte(stream: &TcpStream, timeout: Duration) -> bool {
@@ -166,13 +195,79 @@ async fn first_byte(stream: &TcpStream, timeout: Duration) -> bool {
     )
 }
 
-/// Whether what `stream` sent so far starts a probe's request.
-async fn is_probe(stream: &TcpStream) -> bool {
-    let mut start = [0u8; 16];
-    let n = stream.peek(&mut start).await.unwrap_or(0);
-    let start = &start[..n];
-    start.starts_with(b"GET /healthz ") || start.starts_with(b"GET /readyz ")
+/// Whether a request's head is a probe's.
+fn is_probe(head: &[u8]) -> bool {
+    head.starts_with(b"GET /healthz ") || head.starts_with(b"GET /readyz ")
 }
+
+/// Reads from `io` until what came holds a request's whole head (the empty
+/// line that ends it), the client stops, or more than the headers may
+/// take came (hyper then refuses it). What was read, body bytes included.
+async fn read_head(io: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = io.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(head);
+        }
+        let from = head.len().saturating_sub(3);
+        head.extend_from_slice(&chunk[..n]);
+        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") || head.len() > HEADER_BYTES_MAX {
+            return Ok(head);
+        }
+    }
+}
+
+/// What a connection read before hyper, handed back to it first.
+struct Rewind<T> {
+    prefix: Vec<u8>,
+    read: usize,
+    inner: T,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.read < self.prefix.len() {
+            let n = buf.remaining().min(self.prefix.len() - self.read);
+            let at = self.read;
+            buf.put_slice(&self.prefix[at..at + n]);
+            self.read += n;
+            if self.read == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.read = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A connection's byte stream: plain TCP or TLS over it.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// What every connection task of one listener shares.
 struct Shared {
@@ -263,8 +358,9 @@ pub(crate) async fn serve(
     }
 }
 
-/// Serves one accepted connection: waits for its first byte, then for a
-/// slot (a probe that finds none is answered on a spare one), then serves.
+/// Serves one accepted connection: waits for its first byte, its TLS
+/// handshake and its first request's head, then for a slot (a probe that
+/// finds none is answered on a spare one), then serves.
 async fn connection(
     shared: &Shared,
     stream: TcpStream,
@@ -276,6 +372,35 @@ async fn connection(
         first = first_byte(&stream, FIRST_BYTE_TIMEOUT) => if !first { return },
         _ = stopping.wait_for(|s| *s) => return,
     }
+    let first_request = async {
+        let mut io: Box<dyn Io> = match &shared.limits.tls {
+            None => Box::new(stream),
+            Some(tls) => match tls.accept(stream).await {
+                Ok(stream) => Box::new(stream),
+                Err(e) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    return None;
+                }
+            },
+        };
+        let head = read_head(&mut io).await.ok()?;
+        Some(Rewind {
+            prefix: head,
+            read: 0,
+            inner: io,
+        })
+    };
+    let io = tokio::select! {
+        io = tokio::time::timeout(shared.limits.first_request_timeout, first_request) => match io {
+            Ok(Some(io)) if !io.prefix.is_empty() => io,
+            Ok(_) => return,
+            Err(_) => {
+                crate::metrics::limit_reached(crate::metrics::Limit::FirstRequest);
+                return;
+            }
+        },
+        _ = stopping.wait_for(|s| *s) => return,
+    };
     let immediate = shared.per_client.try_take(ip).and_then(|client| {
         let slot = shared.slots.clone().try_acquire_owned().ok()?;
         Some((slot, client))
@@ -284,17 +409,18 @@ async fn connection(
         Some(held) => held,
         None => {
             if let Some(probes) = &shared.limits.probes
-                && is_probe(&stream).await
+                && is_probe(&io.prefix)
                 && let Ok(spare) = shared.spare.clone().try_acquire_owned()
             {
                 let service = TowerToHyperService::new(probes.clone());
                 let conn = shared
                     .probe_builder
-                    .serve_connection(TokioIo::new(stream), service);
+                    .serve_connection(TokioIo::new(io), service);
                 let _ = tokio::time::timeout(PROBE_TIMEOUT, conn).await;
                 drop(spare);
                 return;
             }
+            crate::metrics::limit_reached(crate::metrics::Limit::Connections);
             // Wait for this client's slot, then the listener's; a stop
             // ends the wait.
             let wait = async {
@@ -314,31 +440,9 @@ async fn connection(
         }
     };
     let service = TowerToHyperService::new(shared.router.clone());
-    let served = match &shared.limits.tls {
-        None => {
-            let io = TokioIo::new(stream);
-            graceful
-                .watch(shared.builder.serve_connection(io, service))
-                .await
-        }
-        Some(tls) => {
-            // The handshake has the header timeout too, so a peer that
-            // never finishes it cannot hold a slot.
-            let handshake = shared.limits.header_read_timeout;
-            let stream = match tokio::time::timeout(handshake, tls.accept(stream)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let io = TokioIo::new(stream);
-            graceful
-                .watch(shared.builder.serve_connection(io, service))
-                .await
-        }
-    };
+    let served = graceful
+        .watch(shared.builder.serve_connection(TokioIo::new(io), service))
+        .await;
     if let Err(e) = served {
         tracing::debug!(error = %e, "connection ended with an error");
     }

@@ -334,6 +334,11 @@ pub(crate) enum Limit {
     /// A request that came through more spoold deliveries than allowed
     /// (508).
     Hops,
+    /// A connection that waited for a slot (every one taken, or its
+    /// client's share).
+    Connections,
+    /// A connection closed before its first request's head arrived.
+    FirstRequest,
 }
 
 impl Limit {
@@ -346,6 +351,8 @@ impl Limit {
             Limit::SearchBytes => "search_bytes",
             Limit::Memory => "memory",
             Limit::Hops => "hops",
+            Limit::Connections => "connections",
+            Limit::FirstRequest => "first_request",
         }
     }
 }

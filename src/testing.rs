@@ -23,7 +23,7 @@ pub use crate::journal::scan::scan_dir;
 pub use crate::journal::sim::{SimStorage, Tear};
 pub use crate::journal::storage::Storage;
 pub use crate::journal::{JournalError, RecordLoc, load_identity};
-pub use crate::listen::HEADER_READ_TIMEOUT;
+pub use crate::listen::FIRST_REQUEST_TIMEOUT;
 pub use crate::spool::command::FailInfo;
 pub use crate::spool::command::IDS_PER_RECORD_MAX;
 pub use crate::spool::command::Record;

@@ -80,6 +80,7 @@ pub(super) fn serve(
         open_max: 4 * CONNECTIONS_MAX,
         open_per_client_max: 4 * CONNECTIONS_MAX,
         header_read_timeout: HEADER_READ_TIMEOUT,
+        first_request_timeout: HEADER_READ_TIMEOUT,
         tls: tls.map(ClusterTls::acceptor),
         probes: None,
     };

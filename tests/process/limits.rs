@@ -762,3 +762,43 @@ async fn a_reload_never_takes_a_half_written_file() {
     assert!(!log.contains(SECRET), "a secret in the log");
     assert_eq!(delivered_signed(4, "fourth").await, (false, false));
 }
+
+/// Finding 10: the per-address cap was keyed by address, so connections
+/// from 127.0.0.2 and 127.0.0.3 took every slot between them; each sent
+/// one byte and stalled, and held its slot until the header timeout: a
+/// keyed send waited 7 to 9 s. Every loopback address is one client now,
+/// and a connection takes a slot only once its first request's head is
+/// in: stalled ones take none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_connections_from_many_loopback_addresses_hold_no_slot() {
+    use tokio::io::AsyncWriteExt;
+    let _ = rlimit::increase_nofile_limit(20_000);
+    let dir = tempfile::tempdir().unwrap();
+    let spoold =
+        common::process::start_with(dir.path(), "", "[queues.q]\ndedup_window = \"1h\"\n").await;
+    let to = spoold.api().addr().to_owned();
+    const STALLED: usize = 4200;
+    let mut stalled = Vec::with_capacity(STALLED);
+    for i in 0..STALLED {
+        let from = if i % 2 == 0 { "127.0.0.2" } else { "127.0.0.3" };
+        let mut s = common::raw::connect(&to, Some(from)).await.unwrap();
+        s.write_all(b"P").await.unwrap();
+        stalled.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let sent = spoold
+        .api()
+        .req(Method::POST, "/v1/queues/q/messages")
+        .header("Idempotency-Key", "k1")
+        .body("keyed")
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    eprintln!("a keyed send beside {STALLED} stalled connections took {took:?}");
+    assert_eq!(sent.status(), 201);
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    drop(stalled);
+}
