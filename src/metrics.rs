@@ -339,6 +339,8 @@ pub(crate) enum Limit {
     Connections,
     /// A connection closed before its first request's head arrived.
     FirstRequest,
+    /// A queue past `server.max_queues` (409).
+    Queues,
 }
 
 impl Limit {
@@ -353,6 +355,7 @@ impl Limit {
             Limit::Hops => "hops",
             Limit::Connections => "connections",
             Limit::FirstRequest => "first_request",
+            Limit::Queues => "queues",
         }
     }
 }

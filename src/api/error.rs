@@ -31,6 +31,7 @@ pub(crate) const KINDS: &[&str] = &[
     "event_in_progress",
     "idempotency_key_reused",
     "queue_managed_by_config",
+    "queue_limit_reached",
     "already_member",
     "member_behind",
     "member_unreachable",
@@ -243,6 +244,7 @@ impl From<QueueError> for ApiError {
             }
             QueueError::Rule(rule) => ApiError::bad_request(rule.to_string()),
             QueueError::ManagedByConfig { .. } => conflict("queue_managed_by_config", message),
+            QueueError::LimitReached { .. } => conflict("queue_limit_reached", message),
             QueueError::FailureQueue { .. } => conflict("failure_queue", message),
             QueueError::NotAFailureQueue { .. } => ApiError::bad_request(message),
             QueueError::Write(w) => w.into(),

@@ -46,6 +46,9 @@ const _: () = assert!(
         <= RECORD_ENVELOPE_BYTES_MAX,
     "a record's envelope outgrew the room left beside max_body_bytes"
 );
+/// The largest `server.max_queues`: each queue costs memory and a timer's
+/// look, and a spool's state of millions of them is no longer one node's.
+const QUEUES_MAX: usize = 10_000_000;
 /// The smallest `spool.max_memory`: below it a few thousand messages fill
 /// it.
 const MAX_MEMORY_MIN: u64 = 16 << 20;
@@ -201,6 +204,20 @@ impl Config {
                 i + 1
             ));
         }
+        let max_queues = self.server.max_queues;
+        if !(1..=QUEUES_MAX).contains(&max_queues) {
+            return Err(format!(
+                "{}server.max_queues = {max_queues} is out of range: allowed 1 to {QUEUES_MAX}",
+                keys.at(&["server", "max_queues"])
+            ));
+        }
+        if self.queues.len() > max_queues {
+            return Err(format!(
+                "{}server.max_queues = {max_queues}, but the file defines {} queues",
+                keys.at(&["server", "max_queues"]),
+                self.queues.len()
+            ));
+        }
         if let Some(allowed) = &self.server.allowed_destinations
             && let Err(why) = check_allowed_destinations(allowed)
         {
@@ -278,6 +295,7 @@ impl Config {
             guard: Guard::new(self.server.allowed_destinations.as_deref(), own),
             max_event_subscribers: self.events.max_subscribers,
             event_dedup_window_ms: self.events.dedup_window_ms,
+            max_queues: self.server.max_queues,
         }
     }
 

@@ -114,6 +114,7 @@ fn server_table(c: &Config) -> Table {
         server.insert("allowed_destinations".into(), strings(allowed));
     }
     server.insert("redact_headers".into(), strings(&c.server.redact_headers));
+    server.insert("max_queues".into(), (c.server.max_queues as i64).into());
     server
 }
 

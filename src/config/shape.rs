@@ -46,6 +46,9 @@ pub struct ServerConfig {
     /// that `/v1` can stay on loopback while Prometheus and the kubelet
     /// reach these (no API key: they carry no messages).
     pub metrics_listen: Option<String>,
+    /// Most queues the API may create (failure queues not counted; the
+    /// file's count too).
+    pub max_queues: usize,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +63,7 @@ impl Default for ServerConfig {
             allowed_destinations: None,
             redact_headers: Vec::new(),
             metrics_listen: None,
+            max_queues: crate::engine::rules::MAX_QUEUES_DEFAULT,
         }
     }
 }

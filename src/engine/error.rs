@@ -210,6 +210,14 @@ pub enum QueueError {
     #[error(transparent)]
     Rule(#[from] QueueRuleError),
 
+    /// As many queues as `server.max_queues` exist (failure queues not
+    /// counted): delete one first.
+    #[error(
+        "there are {max} queues, as many as server.max_queues allows (failure queues not \
+         counted): delete one first"
+    )]
+    LimitReached { max: usize },
+
     /// The config file defines the queue: change it there.
     #[error("{queue} is defined in the config file; change it there")]
     ManagedByConfig { queue: String },

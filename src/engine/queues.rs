@@ -34,6 +34,17 @@ impl Engine {
                     });
                 }
                 Some(_) => {}
+                // The file's queues are never refused here: `check-config`
+                // holds the file to the bound, and a start must not fail
+                // on queues the API made.
+                None if origin == Origin::Api
+                    && core.spool.queue_count() >= self.inner.policy.max_queues =>
+                {
+                    crate::metrics::limit_reached(crate::metrics::Limit::Queues);
+                    return Err(QueueError::LimitReached {
+                        max: self.inner.policy.max_queues,
+                    });
+                }
                 None => created = true,
             }
             Ok(Command::QueueUpsert {

@@ -37,11 +37,18 @@ pub struct Policy {
     /// How long an event's idempotency key is remembered
     /// (`events.dedup_window`).
     pub event_dedup_window_ms: u64,
+    /// Most queues (failure queues not counted; `server.max_queues`): the
+    /// API creates none past it.
+    pub max_queues: usize,
 }
 
 /// Defaults of the `[events]` table.
 pub(crate) const MAX_EVENT_SUBSCRIBERS_DEFAULT: usize = 10_000;
 pub(crate) const EVENT_DEDUP_WINDOW_MS_DEFAULT: u64 = 24 * 3_600_000;
+/// Default of `server.max_queues`: far past 100 000 endpoints, which one
+/// node holds (docs/performance.md), and short of what would fill its
+/// memory with empty queues.
+pub(crate) const MAX_QUEUES_DEFAULT: usize = 200_000;
 
 impl Default for Policy {
     fn default() -> Policy {
@@ -49,6 +56,7 @@ impl Default for Policy {
             guard: Guard::default(),
             max_event_subscribers: MAX_EVENT_SUBSCRIBERS_DEFAULT,
             event_dedup_window_ms: EVENT_DEDUP_WINDOW_MS_DEFAULT,
+            max_queues: MAX_QUEUES_DEFAULT,
         }
     }
 }

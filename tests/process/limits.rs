@@ -802,3 +802,56 @@ async fn stalled_connections_from_many_loopback_addresses_hold_no_slot() {
     assert!(took < Duration::from_secs(2), "{took:?}");
     drop(stalled);
 }
+
+/// Finding 11: any key holder created 10 002 queues in about 9 s, with no
+/// bound. `server.max_queues` bounds them (the file's queues count;
+/// failure queues do not): past it a create is `409 queue_limit_reached`
+/// and counted, a change to an existing queue is not refused, and a
+/// deleted queue frees its place. A file with more queues than the bound
+/// is refused, naming the key and its line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_count_has_a_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let spoold =
+        common::process::start_with(dir.path(), "max_queues = 4", "[queues.from-file]\n").await;
+    let api = spoold.api();
+    for i in 0..3 {
+        assert_eq!(
+            api.put_queue(&format!("q{i}"), serde_json::json!({}))
+                .await
+                .status(),
+            201
+        );
+    }
+    let refused = api.put_queue("q3", serde_json::json!({})).await;
+    assert_eq!(refused.status(), 409);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["kind"], "queue_limit_reached", "{body}");
+    assert_eq!(
+        api.put_queue("q0", serde_json::json!({"maxRetries": 2}))
+            .await
+            .status(),
+        200,
+        "a change is not a create"
+    );
+    assert_eq!(api.status(Method::DELETE, "/v1/queues/q1").await, 204);
+    assert_eq!(
+        api.put_queue("q3", serde_json::json!({})).await.status(),
+        201
+    );
+    let metrics = api.text("/metrics").await;
+    assert!(metrics.contains("spoold_limit_reached_total{limit=\"queues\"}"));
+
+    let config =
+        common::process::write_config(dir.path(), "max_queues = 1", "", "[queues.a]\n[queues.b]\n");
+    let ran = common::process::run_in(
+        config.parent().unwrap(),
+        &["check-config", "--config", config.to_str().unwrap()],
+    );
+    assert_ne!(ran.code, 0);
+    assert!(
+        ran.stderr.contains("server.max_queues") && ran.stderr.contains("line 3"),
+        "{}",
+        ran.stderr
+    );
+}

@@ -152,6 +152,12 @@ impl Spool {
         self.queues.get_mut(id).map(|q| &mut **q)
     }
 
+    /// How many queues there are, failure queues not counted.
+    pub(crate) fn queue_count(&self) -> usize {
+        // Every queue has its failure queue, made and deleted with it.
+        self.names.len() / 2
+    }
+
     /// Names of every queue (failure queues included), sorted.
     pub(crate) fn queue_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.names.keys().cloned().collect();
