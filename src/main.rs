@@ -209,6 +209,11 @@ enum QueueCommand {
         /// The queue as one JSON object.
         #[arg(long)]
         json: bool,
+        /// A destination moved to another origin keeps the signing secret
+        /// (its static headers never go with it); without it such a move
+        /// is refused while a secret would be left behind.
+        #[arg(long)]
+        keep_secrets: bool,
     },
     /// Stop handing out leases (push delivery included).
     Pause { queue: String },
@@ -429,8 +434,10 @@ fn queue(target: &Target, command: QueueCommand) -> anyhow::Result<ExitCode> {
             queue,
             settings,
             json,
+            keep_secrets,
         } => {
-            return on_server(ops::queue_set(target, &queue, &settings, json, out));
+            let set = ops::queue_set(target, &queue, &settings, (json, keep_secrets), out);
+            return on_server(set);
         }
         QueueCommand::Pause { queue } => (queue, ops::QueueAction::Pause),
         QueueCommand::Resume { queue } => (queue, ops::QueueAction::Resume),

@@ -32,6 +32,7 @@ pub(crate) const KINDS: &[&str] = &[
     "idempotency_key_reused",
     "queue_managed_by_config",
     "queue_limit_reached",
+    "secrets_would_move",
     "already_member",
     "member_behind",
     "member_unreachable",

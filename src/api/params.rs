@@ -28,6 +28,7 @@ fn allowed(method: &Method, route: &str) -> (&'static [&'static str], bool) {
         ("POST", "/v1/queues/{q}/redrive") => (&["max", "dryRun"], true),
         ("GET", "/v1/queues/{q}/tail") => (&["last"], false),
         ("GET", "/v1/cluster") => (&["digest"], false),
+        ("PUT" | "PATCH", "/v1/queues/{q}") => (&["keepSecrets"], false),
         ("GET", "/v1/queues/{q}/history") => (
             &[
                 "limit", "before", "since", "until", "type", "tenant", "contains", "match",

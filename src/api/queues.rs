@@ -10,8 +10,10 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::filter::BulkQuery;
 use super::openapi::{BulkQueryParams, DeadLetterQuery, QueuePath, RedriveBody, Refused};
-use super::settings::{SettingsBody, SettingsView, StatsView, render, render_stats};
-use super::{AppState, BULK_DEFAULT, read_body};
+use super::settings::{
+    SettingsBody, SettingsRefusal, SettingsView, StatsView, render, render_stats,
+};
+use super::{AppState, BULK_DEFAULT, query_pairs, read_body};
 use crate::engine::{Engine, Origin};
 
 fn queue_json(engine: &Engine, name: &str) -> Result<QueueView, ApiError> {
@@ -22,7 +24,7 @@ fn queue_json(engine: &Engine, name: &str) -> Result<QueueView, ApiError> {
         warnings: Vec::new(),
         managed_by_config: managed,
         settings: render(&settings),
-        stats: render_stats(&stats, settings.is_push()),
+        stats: render_stats(&stats, &settings),
     })
 }
 
@@ -78,7 +80,8 @@ pub(crate) async fn get_one(
 
 /// `PUT /v1/queues/{q}`: the body replaces the whole settings object.
 #[utoipa::path(
-    put, path = "/v1/queues/{q}", operation_id = "putQueue", tag = "queues", params(QueuePath),
+    put, path = "/v1/queues/{q}", operation_id = "putQueue", tag = "queues", params(QueuePath,
+        ("keepSecrets" = Option<bool>, Query, description = "A destination moved to another origin keeps the signing secret (static headers never go with it); without it such a move is `409 secrets_would_move` while a secret would be left behind.")),
     description = "Create or replace a queue's settings (omitted fields take their defaults; `signingSecret` omitted keeps, `null` clears).",
     request_body(content = SettingsBody, content_type = "application/json"),
     responses((status = 201, description = "created", body = QueueView), (status = 200, description = "changed", body = QueueView), Refused)
@@ -86,6 +89,7 @@ pub(crate) async fn get_one(
 pub(crate) async fn put(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -98,7 +102,21 @@ pub(crate) async fn put(
             .map_err(|e| ApiError::bad_request(format!("invalid queue settings: {e}")))?
     };
     let previous = engine.queue_settings(&queue).ok().map(|(s, _)| s);
-    store(engine, &queue, parsed, previous.as_ref()).await
+    let keep = keep_secrets(query.as_deref())?;
+    store(engine, &queue, parsed, previous.as_ref(), keep).await
+}
+
+/// `?keepSecrets=true`: a move to another origin keeps the signing secret.
+fn keep_secrets(query: Option<&str>) -> Result<bool, ApiError> {
+    match query_pairs(query)
+        .into_iter()
+        .find(|(k, _)| k == "keepSecrets")
+    {
+        None => Ok(false),
+        Some((_, v)) => v
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("keepSecrets = {v:?}: true or false"))),
+    }
 }
 
 /// Stores the settings `body` asks for and answers with the queue: `201`
@@ -108,10 +126,16 @@ async fn store(
     queue: &str,
     body: SettingsBody,
     previous: Option<&crate::spool::QueueSettings>,
+    keep_secrets: bool,
 ) -> Result<Response, ApiError> {
     let (settings, warnings) = body
-        .into_settings(previous)
-        .map_err(ApiError::bad_request)?;
+        .into_settings(previous, keep_secrets)
+        .map_err(|refused| match refused {
+            SettingsRefusal::Invalid(problem) => ApiError::bad_request(problem),
+            SettingsRefusal::SecretsWouldMove(why) => {
+                ApiError::new(StatusCode::CONFLICT, "secrets_would_move", why)
+            }
+        })?;
     // Every rule (bounds, destinations, who owns the queue) is the engine's.
     let created = engine.upsert_queue(queue, settings, Origin::Api).await?;
     for warning in &warnings {
@@ -131,7 +155,8 @@ async fn store(
 
 /// `PATCH /v1/queues/{q}`: an RFC 7396 merge patch of the settings.
 #[utoipa::path(
-    patch, path = "/v1/queues/{q}", operation_id = "patchQueue", tag = "queues", params(QueuePath),
+    patch, path = "/v1/queues/{q}", operation_id = "patchQueue", tag = "queues", params(QueuePath,
+        ("keepSecrets" = Option<bool>, Query, description = "As for `PUT`.")),
     description = "Change some of a queue's settings (RFC 7396 JSON merge patch of the settings object as GET shows it): what the patch leaves out stays, `null` resets a field to its default (`signingSecret: null` clears it).",
     request_body(content = Object, content_type = "application/merge-patch+json"),
     responses((status = 200, description = "changed", body = QueueView), Refused)
@@ -139,6 +164,7 @@ async fn store(
 pub(crate) async fn patch(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -149,7 +175,8 @@ pub(crate) async fn patch(
     let (previous, _) = engine.queue_settings(&queue)?;
     let merged = SettingsBody::merged(&previous, &patch)
         .map_err(|e| ApiError::bad_request(format!("invalid queue settings: {e}")))?;
-    store(engine, &queue, merged, Some(&previous)).await
+    let keep = keep_secrets(query.as_deref())?;
+    store(engine, &queue, merged, Some(&previous), keep).await
 }
 
 /// `DELETE /v1/queues/{q}`

@@ -8,10 +8,14 @@
 //! `signingSecret`, which an omitted field keeps and `null` clears.
 //!
 //! Kept secrets follow the destination only within its origin (scheme,
-//! host and port): when a change moves it to another origin, a header
-//! sent as `"<redacted>"` and an omitted `signingSecret` are dropped
-//! instead of kept, and the answer's `warnings` say so. A credential for
-//! one host is never sent to another unless it is sent again in clear.
+//! host and port). A change that moves it to another origin while a
+//! secret would be left behind (an omitted `signingSecret`, a header sent
+//! as `"<redacted>"`) is refused, `409 secrets_would_move`: deliveries
+//! going out unsigned from then on, in silence, was worse. The request
+//! sends the secret again in clear, or says `?keepSecrets=true`, which
+//! keeps the signing secret (a secret spoold signs with, not one it sends)
+//! and drops those headers (a credential for one host is never sent to
+//! another), as its `warnings` say.
 //!
 //! `PATCH` (RFC 7396 JSON merge patch) applies a patch to the settings as
 //! `GET` renders them: what the patch leaves out stays as it was, `null`
@@ -161,9 +165,14 @@ pub(crate) struct StatsView {
     /// Failed delivery attempts (push queues only).
     #[serde(skip_serializing_if = "Option::is_none")]
     delivery_failures_total: Option<u64>,
+    /// A push queue without a signing secret: its deliveries carry no
+    /// signature (push queues only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unsigned: Option<bool>,
 }
 
-pub(crate) fn render_stats(st: &QueueStats, push: bool) -> StatsView {
+pub(crate) fn render_stats(st: &QueueStats, settings: &QueueSettings) -> StatsView {
+    let push = settings.is_push();
     let c = &st.counters;
     let age = |ms: Option<i64>| ms.map_or(0.0, |ms| ms as f64 / 1000.0);
     StatsView {
@@ -184,6 +193,23 @@ pub(crate) fn render_stats(st: &QueueStats, push: bool) -> StatsView {
         next_probe_at: st.next_probe_at.map(crate::time::format_rfc3339),
         deliveries_total: push.then_some(c.deliveries),
         delivery_failures_total: push.then_some(c.delivery_failures),
+        unsigned: push.then_some(settings.signing_secret.is_none()),
+    }
+}
+
+/// Why a settings body makes no settings.
+#[derive(Debug)]
+pub(crate) enum SettingsRefusal {
+    /// A field out of its shape (`400`).
+    Invalid(String),
+    /// A move to another origin would leave a secret behind (`409
+    /// secrets_would_move`).
+    SecretsWouldMove(String),
+}
+
+impl From<String> for SettingsRefusal {
+    fn from(problem: String) -> SettingsRefusal {
+        SettingsRefusal::Invalid(problem)
     }
 }
 
@@ -256,24 +282,46 @@ impl SettingsBody {
     /// The full settings a `PUT` asks for, and warnings for the answer.
     /// `previous` (the queue's settings now, if it exists) gives what an
     /// omitted `signingSecret` keeps and what a header sent as
-    /// `"<redacted>"` keeps, while the destination keeps its origin.
+    /// `"<redacted>"` keeps, while the destination keeps its origin; a
+    /// move to another origin that would leave one behind is
+    /// [`SettingsRefusal::SecretsWouldMove`] unless `keep_secrets`.
     pub(crate) fn into_settings(
         self,
         previous: Option<&QueueSettings>,
-    ) -> Result<(QueueSettings, Vec<String>), String> {
+        keep_secrets: bool,
+    ) -> Result<(QueueSettings, Vec<String>), SettingsRefusal> {
         let mut warnings = Vec::new();
         let moved = previous.and_then(|p| {
             let (from, to) = (p.destination.as_deref()?, self.destination.as_deref()?);
             (origin(from) != origin(to)).then(|| (origin(from), origin(to)))
         });
+        let left: Vec<String> = moved
+            .iter()
+            .flat_map(|_| {
+                let secret = previous
+                    .and_then(|p| p.signing_secret.as_ref())
+                    .filter(|_| self.signing_secret.is_none())
+                    .map(|_| "signingSecret".to_string());
+                let headers = self
+                    .headers
+                    .iter()
+                    .flatten()
+                    .filter(|(_, v)| *v == REDACTED);
+                secret
+                    .into_iter()
+                    .chain(headers.map(|(name, _)| format!("headers.{name}")))
+            })
+            .collect();
+        if let (Some((from, to)), false, false) = (&moved, left.is_empty(), keep_secrets) {
+            return Err(SettingsRefusal::SecretsWouldMove(format!(
+                "the destination moves from {from} to {to}, and {} would not go with it: send \
+                 them again in clear, or pass keepSecrets=true to keep the signing secret and \
+                 drop the headers",
+                left.join(", ")
+            )));
+        }
         let mut dropped = Vec::new();
-        let previous_secret = match (previous.and_then(|p| p.signing_secret.clone()), &moved) {
-            (Some(_), Some(_)) if self.signing_secret.is_none() => {
-                dropped.push("signingSecret".to_string());
-                None
-            }
-            (secret, _) => secret,
-        };
+        let previous_secret = previous.and_then(|p| p.signing_secret.clone());
         let mut headers = self.headers.unwrap_or_default();
         for (name, value) in &mut headers {
             if value == REDACTED {
@@ -291,8 +339,8 @@ impl SettingsBody {
         headers.retain(|_, value| value != REDACTED);
         if let (Some((from, to)), false) = (&moved, dropped.is_empty()) {
             warnings.push(format!(
-                "the destination moved from {from} to {to}: {} not kept (a secret for one origin \
-                 is never sent to another); send them again in clear to keep them",
+                "the destination moved from {from} to {to}: {} not kept (a credential for one \
+                 origin is never sent to another); the signing secret is kept",
                 dropped.join(", ")
             ));
         }
@@ -399,23 +447,26 @@ mod tests {
             headers: BTreeMap::from([("X-Token".into(), "t0k3n".into())]),
             ..QueueSettings::default()
         };
-        let (s, _) = body.into_settings(Some(&old)).unwrap();
+        let (s, _) = body.into_settings(Some(&old), false).unwrap();
         assert_eq!((s.max_retries, s.lease_timeout_ms), (2, 1500));
         assert_eq!(s.signing_secret.as_deref(), Some("old"));
         let body: SettingsBody = serde_json::from_str(r#"{"signingSecret": null}"#).unwrap();
         assert_eq!(
-            body.into_settings(Some(&old)).unwrap().0.signing_secret,
+            body.into_settings(Some(&old), false)
+                .unwrap()
+                .0
+                .signing_secret,
             None
         );
         assert!(serde_json::from_str::<SettingsBody>(r#"{"maxRetrys": 2}"#).is_err());
         // A header read back hidden and sent again keeps its value.
         let body: SettingsBody =
             serde_json::from_str(r#"{"headers": {"X-Token": "<redacted>"}}"#).unwrap();
-        let (s, _) = body.into_settings(Some(&old)).unwrap();
+        let (s, _) = body.into_settings(Some(&old), false).unwrap();
         assert_eq!(s.headers["X-Token"], "t0k3n");
         let body: SettingsBody =
             serde_json::from_str(r#"{"headers": {"X-Other": "<redacted>"}}"#).unwrap();
-        assert!(body.into_settings(Some(&old)).is_err());
+        assert!(body.into_settings(Some(&old), false).is_err());
     }
 
     #[test]
@@ -429,7 +480,7 @@ mod tests {
         let put = |json: &str| {
             serde_json::from_str::<SettingsBody>(json)
                 .unwrap()
-                .into_settings(Some(&old))
+                .into_settings(Some(&old), false)
                 .unwrap()
         };
         // Same origin, another path: kept, nothing to say.
@@ -439,17 +490,24 @@ mod tests {
         assert_eq!(s.headers["Authorization"], "Bearer t0k3n");
         assert_eq!(s.signing_secret.as_deref(), Some("whsec_old"));
         assert!(warnings.is_empty());
-        // Another host: dropped, and said.
-        let (s, warnings) = put(
-            r#"{"destination": "https://evil.example/", "headers": {"Authorization": "<redacted>"}}"#,
-        );
+        // Another host, a secret left behind: refused, naming it.
+        let json = r#"{"destination": "https://evil.example/", "headers": {"Authorization": "<redacted>"}}"#;
+        let body = || serde_json::from_str::<SettingsBody>(json).unwrap();
+        match body().into_settings(Some(&old), false) {
+            Err(SettingsRefusal::SecretsWouldMove(why)) => {
+                assert!(why.contains("signingSecret"), "{why}");
+                assert!(why.contains("headers.Authorization"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // keepSecrets: the signing secret goes with it, the header never.
+        let (s, warnings) = body().into_settings(Some(&old), true).unwrap();
         assert!(s.headers.is_empty());
-        assert_eq!(s.signing_secret, None);
+        assert_eq!(s.signing_secret.as_deref(), Some("whsec_old"));
         assert!(
             warnings[0].contains("headers.Authorization"),
             "{warnings:?}"
         );
-        assert!(warnings[0].contains("signingSecret"), "{warnings:?}");
         // Another port, sent again in clear: taken, nothing dropped.
         let (s, warnings) = put(
             r#"{"destination": "https://hooks.example.com:8443/", "headers": {"Authorization": "Bearer n3w"}, "signingSecret": "whsec_bmV3"}"#,
@@ -471,7 +529,7 @@ mod tests {
         let patch = serde_json::json!({"destination": "https://hooks.example.com/b", "backoff": {"maxSeconds": 60}});
         let (s, _) = SettingsBody::merged(&old, &patch)
             .unwrap()
-            .into_settings(Some(&old))
+            .into_settings(Some(&old), false)
             .unwrap();
         assert_eq!(
             s.destination.as_deref(),
@@ -484,7 +542,7 @@ mod tests {
         let patch = serde_json::json!({"signingSecret": null, "headers": {"X-Token": null}, "breakerFailures": null});
         let (s, _) = SettingsBody::merged(&old, &patch)
             .unwrap()
-            .into_settings(Some(&old))
+            .into_settings(Some(&old), false)
             .unwrap();
         assert_eq!(s.signing_secret, None);
         assert!(s.headers.is_empty());

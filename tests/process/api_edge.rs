@@ -93,8 +93,10 @@ async fn cross_site_requests_and_foreign_hosts_are_refused() {
 
 /// Finding 2: the static `Authorization` header and the signing secret
 /// are write-only, kept by a `PUT` that sends `"<redacted>"` (or omits the
-/// secret). Moving the destination to another origin must not carry them
-/// along: they are dropped, and the answer says so.
+/// secret). Moving the destination to another origin must not carry the
+/// header along, nor drop the secret in silence: the move is refused
+/// while a secret would be left behind (issue 38, finding 12), and with
+/// `keepSecrets=true` the signing secret goes with it, the header never.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_do_not_follow_a_destination_to_another_origin() {
     let dir = tempfile::tempdir().unwrap();
@@ -114,20 +116,23 @@ async fn secrets_do_not_follow_a_destination_to_another_origin() {
         api.status(Method::POST, "/v1/queues/hooks/pause").await,
         StatusCode::NO_CONTENT
     );
+    let body = json!({"destination": format!("{evil_url}/in"), "headers": {"Authorization": "<redacted>"}});
+    let refused = api.put_queue("hooks", body.clone()).await;
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
     let moved = api
-        .put_queue(
-            "hooks",
-            json!({"destination": format!("{evil_url}/in"), "headers": {"Authorization": "<redacted>"}}),
-        )
-        .await;
+        .req(Method::PUT, "/v1/queues/hooks?keepSecrets=true")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(moved.status(), StatusCode::OK);
     let moved: Value = moved.json().await.unwrap();
     let warnings = moved["warnings"].to_string();
     assert!(
-        warnings.contains("headers.Authorization") && warnings.contains("signingSecret"),
+        warnings.contains("headers.Authorization"),
         "the answer says what was dropped: {moved}"
     );
-    assert_eq!(moved["settings"]["signingSecretSet"], false, "{moved}");
+    assert_eq!(moved["settings"]["signingSecretSet"], true, "{moved}");
     api.send("hooks", "event").await;
     api.status(Method::POST, "/v1/queues/hooks/resume").await;
     let got = &evil.wait_for(1).await[0];
@@ -136,7 +141,10 @@ async fn secrets_do_not_follow_a_destination_to_another_origin() {
         "the credential reached the new host: {:?}",
         got.headers
     );
-    assert!(!got.headers.contains_key("webhook-signature"));
+    assert!(
+        got.headers.contains_key("webhook-signature"),
+        "kept: signed"
+    );
     // Within one origin, nothing is dropped.
     let same = api
         .put_queue(

@@ -855,3 +855,109 @@ async fn the_queue_count_has_a_bound() {
         ran.stderr
     );
 }
+
+/// Finding 12: moving a push queue's destination to another origin (`spoold
+/// queue set … destination=…`, or a PATCH) dropped its signing secret and
+/// static headers with only a warning, and its deliveries went out
+/// unsigned from then on. The move is refused, `409 secrets_would_move`,
+/// unless the request sends the secret again or says `keepSecrets=true`
+/// (which keeps the signing secret, never the headers); and a push queue
+/// without a secret says `unsigned` in its stats and in `spoold queues`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_a_destination_never_drops_its_secret_in_silence() {
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let dir = tempfile::tempdir().unwrap();
+    let spoold = common::process::start(dir.path()).await;
+    let api = spoold.api();
+    let made = api
+        .put_queue(
+            "cus_42-hooks",
+            serde_json::json!({
+                "destination": "http://127.0.0.1:9/a",
+                "signingSecret": SECRET,
+                "headers": {"Authorization": "Bearer t0k3n"},
+            }),
+        )
+        .await;
+    assert_eq!(made.status(), 201);
+    let patch = |query: &'static str, body: serde_json::Value| {
+        api.req(Method::PATCH, &format!("/v1/queues/cus_42-hooks{query}"))
+            .header("Content-Type", "application/merge-patch+json")
+            .body(body.to_string())
+            .send()
+    };
+    let moved = serde_json::json!({"destination": "http://127.0.0.2:9/b"});
+    let refused = patch("", moved.clone()).await.unwrap();
+    assert_eq!(refused.status(), 409);
+    let said: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(said["kind"], "secrets_would_move", "{said}");
+    let q = api.get_json("/v1/queues/cus_42-hooks").await;
+    assert_eq!(
+        q["settings"]["destination"], "http://127.0.0.1:9/a",
+        "unchanged"
+    );
+
+    // The CLI says the same, and --keep-secrets moves it with the secret.
+    let base = spoold.base.clone();
+    let ran = common::process::cli(
+        &base,
+        &[
+            "queue",
+            "set",
+            "cus_42-hooks",
+            "destination=http://127.0.0.2:9/b",
+        ],
+    )
+    .await;
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+    assert!(ran.stderr.contains("keepSecrets"), "{}", ran.stderr);
+    let ran = common::process::cli(
+        &base,
+        &[
+            "queue",
+            "set",
+            "cus_42-hooks",
+            "destination=http://127.0.0.2:9/b",
+            "--keep-secrets",
+        ],
+    )
+    .await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains("headers.Authorization"),
+        "{}",
+        ran.stdout
+    );
+    let q = api.get_json("/v1/queues/cus_42-hooks").await;
+    assert_eq!(q["settings"]["signingSecretSet"], true, "{q}");
+    assert_eq!(q["settings"]["headers"], serde_json::json!({}), "{q}");
+    assert_eq!(q["stats"]["unsigned"], false, "{q}");
+
+    // Sent again in clear: taken without the flag.
+    let again = patch(
+        "",
+        serde_json::json!({"destination": "http://127.0.0.3:9/c", "signingSecret": SECRET}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.status(), 200);
+
+    // A push queue without a secret says so.
+    let made = api
+        .put_queue(
+            "plain",
+            serde_json::json!({"destination": "http://127.0.0.1:9/p"}),
+        )
+        .await;
+    assert_eq!(made.status(), 201);
+    let q = api.get_json("/v1/queues/plain").await;
+    assert_eq!(q["stats"]["unsigned"], true, "{q}");
+    let listed = common::process::cli(&base, &["queues"]).await;
+    let line = listed
+        .stdout
+        .lines()
+        .find(|l| l.contains("plain"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(line.contains("push, unsigned"), "{}", listed.stdout);
+}

@@ -144,6 +144,9 @@ function stateOf(stats) {
       `breaker open · next probe ${new Date(stats.nextProbeAt).toLocaleTimeString()}`));
   }
   if (!pills.length) pills.push(el("span", { class: "pill ok" }, "running"));
+  if (stats.unsigned) {
+    pills.push(el("span", { class: "pill warn", title: "no signing secret: deliveries carry no webhook-signature" }, "unsigned"));
+  }
   return pills;
 }
 

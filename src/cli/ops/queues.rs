@@ -234,9 +234,12 @@ impl Stats {
 
 impl Settings {
     /// A push queue has a destination; a pull queue has none.
+    /// `push` (`push, unsigned` without a signing secret: its deliveries
+    /// carry no signature) or `pull`.
     fn kind(&self) -> &'static str {
-        match self.0.get("destination") {
-            Some(Value::String(_)) => "push",
+        match (self.0.get("destination"), self.0.get("signingSecretSet")) {
+            (Some(Value::String(_)), Some(Value::Bool(true))) => "push",
+            (Some(Value::String(_)), _) => "push, unsigned",
             _ => "pull",
         }
     }

@@ -13,17 +13,22 @@ use super::queues;
 use crate::cli::term::Terminal;
 
 /// `spoold queue set QUEUE key=value…`: changes only those settings (a
-/// merge patch) and prints the queue as it is now.
+/// merge patch) and prints the queue as it is now; with `keep_secrets`, a
+/// destination moved to another origin keeps the signing secret.
 pub async fn queue_set(
     target: &Target,
     queue: &str,
     pairs: &[String],
-    json: bool,
+    (json, keep_secrets): (bool, bool),
     out: &mut Terminal<impl Write>,
 ) -> Result<(), OpsError> {
     let patch = settings_patch(pairs)?;
+    let path = match keep_secrets {
+        true => format!("/v1/queues/{queue}?keepSecrets=true"),
+        false => format!("/v1/queues/{queue}"),
+    };
     let request = target
-        .request(Method::PATCH, &format!("/v1/queues/{queue}"))
+        .request(Method::PATCH, &path)
         .header("Content-Type", "application/merge-patch+json")
         .body(patch.to_string());
     let answer: Value = target.answer(request).await?;
