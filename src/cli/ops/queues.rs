@@ -308,6 +308,7 @@ mod tests {
                 "events": ["a.*", "b.>"],
                 "headers": {},
                 "rateLimit": null,
+                "signingSecretSet": true,
             },
             "stats": {
                 "ackedTotal": 1, "deduplicatedTotal": 2, "delayed": 3,
@@ -350,6 +351,7 @@ mod tests {
             ("destination", "http://h/in"),
             ("events", "a.*,b.>"),
             ("rateLimit", "-"),
+            ("signingSecretSet", "true"),
         ]
         .iter()
         .map(|(k, v)| line(k, v))
