@@ -55,7 +55,7 @@ impl Engine {
                 problem,
             });
         }
-        if self.is_full() {
+        if self.is_full_for(request.payload.stored_bytes()) {
             return Err(EventError::SpoolFull {
                 journal_bytes: self.journal_bytes(),
                 max_bytes: self.inner.max_bytes,

@@ -304,11 +304,25 @@ impl Engine {
     /// (the active segment counted at its full size) and the headroom would
     /// not fit in `max_bytes`.
     pub fn is_full(&self) -> bool {
+        self.is_full_for(0)
+    }
+
+    /// [`Engine::is_full`] for a write of `incoming` bytes: one larger than
+    /// the active segment has left starts a segment of its own, so it
+    /// counts in full (without this a 200 MiB body was taken when 2 MiB
+    /// were left, and the journal passed `max_bytes` by the record bound).
+    pub(crate) fn is_full_for(&self, incoming: u64) -> bool {
         let seg = self.inner.segment_bytes;
         let active_growth = seg.saturating_sub(self.inner.journal.active_file_bytes());
+        let own_segment = if incoming > active_growth {
+            incoming
+        } else {
+            0
+        };
         self.journal_bytes()
             .saturating_add(active_growth)
             .saturating_add(headroom_bytes(seg))
+            .saturating_add(own_segment)
             > self.inner.max_bytes
     }
 

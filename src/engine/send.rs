@@ -34,7 +34,7 @@ impl Engine {
         request: &SendRequest,
         tx: SendReply,
     ) -> Result<Option<SendOutcome>, SendError> {
-        if self.is_full() {
+        if self.is_full_for(request.payload.stored_bytes()) {
             return Err(SendError::SpoolFull {
                 journal_bytes: self.journal_bytes(),
                 max_bytes: self.inner.max_bytes,

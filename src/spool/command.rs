@@ -171,6 +171,24 @@ pub struct Payload {
     pub body: Bytes,
 }
 
+impl Payload {
+    /// About what its record takes in the journal, counting the body and
+    /// the request's strings (the fixed fields are within a segment's
+    /// headroom): what the disk bound checks before a write.
+    pub fn stored_bytes(&self) -> u64 {
+        let request = self.request.as_ref().map_or(0, |r| {
+            r.method.len()
+                + r.path.len()
+                + r.query.len()
+                + r.headers
+                    .iter()
+                    .map(|(n, v)| n.len() + v.len())
+                    .sum::<usize>()
+        });
+        (self.body.len() + self.content_type.len() + request) as u64
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command<'a> {
     QueueUpsert {

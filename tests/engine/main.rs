@@ -8,6 +8,7 @@
 //!
 //! One module per subject: `cargo test --test engine model::` runs one.
 
+mod bounds;
 #[path = "../common/mod.rs"]
 mod common;
 

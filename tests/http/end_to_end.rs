@@ -840,3 +840,18 @@ async fn rates_count_each_second_per_queue_and_in_total() {
     assert_eq!(sum(&s.get_json("/v1/rates").await, "minutes"), [1, 0, 0, 0]);
     s.stop().await;
 }
+
+/// More headers than the listener takes (100), or more bytes of them
+/// (64 KiB), are refused `431` before any handler runs.
+#[tokio::test]
+async fn requests_past_the_header_bounds_are_refused() {
+    let s = Server::temp("").await;
+    let many: String = (0..101).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let long = format!("X-Long: {}\r\n", "v".repeat(65 << 10));
+    for extra in [many, long] {
+        let line = format!("GET /healthz HTTP/1.1\r\n{}", extra.trim_end());
+        assert_eq!(raw_status(&s, &line).await, 431);
+    }
+    assert_eq!(raw_status(&s, "GET /healthz HTTP/1.1").await, 200);
+    s.stop().await;
+}

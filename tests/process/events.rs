@@ -543,11 +543,26 @@ async fn spoold_events_send_publishes_and_prints_each_delivery() {
     assert_eq!(got[0]["id"], lines[1].split_whitespace().nth(1).unwrap());
     assert_eq!(got[0]["eventId"], lines[0]);
     assert_eq!(got[0]["body"], r#"{"invoice":9}"#);
-    // The same key again: the first event, nothing new.
-    let again = cli(&["invoice.paid", "--data", "{}", "--key", "k1", "--json"]);
+    // The same key and event again: the first event, nothing new.
+    let again = cli(&[
+        "invoice.paid",
+        "--data",
+        r#"{"invoice":9}"#,
+        "--key",
+        "k1",
+        "--json",
+    ]);
     assert_eq!(again.code, 0, "{}", again.stderr);
     let answer: Value = serde_json::from_str(again.stdout.trim()).unwrap();
     assert_eq!(answer["id"], lines[0]);
+    // The same key for another body is a caller's bug, said as one.
+    let reused = cli(&["invoice.paid", "--data", "{}", "--key", "k1"]);
+    assert_eq!(reused.code, 1);
+    assert!(
+        reused.stderr.contains("idempotency_key_reused"),
+        "{}",
+        reused.stderr
+    );
     assert_eq!(messages_in(&client(), &base, "all-invoices").await.len(), 1);
     // A bad type is refused with the server's message, exit 1.
     let bad = cli(&["invoice..paid", "--data", "{}"]);
