@@ -5,7 +5,7 @@
 //! API URL are learnt only from its signed answers, and the membership is
 //! where they are kept (`members.rs`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +53,12 @@ pub(crate) struct Network {
     /// openraft keeps a peer's client across membership changes, so a
     /// client reads this rather than the one it was made with.
     pinned: Arc<Mutex<BTreeMap<u64, u64>>>,
+    /// The peers whose last answer said this replica's level
+    /// (`level.rs`): only these are sent records or a snapshot. A build
+    /// before levels ignores the header, so the level must be heard before
+    /// anything it cannot read is sent, not only refused after; a failed
+    /// request forgets it (the peer may come back as another build).
+    same_level: Arc<Mutex<BTreeSet<u64>>>,
 }
 
 impl Network {
@@ -70,6 +76,7 @@ impl Network {
             node_id,
             learned: Arc::default(),
             pinned: Arc::default(),
+            same_level: Arc::default(),
         }
     }
 
@@ -209,6 +216,7 @@ impl PeerClient {
             header(API_HEADER).unwrap_or_default(),
         );
         let level = super::level::mismatch(&headers);
+        self.heard_level(level.is_none());
         let bytes = response.bytes().await.map_err(unreachable)?;
         if let Some(why) = level {
             return Err(unreachable(format!("peer {}: {why}", self.target)));
@@ -253,6 +261,40 @@ impl PeerClient {
         Ok((status, bytes))
     }
 
+    /// Notes whether the peer's last answer said this replica's level.
+    fn heard_level(&self, same: bool) {
+        let mut peers = self
+            .network
+            .same_level
+            .lock()
+            .expect("bug: level lock poisoned");
+        if same {
+            peers.insert(self.target);
+        } else {
+            peers.remove(&self.target);
+        }
+    }
+
+    /// Before records or a snapshot go to the peer: unless its last answer
+    /// said this replica's level, a `hello` (which carries nothing a build
+    /// could misread) must say it first.
+    async fn same_level_first(&self, option: &RPCOption) -> Result<(), Unreachable<TypeConfig>> {
+        let known = self
+            .network
+            .same_level
+            .lock()
+            .expect("bug: level lock poisoned")
+            .contains(&self.target);
+        if known {
+            return Ok(());
+        }
+        match self.call::<_, Hello>("hello", &(), option).await {
+            Ok(_) => Ok(()),
+            Err(RPCError::Unreachable(e)) => Err(e),
+            Err(e) => Err(unreachable(e)),
+        }
+    }
+
     async fn call<Q: Serialize, A: DeserializeOwned>(
         &self,
         path: &str,
@@ -269,8 +311,14 @@ impl PeerClient {
             .await;
         let response = match sent {
             Ok(r) => r,
-            Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
-            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
+            Err(e) => {
+                self.heard_level(false);
+                return Err(if e.is_connect() {
+                    RPCError::Unreachable(Unreachable::new(&e))
+                } else {
+                    RPCError::Network(NetworkError::new(&e))
+                });
+            }
         };
         let (_, bytes) = self
             .checked(response, &nonce)
@@ -290,6 +338,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        if !rpc.entries.is_empty() {
+            self.same_level_first(&option)
+                .await
+                .map_err(RPCError::Unreachable)?;
+        }
         self.call("append", &rpc, &option).await
     }
 
@@ -328,6 +381,9 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let SnapshotData::Local { log, seq } = snapshot.snapshot else {
             return Err(failed(&"only a replica's own checkpoint is sent"));
         };
+        self.same_level_first(&RPCOption::new(HELLO_TIMEOUT))
+            .await
+            .map_err(StreamingError::Unreachable)?;
         let head = postcard::to_allocvec(&(vote, &snapshot.meta)).map_err(|e| failed(&e))?;
         let (request, nonce) = self.post("snapshot", None);
         let mut mac = self.network.key.stream_mac(&nonce);

@@ -467,7 +467,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 }
 
 /// The golden bytes of both layouts of a membership record (kind 16;
-/// `src/spool/golden_tests.rs` says what golden bytes are for): the
+/// `src/spool/golden_tests/` says what golden bytes are for): the
 /// first layout as 139ec3c wrote it, read only; the second as today's
 /// encoder writes it, both ways. The bytes are openraft's serde layout
 /// under postcard, so an upgrade of openraft that changes them fails

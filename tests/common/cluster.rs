@@ -259,9 +259,15 @@ impl TestCluster {
 
     /// Starts replica `i` with more environment variables.
     pub fn start_with_env(&mut self, i: usize, env: &[(&str, &str)]) {
+        self.start_bin(i, &bin(), env);
+    }
+
+    /// Starts replica `i` as build `binary` (another build side by side),
+    /// with more environment variables.
+    pub fn start_bin(&mut self, i: usize, binary: &std::path::Path, env: &[(&str, &str)]) {
         let r = &mut self.replicas[i];
         assert!(r.process.is_none(), "replica {} already runs", r.id);
-        let mut command = Command::new(bin());
+        let mut command = Command::new(binary);
         command.args(["run", "--config"]).arg(&r.config);
         command.envs(env.iter().copied());
         r.process = Some(spawn_command(&mut command));
