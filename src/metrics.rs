@@ -341,6 +341,9 @@ pub(crate) enum Limit {
     FirstRequest,
     /// A queue past `server.max_queues` (409).
     Queues,
+    /// A receive or a worker's lease batch ended early by its records'
+    /// bytes (`spool::state::leases::LEASE_BATCH_BYTES`).
+    LeaseBytes,
 }
 
 impl Limit {
@@ -356,6 +359,7 @@ impl Limit {
             Limit::Connections => "connections",
             Limit::FirstRequest => "first_request",
             Limit::Queues => "queues",
+            Limit::LeaseBytes => "lease_bytes",
         }
     }
 }

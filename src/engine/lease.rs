@@ -13,6 +13,7 @@ use crate::journal::storage::StorageFile;
 use crate::journal::{JournalError, RecordLoc};
 use crate::spool::DecodeError;
 use crate::spool::record::decode_payload_of;
+use crate::spool::state::leases::LEASE_BATCH_BYTES;
 use crate::spool::{Command, Leased, MessageState, MessageView, Payload, SpoolError};
 use crate::time::Millis;
 
@@ -142,6 +143,10 @@ impl Engine {
                     .spool
                     .lease(queue, now, lease_ms, max, probe)
                     .map_err(|_| not_found())?;
+                let bytes: u64 = leased.iter().map(|l| u64::from(l.message.loc.len)).sum();
+                if leased.len() < max && bytes >= LEASE_BATCH_BYTES {
+                    crate::metrics::limit_reached(crate::metrics::Limit::LeaseBytes);
+                }
                 // Take each record's file under the lock: compaction swaps
                 // files and locations under it too.
                 let pinned: Vec<_> = leased

@@ -856,6 +856,43 @@ async fn the_queue_count_has_a_bound() {
     );
 }
 
+/// Found while measuring repair past 4 GiB: a receive of 100 messages of
+/// 1 MiB read every payload and built its JSON at once (270 MiB resident
+/// for one request, more with several consumers). A lease batch ends once
+/// its records pass 4 MiB, as a peek page does, with at least one message
+/// however large; the rest stay visible for the next receive, and every
+/// message is received once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_batch_has_a_byte_bound() {
+    const MESSAGES: usize = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let spoold = common::process::start_with(dir.path(), "max_body_bytes = \"2MiB\"", "").await;
+    fill(&spoold, "big", MESSAGES, &"x".repeat(1 << 20)).await;
+    let api = spoold.api();
+    let mut batches = Vec::new();
+    let mut ids = std::collections::BTreeSet::new();
+    while ids.len() < MESSAGES {
+        let got: serde_json::Value = api
+            .receive("big", "-batch?max=100&wait=0")
+            .await
+            .json()
+            .await
+            .unwrap();
+        let messages = got["messages"].as_array().unwrap();
+        assert!(!messages.is_empty(), "visible messages left unreceived");
+        batches.push(messages.len());
+        for m in messages {
+            assert!(
+                ids.insert(m["id"].as_str().unwrap().to_owned()),
+                "received twice"
+            );
+        }
+    }
+    assert!(batches.iter().all(|&n| n <= 4), "{batches:?}");
+    let metrics = api.text("/metrics").await;
+    assert!(metrics.contains("spoold_limit_reached_total{limit=\"lease_bytes\"}"));
+}
+
 /// Finding 12: moving a push queue's destination to another origin (`spoold
 /// queue set … destination=…`, or a PATCH) dropped its signing secret and
 /// static headers with only a warning, and its deliveries went out

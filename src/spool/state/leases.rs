@@ -8,6 +8,12 @@ use super::types::{Lease, Leased, SpoolError};
 use crate::spool::command::{Command, MessageId};
 use crate::time::Millis;
 
+/// A lease batch ends once its messages' records pass this many bytes (at
+/// least one message, however large): a receive of 100 messages of 1 MiB
+/// held every payload and its JSON at once, 270 MiB of resident memory for
+/// one request. The same bound as a peek page's answer.
+pub(crate) const LEASE_BATCH_BYTES: u64 = 4 << 20;
+
 impl Spool {
     /// The message a dedup key hash points at, if the key is still inside
     /// the queue's window at `now`.
@@ -28,8 +34,9 @@ impl Spool {
         }
     }
 
-    /// Leases up to `max` visible messages of `queue`, longest-waiting
-    /// first, until `now + duration_ms`. A paused queue hands out nothing;
+    /// Leases up to `max` visible messages of `queue` (fewer once their
+    /// records pass [`LEASE_BATCH_BYTES`]), longest-waiting first, until
+    /// `now + duration_ms`. A paused queue hands out nothing;
     /// one whose breaker is open only a `probe`.
     pub(crate) fn lease(
         &mut self,
@@ -66,7 +73,8 @@ impl Spool {
         // the other by (visible at, id): the next one to look at, past any
         // skipped for their retention.
         let mut fresh_from = MessageId(0);
-        while out.len() < max {
+        let mut record_bytes = 0u64;
+        while out.len() < max && record_bytes < LEASE_BATCH_BYTES {
             let kept = q.ready.first().copied();
             let fresh = q
                 .fresh
@@ -116,6 +124,7 @@ impl Spool {
                 },
             );
             q.lease_expiry.insert((expires_at, id));
+            record_bytes += u64::from(message.loc.len);
             out.push(Leased {
                 id,
                 serial,

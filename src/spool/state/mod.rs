@@ -21,7 +21,7 @@ use crate::time::Millis;
 
 mod apply;
 pub(crate) mod fresh;
-mod leases;
+pub(crate) mod leases;
 pub(crate) mod memory;
 mod plain;
 mod queue;
