@@ -245,8 +245,8 @@ impl RebuildOutcome {
         }
         let _ = writeln!(
             out,
-            "rebuilt the journal from {} good record(s): {} message(s), one checkpoint and one pack",
-            r.records, r.messages
+            "rebuilt the journal from {} good record(s): {} message(s), one checkpoint and {} pack(s)",
+            r.records, r.messages, r.packs
         );
         out
     }

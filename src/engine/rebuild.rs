@@ -35,6 +35,8 @@ pub struct RebuildReport {
     pub records: u64,
     /// Messages in the rebuilt spool.
     pub messages: usize,
+    /// Packs written (as many as `PackLayout` lays the records into).
+    pub packs: u64,
     /// Problems found, as `verify` prints them.
     pub problems: Vec<String>,
     /// Quarantine files written, with the bytes each holds.
@@ -101,10 +103,11 @@ pub(crate) fn upgrade(
             })
         },
     };
-    write_out(storage, dir, identity, &spool, next_segment_id, 1, &reframe)?;
+    let packs = write_out(storage, dir, identity, &spool, next_segment_id, 1, &reframe)?;
     Ok(RebuildReport {
         records: summary.records,
         messages: spool.message_count(),
+        packs,
         ..RebuildReport::default()
     })
 }
@@ -138,7 +141,7 @@ pub fn repair(
         len_added: 0,
         read: &|loc: RecordLoc| read_at(storage, dir, loc),
     };
-    write_out(
+    report.packs = write_out(
         storage,
         dir,
         identity,
@@ -402,7 +405,7 @@ fn write_out(
     next_segment_id: u64,
     first_pack: u64,
     reframe: &Reframe<'_>,
-) -> Result<(), JournalError> {
+) -> Result<u64, JournalError> {
     let salt = identity.salt;
     let seq = spool.applied_seq();
     // Each record copied, in the order the packs hold them: (pack id,
@@ -479,5 +482,6 @@ fn write_out(
         .chain(listing.checkpoints.iter().map(|&s| checkpoint_file_name(s)))
         .filter(|name| !keep.contains(name))
         .collect();
-    remove_files(storage, dir, &obsolete)
+    remove_files(storage, dir, &obsolete)?;
+    Ok(keep.len() as u64 - 1)
 }

@@ -10,7 +10,7 @@
 //! A change that makes today's build misread what an earlier one wrote
 //! fails here. Replicated mode's fixtures are restarted as clusters by
 //! `tests/cluster/fixtures.rs`; the bytes of every record and chunk kind
-//! are pinned by `src/spool/golden_tests.rs`.
+//! are pinned by `src/spool/golden_tests/`.
 
 use crate::common;
 
