@@ -16,44 +16,20 @@ import http.client
 import os
 import resource
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+import spoold_proc
 
 BIN = sys.argv[1]
 BODIES = int(os.environ.get("BODIES", "200"))
 QUEUES = int(os.environ.get("QUEUES", "23000"))
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def start(dir, server="", tables=""):
-    port = free_port()
-    conf = os.path.join(dir, "spoold.toml")
-    with open(conf, "w") as f:
-        f.write(f'[server]\nlisten = "127.0.0.1:{port}"\n{server}\n'
-                f'[spool]\ndir = "{dir}/spool"\n{tables}\n')
-    p = subprocess.Popen([BIN, "run", "--config", conf],
-                         stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/readyz")
-            if c.getresponse().status == 200:
-                return p, port
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("spoold never became ready")
+    return spoold_proc.start(BIN, dir, server=server, tables=tables)
 
 
 def hwm(pid):

@@ -390,6 +390,36 @@ def report(rows):
                        f"| {show(r.get('endpoints_rss_after_mib'))} |")
         out.append("")
 
+    searches = by.get("search", [])
+    if section(out, "Search pages beside /healthz", searches, "search",
+               "`bench/search.py`: 200 JSON bodies of 1 MiB in a pull queue; 8 threads ask peek pages "
+               "as fast as they are answered, alternately a 1 KiB `contains` that almost matches at "
+               "every byte and a `match` that parses every body; a probe asks `/healthz` every 20 ms, "
+               "alone for 3 s, then while they run (15 s). Target: /healthz p99 ≤ 100 ms meanwhile.",
+               "| searchers | /healthz p50 / p99 alone, ms | p50 / p99 / max meanwhile, ms | ≤ 100 | pages | refused (429) | page p50 / p99, ms |",
+               "|---:|---:|---:|---|---:|---:|---:|"):
+        for r in searches:
+            p99 = num(r.get("healthz_p99_ms"))
+            out.append(f"| {r.get('searchers')} | {r.get('healthz_idle_p50_ms')} / {r.get('healthz_idle_p99_ms')} "
+                       f"| {r.get('healthz_p50_ms')} / {r.get('healthz_p99_ms')} / {r.get('healthz_max_ms')} "
+                       f"| {'yes' if p99 <= 100 else '**no**'} | {r.get('pages')} | {r.get('refused')} "
+                       f"| {r.get('page_p50_ms')} / {r.get('page_p99_ms')} |")
+        out.append("")
+
+    fans = by.get("fanout", [])
+    if section(out, "Fan-out memory per delivery", fans, "search",
+               "`bench/search.py`: pull queues subscribed to `t.>`, then small events to all of them; "
+               "the process's RSS after, less before, per delivery, beside the memory account "
+               "(`spool/state/memory.rs`) that `spool.max_memory` bounds. Target: ≤ 90 bytes.",
+               "| queues | events | deliveries | RSS before → after, MiB | bytes per delivery | ≤ 90 | accounted, MiB |",
+               "|---:|---:|---:|---:|---:|---|---:|"):
+        for r in fans:
+            per = num(r.get("rss_bytes_per_delivery"))
+            out.append(f"| {r.get('queues')} | {r.get('events')} | {r.get('deliveries')} "
+                       f"| {r.get('rss_before_mib')} → {r.get('rss_after_mib')} | {per:.1f} "
+                       f"| {'yes' if per <= 90 else '**no**'} | {r.get('accounted_mib')} |")
+        out.append("")
+
     allocs = by.get("alloc", [])
     if section(out, "Allocators, side by side (trials interleaved)", allocs, "alloc",
                "`jemalloc` is the default build; `glibc-tuned` is glibc with "

@@ -35,6 +35,11 @@
 #             to an older spoold, that build's memory per queue and idle CPU
 #             too (ENDPOINTS_BEFORE_QUEUES of them, 10 000: it spends
 #             about 100 KiB each)
+#   search    issue 38's bounds (bench/search.py): SEARCHERS (8) threads
+#             asking the worst search pages there are over 200 bodies of
+#             1 MiB, beside /healthz p50/p99 alone and meanwhile; then 300
+#             events to 10 000 subscribers, RSS per delivery beside the
+#             memory account
 #   alloc     the allocators side by side: jemalloc (the default), glibc,
 #             glibc with a larger tcache and heap top pad, mimalloc (two more
 #             release builds)
@@ -71,7 +76,7 @@ REDIS_PORT=${REDIS_PORT:-18788}
 SINK_PORT=${SINK_PORT:-18789}
 BULLMQ_REDIS_PORT=${BULLMQ_REDIS_PORT:-18790}
 SKIP=${SKIP:-}
-ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints alloc}
+ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints search alloc}
 ENDPOINT_QUEUES=${ENDPOINT_QUEUES:-100000}
 ENDPOINTS_BEFORE=${ENDPOINTS_BEFORE:-}
 ENDPOINTS_BEFORE_QUEUES=${ENDPOINTS_BEFORE_QUEUES:-10000}
@@ -505,6 +510,12 @@ run_section jetstream && { echo "== NATS JetStream R3 beside spoold's 3-replica 
 
 run_section catchup && { echo "== catch-up by snapshot ($TRIALS trials)" >&2
   for trial in $(seq 1 "$TRIALS"); do catchup_once "$trial"; done
+}
+
+run_section search && { echo "== search pages beside /healthz; fan-out memory per delivery" >&2
+  python3 bench/search.py "$spoold_bin" | grep RESULT | sed 's/^RESULT //' | while read -r line; do
+    result "$line"
+  done
 }
 
 run_section alloc && { echo "== allocators side by side ($TRIALS trials, interleaved)" >&2
