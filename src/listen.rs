@@ -31,12 +31,28 @@
 //!
 //! The replication listener (`cluster/listener.rs`) is served by the same loop
 //! with tighter [`Limits`] and optionally TLS: a port that faces the
-//! network gets no more trust than the API.
+//! network gets no more trust than the API. There, besides:
+//!
+//! - a first request must name its sender with a signature the cluster's
+//!   secret made ([`Limits::admit`]), or it is answered `401` at once and
+//!   never holds a slot; slots are counted per signed sender, not per
+//!   address (peers on one host are told apart), so that someone without
+//!   the secret cannot take a peer's share;
+//! - past the open cap, the oldest connection that holds no slot yet is
+//!   closed to make room ([`Limits::evict_pending`]), so that connections
+//!   held open by someone without the secret cannot keep a peer out;
+//! - a connection waits at most [`Limits::slot_wait_max`] for a slot.
+//!
+//! On every listener a connection that waits for a slot is read ahead (up
+//! to [`READ_AHEAD_MAX`] bytes), so that a client that leaves while it
+//! waits is noticed and its socket closed: unread, a peer's close went
+//! unheard and the socket stayed in CLOSE-WAIT, holding its place.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -48,7 +64,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// From accepting a connection to its first byte.
@@ -66,6 +82,17 @@ pub(crate) const OPEN_PER_CLIENT_MAX: usize = OPEN_MAX / 2;
 pub(crate) const PROBES_MAX: usize = 64;
 /// The whole life of a probe's spare connection.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes read from a connection while it waits for a slot (beyond its
+/// first request's head): enough to notice its client leave.
+pub(crate) const READ_AHEAD_MAX: usize = 64 << 10;
+/// How long a new connection past the open cap waits for the one evicted
+/// to make room to go.
+const EVICT_WAIT: Duration = Duration::from_millis(100);
+
+/// Tells the sender of a first request from its head: `Ok(id)` for a
+/// sender it may serve, counted as `id`; `Err(why)` for one answered
+/// `401` with `why` and closed.
+pub(crate) type Admit = Arc<dyn Fn(&[u8]) -> Result<u64, String> + Send + Sync>;
 
 /// What one listener allows.
 pub(crate) struct Limits {
@@ -86,6 +113,14 @@ pub(crate) struct Limits {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Answers a probe that finds no slot free (plain HTTP only).
     pub probes: Option<Router>,
+    /// When set, only first requests it names a sender for are served, and
+    /// `per_client_max` counts per sender rather than per address.
+    pub admit: Option<Admit>,
+    /// Longest a connection waits for a slot (`None`: until one is free).
+    pub slot_wait_max: Option<Duration>,
+    /// Past `open_max`, close the oldest connection that holds no slot yet
+    /// rather than the new one.
+    pub evict_pending: bool,
 }
 
 impl Limits {
@@ -100,21 +135,38 @@ impl Limits {
             first_request_timeout: FIRST_REQUEST_TIMEOUT,
             tls: None,
             probes: Some(probes),
+            admit: None,
+            slot_wait_max: None,
+            evict_pending: false,
         }
     }
 }
 
-/// Counts per client address, each bounded: a semaphore per address that
-/// has a connection, dropped with its last one.
+/// Who a connection counts for: its address (every loopback address one),
+/// or the sender its listener's `admit` named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Client {
+    Addr(IpAddr),
+    Sender(u64),
+}
+
+impl Client {
+    fn of(ip: IpAddr) -> Client {
+        Client::Addr(client_of(ip))
+    }
+}
+
+/// Counts per client, each bounded: a semaphore per client that has a
+/// connection, dropped with its last one.
 struct PerClient {
     max: usize,
-    clients: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+    clients: Mutex<HashMap<Client, Arc<Semaphore>>>,
 }
 
 /// One connection's share of a [`PerClient`].
 struct ClientPermit {
     _permit: OwnedSemaphorePermit,
-    ip: IpAddr,
+    client: Client,
     of: Arc<PerClient>,
 }
 
@@ -126,50 +178,95 @@ impl PerClient {
         })
     }
 
-    fn semaphore(&self, ip: IpAddr) -> Arc<Semaphore> {
-        let ip = client_of(ip);
+    fn semaphore(&self, client: Client) -> Arc<Semaphore> {
         let mut clients = self.clients.lock().expect("per-client counts poisoned");
         clients
-            .entry(ip)
+            .entry(client)
             .or_insert_with(|| Arc::new(Semaphore::new(self.max)))
             .clone()
     }
 
-    fn try_take(self: &Arc<Self>, ip: IpAddr) -> Option<ClientPermit> {
-        let ip = client_of(ip);
-        let permit = self.semaphore(ip).try_acquire_owned().ok()?;
+    fn try_take(self: &Arc<Self>, client: Client) -> Option<ClientPermit> {
+        let permit = self.semaphore(client).try_acquire_owned().ok()?;
         Some(ClientPermit {
             _permit: permit,
-            ip,
+            client,
             of: self.clone(),
         })
     }
 
-    async fn take(self: &Arc<Self>, ip: IpAddr) -> ClientPermit {
-        let ip = client_of(ip);
+    async fn take(self: &Arc<Self>, client: Client) -> ClientPermit {
         let permit = self
-            .semaphore(ip)
+            .semaphore(client)
             .acquire_owned()
             .await
             .expect("semaphore never closes");
         ClientPermit {
             _permit: permit,
-            ip,
+            client,
             of: self.clone(),
         }
+    }
+}
+
+/// The connections that hold no slot yet, oldest first, each with the
+/// sender that closes it: what [`Limits::evict_pending`] evicts.
+#[derive(Default)]
+struct Pending {
+    next: AtomicU64,
+    waiting: Mutex<BTreeMap<u64, oneshot::Sender<()>>>,
+}
+
+/// A connection's place in [`Pending`], given up when dropped.
+struct PendingPlace<'a> {
+    seq: u64,
+    of: &'a Pending,
+}
+
+impl Pending {
+    /// Enters a connection: its place, and what fires when it is evicted.
+    fn enter(&self) -> (PendingPlace<'_>, oneshot::Receiver<()>) {
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.waiting
+            .lock()
+            .expect("pending connections poisoned")
+            .insert(seq, tx);
+        (PendingPlace { seq, of: self }, rx)
+    }
+
+    /// Closes the oldest connection that holds no slot: whether there was
+    /// one.
+    fn evict_oldest(&self) -> bool {
+        let oldest = self
+            .waiting
+            .lock()
+            .expect("pending connections poisoned")
+            .pop_first();
+        oldest.is_some_and(|(_, tx)| tx.send(()).is_ok())
+    }
+}
+
+impl Drop for PendingPlace<'_> {
+    fn drop(&mut self) {
+        self.of
+            .waiting
+            .lock()
+            .expect("pending connections poisoned")
+            .remove(&self.seq);
     }
 }
 
 impl Drop for ClientPermit {
     fn drop(&mut self) {
         let mut clients = self.of.clients.lock().expect("per-client counts poisoned");
-        // This permit goes back after this returns: the address's last one
+        // This permit goes back after this returns: the client's last one
         // leaves `max - 1` available and only the map's reference.
-        if let Some(s) = clients.get(&self.ip)
+        if let Some(s) = clients.get(&self.client)
             && Arc::strong_count(s) == 1
             && s.available_permits() + 1 == self.of.max
         {
-            clients.remove(&self.ip);
+            clients.remove(&self.client);
         }
     }
 }
@@ -276,6 +373,9 @@ struct Shared {
     slots: Arc<Semaphore>,
     per_client: Arc<PerClient>,
     spare: Arc<Semaphore>,
+    open: Arc<Semaphore>,
+    open_per_client: Arc<PerClient>,
+    pending: Pending,
     limits: Limits,
     router: Router,
     stopping: watch::Receiver<bool>,
@@ -308,13 +408,14 @@ pub(crate) async fn serve(
         slots: Arc::new(Semaphore::new(limits.connections_max)),
         per_client: PerClient::new(limits.per_client_max),
         spare: Arc::new(Semaphore::new(PROBES_MAX)),
+        open: Arc::new(Semaphore::new(limits.open_max)),
+        open_per_client: PerClient::new(limits.open_per_client_max),
+        pending: Pending::default(),
         router,
         stopping,
         limits,
     });
     let graceful = GracefulShutdown::new();
-    let open = Arc::new(Semaphore::new(shared.limits.open_max));
-    let open_per_client = PerClient::new(shared.limits.open_per_client_max);
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -329,18 +430,25 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
-        // Past the open limits: closed at once.
-        let Ok(open_permit) = open.clone().try_acquire_owned() else {
+        // Past the open limits: closed at once, or (evicting) given the
+        // place of the oldest connection that holds no slot.
+        let open = shared.open.clone().try_acquire_owned().ok();
+        let client = shared.open_per_client.try_take(Client::of(peer.ip()));
+        if (open.is_none() || client.is_none()) && !shared.limits.evict_pending {
             continue;
-        };
-        let Some(client_open) = open_per_client.try_take(peer.ip()) else {
-            continue;
-        };
+        }
         let _ = stream.set_nodelay(true);
         let (shared, watcher) = (shared.clone(), graceful.watcher());
         tokio::spawn(async move {
+            let held = match (open, client) {
+                (Some(open), Some(client)) => (open, client),
+                (open, client) => match make_room(&shared, peer.ip(), open, client).await {
+                    Some(held) => held,
+                    None => return,
+                },
+            };
             connection(&shared, stream, peer.ip(), watcher).await;
-            drop((open_permit, client_open));
+            drop(held);
         });
     }
     drop(listener);
@@ -358,6 +466,72 @@ pub(crate) async fn serve(
     }
 }
 
+/// A new connection past the open cap on a listener that evicts: the
+/// oldest connection that holds no slot is closed, and this one takes its
+/// place (`None`: none went within [`EVICT_WAIT`]). `open` and `client`:
+/// the permits it already has.
+async fn make_room(
+    shared: &Shared,
+    ip: IpAddr,
+    open: Option<OwnedSemaphorePermit>,
+    client: Option<ClientPermit>,
+) -> Option<(OwnedSemaphorePermit, ClientPermit)> {
+    if shared.pending.evict_oldest() {
+        crate::metrics::limit_reached(crate::metrics::Limit::Evicted);
+    }
+    tokio::time::timeout(EVICT_WAIT, async {
+        let open = match open {
+            Some(open) => open,
+            None => shared
+                .open
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore never closes"),
+        };
+        let client = match client {
+            Some(client) => client,
+            None => shared.open_per_client.take(Client::of(ip)).await,
+        };
+        (open, client)
+    })
+    .await
+    .ok()
+}
+
+/// Reads what `io`'s client sends while it waits for a slot, into its
+/// prefix (hyper reads it first), up to [`READ_AHEAD_MAX`] bytes beyond
+/// the head: returns once the client closed or failed, never while it is
+/// there.
+async fn read_ahead(io: &mut Rewind<Box<dyn Io>>) {
+    let limit = io.prefix.len() + READ_AHEAD_MAX;
+    let mut chunk = [0u8; 4096];
+    while io.prefix.len() < limit {
+        match io.inner.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => io.prefix.extend_from_slice(&chunk[..n]),
+        }
+    }
+    std::future::pending().await
+}
+
+/// Answers a first request whose sender the listener's `admit` refused:
+/// `401` with `why`, and the connection closed.
+async fn refuse(mut io: Rewind<Box<dyn Io>>, why: &str) {
+    crate::metrics::limit_reached(crate::metrics::Limit::Unsigned);
+    let answer = format!(
+        "HTTP/1.1 401 Unauthorized\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{why}",
+        why.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        use tokio::io::AsyncWriteExt;
+        let _ = io.inner.write_all(answer.as_bytes()).await;
+        let _ = io.inner.shutdown().await;
+    })
+    .await;
+}
+
 /// Serves one accepted connection: waits for its first byte, its TLS
 /// handshake and its first request's head, then for a slot (a probe that
 /// finds none is answered on a spare one), then serves.
@@ -367,10 +541,12 @@ async fn connection(
     ip: IpAddr,
     graceful: hyper_util::server::graceful::Watcher,
 ) {
+    let (place, mut evicted) = shared.pending.enter();
     let mut stopping = shared.stopping.clone();
     tokio::select! {
         first = first_byte(&stream, FIRST_BYTE_TIMEOUT) => if !first { return },
         _ = stopping.wait_for(|s| *s) => return,
+        _ = &mut evicted => return,
     }
     let first_request = async {
         let mut io: Box<dyn Io> = match &shared.limits.tls {
@@ -390,7 +566,7 @@ async fn connection(
             inner: io,
         })
     };
-    let io = tokio::select! {
+    let mut io = tokio::select! {
         io = tokio::time::timeout(shared.limits.first_request_timeout, first_request) => match io {
             Ok(Some(io)) if !io.prefix.is_empty() => io,
             Ok(_) => return,
@@ -400,8 +576,16 @@ async fn connection(
             }
         },
         _ = stopping.wait_for(|s| *s) => return,
+        _ = &mut evicted => return,
     };
-    let immediate = shared.per_client.try_take(ip).and_then(|client| {
+    let client = match &shared.limits.admit {
+        None => Client::of(ip),
+        Some(admit) => match admit(&io.prefix) {
+            Ok(sender) => Client::Sender(sender),
+            Err(why) => return refuse(io, &why).await,
+        },
+    };
+    let immediate = shared.per_client.try_take(client).and_then(|client| {
         let slot = shared.slots.clone().try_acquire_owned().ok()?;
         Some((slot, client))
     });
@@ -421,10 +605,11 @@ async fn connection(
                 return;
             }
             crate::metrics::limit_reached(crate::metrics::Limit::Connections);
-            // Wait for this client's slot, then the listener's; a stop
-            // ends the wait.
+            // Wait for this client's slot, then the listener's, reading
+            // ahead to notice the client leave; a stop, an eviction or
+            // the listener's longest wait ends the wait.
             let wait = async {
-                let client = shared.per_client.take(ip).await;
+                let client = shared.per_client.take(client).await;
                 let slot = shared
                     .slots
                     .clone()
@@ -433,12 +618,25 @@ async fn connection(
                     .expect("semaphore never closes");
                 (slot, client)
             };
+            let longest = async {
+                match shared.limits.slot_wait_max {
+                    Some(max) => tokio::time::sleep(max).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 held = wait => held,
+                () = read_ahead(&mut io) => return,
+                () = longest => {
+                    crate::metrics::limit_reached(crate::metrics::Limit::SlotWait);
+                    return;
+                }
                 _ = stopping.wait_for(|s| *s) => return,
+                _ = &mut evicted => return,
             }
         }
     };
+    drop(place);
     let service = TowerToHyperService::new(shared.router.clone());
     let served = graceful
         .watch(shared.builder.serve_connection(TokioIo::new(io), service))

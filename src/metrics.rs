@@ -339,6 +339,15 @@ pub(crate) enum Limit {
     Connections,
     /// A connection closed before its first request's head arrived.
     FirstRequest,
+    /// The cluster port: a first request not signed with the cluster's
+    /// secret, answered `401` without a slot.
+    Unsigned,
+    /// The cluster port: a connection that held no slot yet, closed to
+    /// make room for a new one past the open cap.
+    Evicted,
+    /// A connection that waited for a slot longer than its listener lets
+    /// one wait (the cluster port's), closed.
+    SlotWait,
     /// A queue past `server.max_queues` (409).
     Queues,
     /// A receive or a worker's lease batch ended early by its records'
@@ -358,6 +367,9 @@ impl Limit {
             Limit::Hops => "hops",
             Limit::Connections => "connections",
             Limit::FirstRequest => "first_request",
+            Limit::Unsigned => "unsigned",
+            Limit::Evicted => "evicted",
+            Limit::SlotWait => "slot_wait",
             Limit::Queues => "queues",
             Limit::LeaseBytes => "lease_bytes",
         }

@@ -57,6 +57,19 @@ pub fn sign_cluster_request(
     path: &str,
     body: Option<&[u8]>,
 ) -> Vec<(String, String)> {
+    let now = u64::try_from(crate::time::wall_ms()).unwrap_or(0);
+    sign_cluster_request_at(secret, (from, target), (method, path), body, now)
+}
+
+/// As [`sign_cluster_request`], signed as a sender whose wall clock says
+/// `ms` (one that stepped).
+pub fn sign_cluster_request_at(
+    secret: &str,
+    (from, target): (u64, u64),
+    (method, path): (&str, &str),
+    body: Option<&[u8]>,
+    ms: u64,
+) -> Vec<(String, String)> {
     use crate::cluster::auth;
     let line = auth::RequestLine {
         method,
@@ -65,7 +78,7 @@ pub fn sign_cluster_request(
         target,
         incarnation: 0,
     };
-    let (value, _) = auth::ClusterKey::new(secret).sign(&line, body);
+    let (value, _) = auth::ClusterKey::new(secret).sign_at(&line, body, ms);
     vec![
         (auth::AUTH_HEADER.into(), value),
         (auth::FROM_HEADER.into(), from.to_string()),

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::ApiError;
-use super::openapi::ErrorBody;
+use super::openapi::{ClockSkewView, ErrorBody};
 use crate::cluster::{Cluster, ClusterStatus, MembershipError};
 
 /// How long an add waits by default for the new member to catch up.
@@ -48,6 +48,12 @@ pub(crate) struct ClusterView {
     /// This replica catching up by snapshot.
     snapshot: SnapshotView,
     members: Vec<MemberView>,
+    /// How far the host's wall clock has stepped from this replica's
+    /// steady clock, in ms (0 when they agree within a second).
+    clock_step_ms: i64,
+    /// A clock skew with a peer past the replay window, found by refused
+    /// replication in the last 10 s: elections cannot succeed across it.
+    clock_skew: Option<ClockSkewView>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -72,8 +78,9 @@ pub(crate) struct StateDigestView {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct PrimaryView {
     node_id: u64,
-    /// `null` until this replica has heard from the primary.
-    api_url: Option<String>,
+    /// Its API, as the membership names it (a follower names no primary
+    /// before the membership names its URL).
+    api_url: String,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -130,6 +137,8 @@ impl From<ClusterStatus> for ClusterView {
                     last_contact_ms: m.last_contact.map(|d| d.as_millis() as u64),
                 })
                 .collect(),
+            clock_step_ms: s.clock_step_ms,
+            clock_skew: s.clock_skew.map(Into::into),
         }
     }
 }

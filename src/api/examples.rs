@@ -234,7 +234,8 @@ fn cluster() -> Value {
              "lagRecords": 1, "lastContactMs": 40},
             {"nodeId": 3, "addr": "spoold-2.spoold:8788", "voter": true, "matchIndex": 1042,
              "lagRecords": 0, "lastContactMs": 38}
-        ]
+        ],
+        "clockStepMs": 0, "clockSkew": null
     })
 }
 
@@ -248,7 +249,7 @@ fn response_example(op: &str) -> Option<Value> {
             "info": {"title": "spoold", "version": env!("CARGO_PKG_VERSION")},
             "paths": {"/v1/queues": {}}
         }),
-        "readyz" => json!({"status": "ready"}),
+        "readyz" => json!({"status": "ready", "clockStepMs": 0}),
         "sendMessage" | "forwardGet" | "forwardPost" | "forwardPut" | "forwardPatch"
         | "forwardDelete" => stored,
         "listQueues" => json!({"queues": [queue()]}),

@@ -44,7 +44,7 @@ use utoipa_axum::routes;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use openapi::{ErrorBody, StatusBody};
+use openapi::{ErrorBody, ReadyBody, StatusBody};
 use tokio::sync::{Semaphore, watch};
 
 use crate::config::Config;
@@ -228,14 +228,23 @@ impl AppState {
 
     /// Ready: not stopping, the spool open and healthy, and in replicated
     /// mode a primary known, with the API URL calls are relayed to
-    /// (docs/contract.md §9).
-    pub(crate) fn is_ready(&self) -> bool {
-        !*self.shutting_down.borrow()
-            && self.engine.get().is_some_and(|e| !e.is_poisoned())
-            && self
-                .cluster
-                .get()
-                .is_none_or(|c| c.primary().is_some_and(|p| p.api_url.is_some()))
+    /// (docs/contract.md §9). `Some(why)` when not.
+    pub(crate) fn not_ready(&self) -> Option<String> {
+        if *self.shutting_down.borrow() {
+            return Some("stopping".into());
+        }
+        match self.engine.get() {
+            None => return Some("starting (the spool is being opened)".into()),
+            Some(e) if e.is_poisoned() => {
+                return Some("storage failed (the journal is poisoned; see the log)".into());
+            }
+            Some(_) => {}
+        }
+        let cluster = self.cluster.get()?;
+        cluster
+            .primary()
+            .is_none()
+            .then(|| cluster.why_no_primary())
     }
 }
 
@@ -451,13 +460,25 @@ async fn healthz() -> impl IntoResponse {
 
 #[utoipa::path(
     get, path = "/readyz", operation_id = "readyz", tag = "operations", security(()),
-    responses((status = 200, description = "ready to serve", body = StatusBody), (status = 503, description = "starting, stopping, or storage failed", body = ErrorBody))
+    responses((status = 200, description = "ready to serve", body = ReadyBody), (status = 503, description = "not ready, and why: starting, stopping, storage failed, or (replicated) no primary known, clock skew named", body = ErrorBody))
 )]
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    if state.is_ready() {
-        (StatusCode::OK, axum::Json(StatusBody { status: "ready" })).into_response()
-    } else {
-        ApiError::unavailable("not ready (starting, stopping, or storage failed)").into_response()
+    match state.not_ready() {
+        None => {
+            let clock_step_ms = state.engine.get().map_or(0, |e| e.clock_step_ms());
+            let clock_skew = state
+                .cluster
+                .get()
+                .and_then(|c| c.clock_skew())
+                .map(Into::into);
+            let body = ReadyBody {
+                status: "ready",
+                clock_step_ms,
+                clock_skew,
+            };
+            (StatusCode::OK, axum::Json(body)).into_response()
+        }
+        Some(why) => ApiError::unavailable(format!("not ready: {why}")).into_response(),
     }
 }
 

@@ -166,6 +166,39 @@ pub(crate) struct StatusBody {
     pub status: &'static str,
 }
 
+/// A clock skew with a peer (`GET /v1/cluster`, `/readyz`).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ClockSkewView {
+    pub node_id: u64,
+    pub skew_ms: u64,
+}
+
+impl From<crate::cluster::ClockSkew> for ClockSkewView {
+    fn from(c: crate::cluster::ClockSkew) -> ClockSkewView {
+        ClockSkewView {
+            node_id: c.node_id,
+            skew_ms: c.skew_ms,
+        }
+    }
+}
+
+/// `GET /readyz`'s answer when ready.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReadyBody {
+    pub status: &'static str,
+    /// How far the host's wall clock has stepped from spoold's steady
+    /// clock, in ms (0 when they agree within a second): timers run on
+    /// the steady clock, so a step moves none of them.
+    pub clock_step_ms: i64,
+    /// Replicated mode: a clock skew with a peer past the replay window,
+    /// found by refused replication in the last 10 s (as in `GET
+    /// /v1/cluster`); absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_skew: Option<ClockSkewView>,
+}
+
 /// A queue in the path.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]

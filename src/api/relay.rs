@@ -13,7 +13,11 @@
 //! off by the network (connections open, no bytes) is replaced within
 //! that time, and the client should try again rather than wait on it.
 //! A read that ended so is `503`; a write, which may have reached the
-//! primary, is `500 operation_unconfirmed`.
+//! primary, is `500 operation_unconfirmed`. That bound counts from the
+//! call's last body byte: a client's slow upload is its own time (the
+//! primary bounds it, [`super::BODY_READ_TIMEOUT`]), and a 200 KB body
+//! uploaded over 3 s was refused through a follower but stored by the
+//! primary.
 
 use std::time::Duration;
 
@@ -95,9 +99,22 @@ impl Relay {
                 outgoing = outgoing.header(name, value);
             }
         }
+        // Tells when the body's last byte went (or the body failed).
+        let (uploaded, mut upload_done) = tokio::sync::oneshot::channel::<()>();
+        let mut uploaded = Some(uploaded);
+        let body = body
+            .into_data_stream()
+            .chain(futures_util::stream::poll_fn(move |_| {
+                drop(uploaded.take());
+                std::task::Poll::Ready(None)
+            }));
         let outgoing = outgoing
             .header(FORWARDED_HEADER, cluster.node_id().to_string())
-            .body(reqwest::Body::wrap_stream(body.into_data_stream()));
+            .body(reqwest::Body::wrap_stream(body));
+        let answer_bound = async {
+            let _ = tokio::time::timeout(super::BODY_READ_TIMEOUT, &mut upload_done).await;
+            tokio::time::sleep(bound).await;
+        };
         let lost = |why: &str| {
             if write {
                 ApiError::new(
@@ -125,8 +142,11 @@ impl Relay {
             () = cluster.primary_changed(Some(primary)) => {
                 return lost("the primary changed meanwhile");
             }
-            () = tokio::time::sleep(bound) => {
-                return lost(&format!("it did not answer within {} ms", bound.as_millis()));
+            () = answer_bound => {
+                return lost(&format!(
+                    "it did not answer within {} ms of the body's end",
+                    bound.as_millis()
+                ));
             }
         };
         // spoold never answers 502 or 504 itself: a gateway between the
@@ -178,7 +198,7 @@ pub(crate) async fn route(
         )
         .into_response());
     }
-    let target = primary.and_then(|p| p.api_url.map(|url| (p.node_id, url)));
+    let target = primary.map(|p| (p.node_id, p.api_url));
     let with_primary = |mut response: Response| {
         if let Some((_, url)) = &target
             && let Ok(value) = HeaderValue::from_str(url)
@@ -200,10 +220,7 @@ pub(crate) async fn route(
         ));
     }
     let Some((node, base)) = target.clone() else {
-        return Err(
-            ApiError::unavailable("no primary is known yet (an election is under way)")
-                .into_response(),
-        );
+        return Err(ApiError::unavailable(cluster.why_no_primary()).into_response());
     };
     let relayed = relay.relay(cluster, (node, &base), request).await;
     Err(with_primary(relayed))

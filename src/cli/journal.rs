@@ -307,8 +307,11 @@ pub fn repair(dir: &Path) -> Result<RebuildOutcome, JournalError> {
 /// (taking its lock) with a vote for itself in `term`, which must be above
 /// every term the cluster used: the replica then votes only in later
 /// terms, so it can never vote twice in one. For a vote that a forged
-/// request poisoned (docs/operations.md).
-pub fn repair_vote(dir: &Path, term: u64) -> Result<String, JournalError> {
+/// request poisoned (docs/operations.md), so it may lower the stored vote,
+/// but never below the term of the replica's last log entry: a vote below
+/// it is one the replica's own log says it gave up (the log is replayed to
+/// find it, as start-up does).
+pub async fn repair_vote(dir: &Path, term: u64) -> Result<String, JournalError> {
     existing_dir(dir)?;
     let _lock = crate::journal::lock::DirLock::acquire(dir)?;
     let bad = |reason: String| JournalError::Corrupt {
@@ -329,6 +332,13 @@ pub fn repair_vote(dir: &Path, term: u64) -> Result<String, JournalError> {
             "no raft.id: not the spool directory of a replica".into()
         ));
     };
+    let last_term = crate::cluster::files::last_log_term(storage.clone(), dir).await?;
+    if term < last_term {
+        return Err(bad(format!(
+            "--term {term} is below term {last_term} of this replica's last log entry: \
+             give a term of at least {last_term}, above every term the cluster used"
+        )));
+    }
     crate::cluster::files::write_vote(storage, dir, term, node_id)?;
     Ok(format!(
         "{}: node {node_id} now holds a vote for itself in term {term}; start it\n",

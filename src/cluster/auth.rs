@@ -26,7 +26,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
@@ -49,6 +49,19 @@ pub(crate) const REPLAY_WINDOW: Duration = Duration::from_secs(30);
 /// Most nonces remembered: a flood of signed requests (only a holder of
 /// the secret can send one) is refused rather than grow the set.
 const NONCES_MAX: usize = 1 << 20;
+
+/// [`NONCES_MAX`], or under the `testing` feature what
+/// `SPOOLD_TEST_NONCES_MAX` says (a cap a test can reach).
+fn nonces_max() -> usize {
+    #[cfg(feature = "testing")]
+    if let Some(max) = std::env::var("SPOOLD_TEST_NONCES_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return max;
+    }
+    NONCES_MAX
+}
 /// The body of a request that streams (a snapshot).
 const STREAM: &str = "stream";
 
@@ -59,7 +72,7 @@ type HmacSha256 = Hmac<Sha256>;
 pub(crate) struct ClusterKey([u8; 32]);
 
 /// What the headers of a request say, once checked.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Verified {
     pub nonce: [u8; 16],
     /// The SHA-256 the body must have; `None` for a stream.
@@ -71,14 +84,29 @@ pub(crate) struct Verified {
 pub(crate) enum AuthError {
     #[error("no valid spooler-cluster-auth header")]
     Missing,
-    #[error("the request's time is {skew_ms} ms from this replica's clock (more than the window)")]
-    Stale { skew_ms: u64 },
+    #[error(
+        "the request's time is {skew_ms} ms from this replica's clock (more than the window): \
+         clock skew"
+    )]
+    Stale {
+        skew_ms: u64,
+        /// What the signature covered: the refusal is signed for it, so
+        /// that the sender learns of the skew from an answer it can trust.
+        verified: Verified,
+    },
     #[error("the signature does not match (not signed with this cluster's secret)")]
     BadMac,
     #[error("the request was seen before (a replay)")]
     Replayed,
     #[error("too many requests within the replay window")]
     Flooded,
+}
+
+/// The skew a refusal's text names (`AuthError::Stale`'s), read back by
+/// the sender from a signed answer.
+pub(crate) fn skew_in(text: &str) -> Option<u64> {
+    let (_, rest) = text.split_once("the request's time is ")?;
+    rest.split_once(" ms from")?.0.parse().ok()
 }
 
 /// Lower-case hex, without an allocation per byte (it runs several times
@@ -104,10 +132,9 @@ fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
+/// The wall clock: a request's time is compared with the receiver's.
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    u64::try_from(crate::time::wall_ms()).unwrap_or(0)
 }
 
 /// What a request's MAC covers besides its own fields.
@@ -156,8 +183,17 @@ impl ClusterKey {
     /// The `spooler-cluster-auth` value of a request (`body`: `None` for
     /// a stream), and its nonce (to check the answer with).
     pub(crate) fn sign(&self, line: &RequestLine<'_>, body: Option<&[u8]>) -> (String, [u8; 16]) {
+        self.sign_at(line, body, now_ms())
+    }
+
+    /// As [`ClusterKey::sign`], with the time `ms` in the signature.
+    pub(crate) fn sign_at(
+        &self,
+        line: &RequestLine<'_>,
+        body: Option<&[u8]>,
+        ms: u64,
+    ) -> (String, [u8; 16]) {
         let nonce: [u8; 16] = rand::random();
-        let ms = now_ms();
         let body = body.map_or_else(|| STREAM.to_owned(), |b| hex(&Sha256::digest(b)));
         let mac = self
             .request_mac(line, ms, &nonce, &body)
@@ -177,6 +213,54 @@ impl ClusterKey {
         value: &str,
         nonces: &Nonces,
     ) -> Result<Verified, AuthError> {
+        let (ms, verified) = self.signed(line, value)?;
+        let skew_ms = now_ms().abs_diff(ms);
+        if skew_ms > REPLAY_WINDOW.as_millis() as u64 {
+            return Err(AuthError::Stale { skew_ms, verified });
+        }
+        nonces.first_time(u128::from_le_bytes(verified.nonce))?;
+        Ok(verified)
+    }
+
+    /// The sender a first request's head names, if the cluster's secret
+    /// signed it (its time and nonce are checked later, with the request):
+    /// the replication listener serves nobody else, and counts slots per
+    /// sender (`src/listen.rs`).
+    pub(crate) fn sender_of(&self, head: &[u8]) -> Result<u64, AuthError> {
+        let mut headers = [httparse::EMPTY_HEADER; crate::listen::HEADERS_MAX];
+        let mut request = httparse::Request::new(&mut headers);
+        match request.parse(head) {
+            Ok(httparse::Status::Complete(_)) => {}
+            _ => return Err(AuthError::Missing),
+        }
+        let header = |name: &str| {
+            request
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+        };
+        let number = |name: &str| header(name).and_then(|v| v.trim().parse::<u64>().ok());
+        let (Some(method), Some(target), Some(value)) =
+            (request.method, request.path, header(AUTH_HEADER))
+        else {
+            return Err(AuthError::Missing);
+        };
+        let from = number(FROM_HEADER).unwrap_or(0);
+        let line = RequestLine {
+            method,
+            path: target.split('?').next().unwrap_or(target),
+            from,
+            target: number(TARGET_HEADER).unwrap_or(0),
+            incarnation: number(INCARNATION_HEADER).unwrap_or(0),
+        };
+        self.signed(&line, value.trim())?;
+        Ok(from)
+    }
+
+    /// Whether `value` is a signature of `line` by the cluster's secret
+    /// (constant-time): the time it says, and its nonce and body hash.
+    fn signed(&self, line: &RequestLine<'_>, value: &str) -> Result<(u64, Verified), AuthError> {
         let mut fields = value.split(' ');
         let (Some("v2"), Some(ms), Some(nonce), Some(body), Some(mac), None) = (
             fields.next(),
@@ -198,15 +282,13 @@ impl ClusterKey {
         self.request_mac(line, ms, &nonce_bytes, body)
             .verify_slice(&mac_bytes)
             .map_err(|_| AuthError::BadMac)?;
-        let skew_ms = now_ms().abs_diff(ms);
-        if skew_ms > REPLAY_WINDOW.as_millis() as u64 {
-            return Err(AuthError::Stale { skew_ms });
-        }
-        nonces.first_time(u128::from_le_bytes(nonce_bytes))?;
-        Ok(Verified {
-            nonce: nonce_bytes,
-            body_sha256,
-        })
+        Ok((
+            ms,
+            Verified {
+                nonce: nonce_bytes,
+                body_sha256,
+            },
+        ))
     }
 
     fn answer_mac(
@@ -308,31 +390,47 @@ impl StreamMac {
     }
 }
 
-/// The nonces seen within the replay window, oldest first.
+/// The nonces seen within the replay window, oldest first, each with the
+/// monotonic instant it came: a nonce is forgotten twice the window after
+/// it came, whatever the wall clock does meanwhile. (By the wall clock,
+/// a clock stepped back by S kept every nonce for S longer, and a replica
+/// taking 580 requests a second filled the set in half an hour; then every
+/// request was refused.)
+///
+/// The risk this accepts: a request captured at wall time T is refused
+/// as stale once the receiver's clock is past T + window, and as a replay
+/// until its nonce is forgotten, twice the window after it came. If the
+/// receiver's wall clock then steps back by more than the window, a
+/// captured request can be replayed once, to the one node and path it
+/// was signed for, within the window (docs/replication.md).
 #[derive(Default)]
 pub(crate) struct Nonces(Mutex<NonceSet>);
 
 #[derive(Default)]
 struct NonceSet {
     seen: HashSet<u128>,
-    order: VecDeque<(u64, u128)>,
+    order: VecDeque<(Instant, u128)>,
 }
 
 impl Nonces {
     fn first_time(&self, nonce: u128) -> Result<(), AuthError> {
-        let now = now_ms();
+        let now = Instant::now();
         let mut set = self.0.lock().expect("bug: nonce lock poisoned");
         // A nonce older than twice the window cannot come with a time
-        // inside it any more.
-        let keep_after = now.saturating_sub(2 * REPLAY_WINDOW.as_millis() as u64);
-        while set.order.front().is_some_and(|(at, _)| *at < keep_after) {
+        // inside it any more (unless the clock stepped back: above).
+        let keep = 2 * REPLAY_WINDOW;
+        while set
+            .order
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > keep)
+        {
             let (_, old) = set.order.pop_front().expect("checked");
             set.seen.remove(&old);
         }
         if set.seen.contains(&nonce) {
             return Err(AuthError::Replayed);
         }
-        if set.seen.len() >= NONCES_MAX {
+        if set.seen.len() >= nonces_max() {
             return Err(AuthError::Flooded);
         }
         set.seen.insert(nonce);

@@ -59,6 +59,8 @@ pub(crate) struct Network {
     /// anything it cannot read is sent, not only refused after; a failed
     /// request forgets it (the peer may come back as another build).
     same_level: Arc<Mutex<BTreeSet<u64>>>,
+    /// Clock skew with peers, as their signed refusals said it.
+    clocks: Arc<super::status::PeerClocks>,
 }
 
 impl Network {
@@ -77,7 +79,13 @@ impl Network {
             learned: Arc::default(),
             pinned: Arc::default(),
             same_level: Arc::default(),
+            clocks: Arc::default(),
         }
+    }
+
+    /// Clock skew with peers, shared with the replication listener.
+    pub(crate) fn clocks(&self) -> Arc<super::status::PeerClocks> {
+        self.clocks.clone()
     }
 
     pub(crate) fn pinned(&self) -> BTreeMap<u64, u64> {
@@ -218,16 +226,18 @@ impl PeerClient {
         let level = super::level::mismatch(&headers);
         self.heard_level(level.is_none());
         let bytes = response.bytes().await.map_err(unreachable)?;
+        // What an unsigned answer said is not passed on: `POST
+        // /v1/cluster/members` would let a key holder read any address.
+        let (Some(mac), Some(incarnation)) = (mac, incarnation) else {
+            return Err(unreachable(format!(
+                "peer {} answered without the cluster's signature: it is not a spoold \
+                 that holds this cluster's secret",
+                self.target
+            )));
+        };
         if let Some(why) = level {
             return Err(unreachable(format!("peer {}: {why}", self.target)));
         }
-        let (Some(mac), Some(incarnation)) = (mac, incarnation) else {
-            return Err(unreachable(format!(
-                "peer {} answered {status} unsigned: {}",
-                self.target,
-                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-            )));
-        };
         let key = &self.network.key;
         if !key.verify_answer(nonce, status.as_u16(), (incarnation, api_url), &bytes, mac) {
             return Err(unreachable(format!(
@@ -253,6 +263,9 @@ impl PeerClient {
         drop(known);
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes).into_owned();
+            if let Some(skew_ms) = super::auth::skew_in(&text) {
+                self.network.clocks.skewed(self.target, skew_ms);
+            }
             return Err(unreachable(format!(
                 "peer {} answered {status}: {text}",
                 self.target

@@ -114,6 +114,27 @@ pub(crate) fn write_vote(
     files.save_vote(&Vote::new(term, node_id))
 }
 
+/// The term of the last entry of the log in `dir`, whose lock the caller
+/// holds (0: an empty log): the spool is replayed as start-up replays it
+/// (up to the entry known committed), read, and closed.
+pub(crate) async fn last_log_term(
+    storage: Arc<dyn Storage>,
+    dir: &Path,
+) -> Result<u64, JournalError> {
+    let committed = read_committed(storage.as_ref(), dir);
+    let mut options = crate::engine::EngineOptions::new(dir);
+    options.storage = storage;
+    options.lock = false;
+    options.preallocate = false;
+    options.replicated = Some(committed.map_or(0, |c| super::types::seq_of(c.index())));
+    let (engine, _) = crate::engine::Engine::open(options).await?;
+    // The last record's term, or the last purged one's when a snapshot
+    // covers the whole log.
+    let (_, _, term) = engine.raft_log().bounds();
+    engine.close();
+    Ok(term.unwrap_or(0))
+}
+
 /// The incarnation of `dir`, a random number drawn the first time a
 /// replica runs in it: a directory that was wiped (or a new replica given
 /// an old one's id) has a new incarnation, and the members know the old

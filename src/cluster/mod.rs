@@ -49,7 +49,7 @@ use crate::tls::{self, ClusterTls};
 use auth::ClusterKey;
 use files::RaftFiles;
 pub use members::MembershipError;
-pub use status::{ClusterStatus, MemberStatus, SnapshotProgress};
+pub use status::{ClockSkew, ClusterStatus, MemberStatus, PeerClocks, SnapshotProgress};
 use store::{LogStore, StateMachine};
 use types::{Peer, TypeConfig, Vote, seq_of};
 
@@ -105,6 +105,8 @@ struct Inner {
     /// never heard from.
     leading_since: Arc<Mutex<Option<std::time::Instant>>>,
     progress: Arc<SnapshotProgress>,
+    /// Clock skew with peers, as refusals found it.
+    clocks: Arc<status::PeerClocks>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -112,8 +114,8 @@ struct Inner {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Primary {
     pub node_id: u64,
-    /// `None` until this replica has heard from it.
-    pub api_url: Option<String>,
+    /// Where its API listens, as the membership names it.
+    pub api_url: String,
 }
 
 impl Cluster {
@@ -140,17 +142,18 @@ impl Cluster {
 
         let socket = listener::bind(&config.listen).await?;
         let progress = Arc::new(SnapshotProgress::default());
+        let clocks = network.clocks();
         let app = listener::router(
             &raft,
             &engine,
-            key,
+            key.clone(),
             config,
             local.incarnation,
             max_body_bytes,
-            progress.clone(),
+            (progress.clone(), clocks.clone()),
         );
         engine.set_snapshot_trigger(tasks::snapshot_trigger(raft.clone()));
-        let mut running = vec![listener::serve(socket, app, tls.as_ref())];
+        let mut running = vec![listener::serve(socket, app, tls.as_ref(), key)];
         let leading_since = Arc::new(Mutex::new(None));
         running.extend(tasks::start(
             &raft,
@@ -175,6 +178,7 @@ impl Cluster {
                 silence: Duration::from_millis(config.heartbeat_ms * 5 / 2),
                 leading_since,
                 progress,
+                clocks,
                 tasks: Mutex::new(running),
             }),
         };
@@ -186,19 +190,22 @@ impl Cluster {
     }
 
     /// The primary as this replica knows it: the leader Raft agreed on,
-    /// and the API URL its membership names for it.
+    /// and the API URL its membership names for it. `None` while the
+    /// membership names no URL for the leader (a new cluster's, until the
+    /// primary pins its members): a primary that cannot be reached is
+    /// none, for the relay and for `GET /v1/cluster` alike.
     pub fn primary(&self) -> Option<Primary> {
         let m = self.inner.raft.metrics();
         let m = m.borrow_watched();
         let leader = m.current_leader?;
         let api_url = if leader == self.inner.node_id {
-            Some(self.inner.api_url.clone())
+            self.inner.api_url.clone()
         } else {
             m.membership_config
                 .membership()
                 .get_node(&leader)
                 .map(|peer| peer.api_url.clone())
-                .filter(|url| !url.is_empty())
+                .filter(|url| !url.is_empty())?
         };
         Some(Primary {
             node_id: leader,

@@ -52,8 +52,8 @@ use sha2::{Digest, Sha256};
 
 use super::Raft;
 use super::auth::{
-    API_HEADER, AUTH_HEADER, ClusterKey, FROM_HEADER, INCARNATION_HEADER, Nonces, RequestLine,
-    TARGET_HEADER, Verified,
+    API_HEADER, AUTH_HEADER, AuthError, ClusterKey, FROM_HEADER, INCARNATION_HEADER, Nonces,
+    RequestLine, TARGET_HEADER, Verified,
 };
 use super::store::{Snapshot, SnapshotData, SnapshotMeta};
 use super::stream::Messages;
@@ -102,6 +102,49 @@ struct ServerState {
     /// Refusals of another level are logged once a minute, not per
     /// heartbeat.
     level_warned: Arc<Throttle>,
+    /// Refused requests, logged once per sender per interval.
+    refusals: Arc<RefusalLog>,
+    /// The clock skew refusals found (`GET /v1/cluster`, `/readyz`).
+    clocks: Arc<super::status::PeerClocks>,
+}
+
+/// How often refused requests from one sender are logged.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Senders a [`RefusalLog`] tells apart; past it, it starts afresh (made-up
+/// sender ids cannot grow it).
+const REFUSAL_SENDERS_MAX: usize = 1024;
+
+/// Refused replication requests, logged at most once per sender (`0`: one
+/// that named none, or signed nothing) every [`REFUSAL_LOG_EVERY`], with how
+/// many there were: a peer refused on every heartbeat, or a client without
+/// the secret, wrote thousands of lines a second.
+#[derive(Default)]
+pub(crate) struct RefusalLog(
+    // Per sender: when its last line was logged, and the refusals since.
+    std::sync::Mutex<std::collections::HashMap<u64, (Option<Instant>, u64)>>,
+);
+
+impl RefusalLog {
+    pub(crate) fn note(&self, from: u64, reason: &str) {
+        let mut seen = self.0.lock().expect("bug: refusal log poisoned");
+        if seen.len() >= REFUSAL_SENDERS_MAX && !seen.contains_key(&from) {
+            seen.clear();
+        }
+        let now = Instant::now();
+        let (last, since) = seen.entry(from).or_insert((None, 0));
+        *since += 1;
+        if last.is_none_or(|at| now.saturating_duration_since(at) >= REFUSAL_LOG_EVERY) {
+            tracing::warn!(
+                from,
+                refused = *since,
+                reason,
+                "refused replication requests (one line per sender every {} s)",
+                REFUSAL_LOG_EVERY.as_secs()
+            );
+            *last = Some(now);
+            *since = 0;
+        }
+    }
 }
 
 /// At most one of something per period.
@@ -129,6 +172,7 @@ pub(crate) struct ServerConfig {
     pub election_timeout: Duration,
     pub append_bytes_max: usize,
     pub progress: Arc<super::SnapshotProgress>,
+    pub clocks: Arc<super::status::PeerClocks>,
 }
 
 /// What `POST /raft/hello` answers.
@@ -156,6 +200,8 @@ pub(crate) fn router(raft: Raft, log: RaftLog, key: ClusterKey, config: ServerCo
         votes_from: Instant::now() + config.election_timeout,
         append_bytes_max: config.append_bytes_max,
         level_warned: Arc::default(),
+        refusals: Arc::default(),
+        clocks: config.clocks,
     };
     Router::new()
         .route("/raft/hello", post(hello))
@@ -203,11 +249,15 @@ async fn authenticate(State(s): State<ServerState>, mut request: Request, next: 
     let verified = match s.key.verify(&line, value, &s.nonces) {
         Ok(verified) => verified,
         Err(e) => {
-            tracing::warn!(reason = %e, path = line.path, "refused a replication request");
-            return refusal(
-                StatusCode::UNAUTHORIZED,
-                format!("cluster authentication failed: {e}"),
-            );
+            s.refusals.note(from, &e.to_string());
+            let text = format!("cluster authentication failed: {e}");
+            if let AuthError::Stale { skew_ms, verified } = e {
+                // Signed by the secret, but from a clock too far from
+                // this one: said in an answer the sender can trust.
+                s.clocks.skewed(from, skew_ms);
+                return answer(&s, &verified, StatusCode::UNAUTHORIZED, text.into_bytes());
+            }
+            return refusal(StatusCode::UNAUTHORIZED, text);
         }
     };
     if target != s.node_id {

@@ -13,6 +13,36 @@ use openraft::async_runtime::instant::Instant as _;
 use super::types::TypeConfig;
 use super::{Cluster, Primary};
 
+/// How long a clock skew that refusals found is told of.
+const SKEW_SHOWN_FOR: Duration = Duration::from_secs(10);
+
+/// The last clock skew between this replica and a peer, as refusals found
+/// it: a request refused here for its time (`server.rs`), or an answer of
+/// a peer that refused one of ours for it (`client.rs`).
+#[derive(Debug, Default)]
+pub struct PeerClocks(std::sync::Mutex<Option<(u64, u64, std::time::Instant)>>);
+
+/// A clock skew with a peer: which, and by how much.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSkew {
+    pub node_id: u64,
+    pub skew_ms: u64,
+}
+
+impl PeerClocks {
+    pub(crate) fn skewed(&self, node_id: u64, skew_ms: u64) {
+        *self.0.lock().expect("bug: clock skew lock poisoned") =
+            Some((node_id, skew_ms, std::time::Instant::now()));
+    }
+
+    /// The skew found within the last [`SKEW_SHOWN_FOR`].
+    pub fn recent(&self) -> Option<ClockSkew> {
+        let last = *self.0.lock().expect("bug: clock skew lock poisoned");
+        last.filter(|(_, _, at)| at.elapsed() < SKEW_SHOWN_FOR)
+            .map(|(node_id, skew_ms, _)| ClockSkew { node_id, skew_ms })
+    }
+}
+
 /// A replica catching up by snapshot (`server.rs` keeps it up to date).
 #[derive(Debug, Default)]
 pub struct SnapshotProgress {
@@ -94,6 +124,30 @@ impl Cluster {
             snapshot_receiving: self.inner.progress.receiving.load(Ordering::Relaxed),
             snapshot_received_bytes: self.inner.progress.received_bytes.load(Ordering::Relaxed),
             snapshots_installed: self.inner.progress.installed.load(Ordering::Relaxed),
+            clock_step_ms: self.inner.engine.clock_step_ms(),
+            clock_skew: self.inner.clocks.recent(),
+        }
+    }
+
+    /// The last clock skew with a peer that refusals found, lately.
+    pub fn clock_skew(&self) -> Option<ClockSkew> {
+        self.inner.clocks.recent()
+    }
+
+    /// Why this replica serves no call now (it knows no primary, or is an
+    /// elected one that does not serve yet): said by `/readyz` and by the
+    /// calls it refuses.
+    pub fn why_no_primary(&self) -> String {
+        match self.inner.clocks.recent() {
+            Some(skew) => format!(
+                "no primary is known: replication between this replica and node {} is refused \
+                 for clock skew ({} ms, more than the {} s window); set the replicas' clocks \
+                 right (NTP)",
+                skew.node_id,
+                skew.skew_ms,
+                super::auth::REPLAY_WINDOW.as_secs()
+            ),
+            None => "no primary is known yet (an election is under way)".to_owned(),
         }
     }
 }
@@ -118,6 +172,11 @@ pub struct ClusterStatus {
     /// The last entry its log no longer holds.
     pub purged_index: Option<u64>,
     pub members: Vec<MemberStatus>,
+    /// How far the host's wall clock stepped from this replica's steady
+    /// clock (`src/time.rs`); 0 when they agree.
+    pub clock_step_ms: i64,
+    /// The last clock skew with a peer that refusals found, lately.
+    pub clock_skew: Option<ClockSkew>,
 }
 
 #[derive(Debug, Clone)]

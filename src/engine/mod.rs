@@ -76,7 +76,7 @@ use crate::journal::reader::SegmentReader;
 use crate::journal::storage::{OsStorage, Storage};
 use crate::journal::{Journal, SpoolIdentity};
 use crate::spool::{MessageId, MessageView, Payload, SpoolState};
-use crate::time::{Clock, Millis, SystemClock};
+use crate::time::{Clock, Millis, SteadyClock};
 
 /// Arrival events buffered for `tail` subscribers; one that falls further
 /// behind skips ahead.
@@ -133,14 +133,14 @@ pub(crate) fn headroom_bytes(segment_bytes: u64) -> u64 {
 }
 
 impl EngineOptions {
-    /// The real file system and clock.
+    /// The real file system and the steady clock (`src/time.rs`).
     pub fn new(dir: impl Into<PathBuf>) -> EngineOptions {
         EngineOptions {
             dir: dir.into(),
             segment_bytes: 64 << 20,
             fsync: true,
             storage: Arc::new(OsStorage),
-            clock: Arc::new(SystemClock),
+            clock: Arc::new(SteadyClock::new()),
             lock: true,
             preallocate: true,
             max_bytes: u64::MAX,
@@ -252,6 +252,14 @@ impl Engine {
     /// with.
     pub fn clock_ms(&self) -> Millis {
         self.inner.clock.now_ms()
+    }
+
+    /// How far the host's wall clock has stepped from the engine's steady
+    /// clock (`src/time.rs`): 0 when they agree within a second.
+    pub fn clock_step_ms(&self) -> i64 {
+        // A reading compares the two clocks afresh.
+        self.inner.clock.now_ms();
+        self.inner.clock.step_ms()
     }
 
     /// The spool's `now`: the clock, but never earlier than a `now` already

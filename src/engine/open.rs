@@ -263,6 +263,9 @@ fn restore(loaded: Loaded, options: &EngineOptions) -> Restored {
         live,
         ..
     } = loaded;
+    // The clock runs on from the last record's time, should that be ahead
+    // of it (written by a clock that was): not frozen until it catches up.
+    options.clock.not_before(spool.last_at());
     let now = options.clock.now_ms().max(spool.last_at());
     let mut core = Core::new(spool, now, options.segment_bytes);
     note_files(&mut core, &summary);

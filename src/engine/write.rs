@@ -120,13 +120,11 @@ impl Engine {
 
 impl Engine {
     /// Appends several records as one batch (one write, one fsync: all or
-    /// none) on a single node; in replicated mode, proposes them in order.
+    /// none) on a single node; in replicated mode, proposes them in order,
+    /// all or none.
     fn append_all(&self, _core: &Core, ops: Vec<Op>) -> Result<(), WriteError> {
         if let Appender::Raft = self.inner.appender {
-            for op in ops {
-                self.propose(op.record, None, op.reply, 0)?;
-            }
-            return Ok(());
+            return Ok(self.propose_all(ops)?);
         }
         let entries = ops
             .into_iter()

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::common::cluster::{TestCluster, all_ids};
 use crate::common::mount::Mount;
 use crate::common::process::{cli, client};
+use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -481,4 +482,43 @@ async fn a_commit_pointer_ahead_of_the_log_does_not_stop_a_replica() {
         .same_state(&[0, 1, 2], Duration::from_secs(30))
         .await;
     nothing_lost(&cluster, victim, &acknowledged).await;
+}
+
+/// A relay's bound counts from the client's last body byte: a 200 KB body
+/// uploaded over 3 s through a follower is stored and answered `201`, as
+/// it is by the primary itself. The build before counted the upload
+/// against 3 election timeouts (1.5 s) and answered `500
+/// operation_unconfirmed`, with nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_through_a_follower_is_stored() {
+    let mut cluster = TestCluster::new(3, "", "[queues.jobs]\n");
+    cluster.start_all().await;
+    let primary = cluster.primary(Duration::from_secs(10)).await;
+    let follower = (primary + 1) % 3;
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..10).map(|i| Ok(vec![b'a' + i as u8; 20_000])).collect();
+    let slow = futures_util::stream::iter(chunks).then(|chunk| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        chunk
+    });
+    let sent = client()
+        .post(format!(
+            "{}/v1/queues/{QUEUE}/messages",
+            cluster.replicas[follower].base()
+        ))
+        .header("content-length", "200000")
+        .body(reqwest::Body::wrap_stream(slow))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    let status = sent.status();
+    let text = sent.text().await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{text}");
+    let id = serde_json::from_str::<Value>(&text).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stored = all_ids(&cluster.replicas[primary].base(), QUEUE).await;
+    assert!(stored.contains(&id));
 }

@@ -10,10 +10,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod clock;
 mod digest;
 mod failover;
 mod faults;
 mod fixtures;
+mod heal;
 mod levels;
 mod membership;
 mod nemesis;

@@ -473,3 +473,57 @@ async fn a_replica_with_a_damaged_journal_refuses_to_start_and_rejoins_once_wipe
     assert!(acknowledged.is_subset(&ids), "lost acknowledged messages");
     assert_eq!(ids.len(), acknowledged.len());
 }
+
+/// From a new cluster's first election on, a replica that names a primary
+/// names its API URL (the membership's), and a send that may not be
+/// forwarded is told where the primary is (`421`) whenever `GET
+/// /v1/cluster` names one. The build before named the primary with an
+/// empty URL for 0.1–0.3 s after the election, and sends were refused
+/// `503 no primary is known yet` meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_names_a_primary_only_with_its_url() {
+    let mut cluster = TestCluster::new(3, "forward_to_primary = false", TABLES);
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    let http = client();
+    let started = Instant::now();
+    let mut named = 0;
+    while started.elapsed() < Duration::from_secs(8) {
+        for i in 0..3 {
+            let Some(s) = cluster.status(i).await else {
+                continue;
+            };
+            if s["primary"].is_null() || s["role"] == "primary" {
+                continue;
+            }
+            named += 1;
+            let url = s["primary"]["apiUrl"].as_str().unwrap_or_default();
+            assert!(
+                !url.is_empty(),
+                "node {i} names a primary without its URL: {s}"
+            );
+            let sent = http
+                .post(format!(
+                    "{}/v1/queues/{QUEUE}/messages",
+                    cluster.replicas[i].base()
+                ))
+                .body("x")
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+                .unwrap();
+            // The primary may have changed in between: then no primary
+            // is known (503), never a primary without its URL.
+            if sent.status() == StatusCode::MISDIRECTED_REQUEST {
+                assert!(sent.headers().contains_key("spooler-primary"));
+            } else {
+                assert_eq!(sent.status(), StatusCode::SERVICE_UNAVAILABLE);
+            }
+        }
+        if named > 200 {
+            break;
+        }
+    }
+    assert!(named > 0, "no follower named a primary");
+}

@@ -69,6 +69,42 @@ async fn captured_request(cluster: &TestCluster, primary: usize) -> Vec<(String,
         .collect()
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_a_member_does_not_pass_on_what_an_unsigned_address_answered() {
+    let mut cluster = TestCluster::new(1, "", "");
+    cluster.start_all().await;
+    // Any HTTP server at all: an API-key holder names it as a member.
+    let trap = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = trap.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = trap.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 8192];
+                let _ = stream.read(&mut buf).await;
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 22\r\n\r\nsecret-of-the-internal",
+                    )
+                    .await;
+            });
+        }
+    });
+    let answer = client()
+        .post(format!("{}/v1/cluster/members", cluster.replicas[0].base()))
+        .json(&json!({"nodeId": 9, "addr": addr}))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert!(!answer.status().is_success());
+    let text = answer.text().await.unwrap();
+    assert!(!text.contains("secret-of-the-internal"), "{text}");
+    assert!(
+        text.contains("not a spoold that holds this cluster's secret"),
+        "{text}"
+    );
+}
+
 /// `POST http://127.0.0.1:{port}{path}` with `headers` and `body`.
 async fn raw_post(
     port: u16,
@@ -244,6 +280,66 @@ async fn a_poisoned_vote_on_disk_starts_the_replica_and_says_how_to_repair_it() 
     common::process::wait_ready(cluster.replicas[victim].process.as_ref().unwrap()).await;
     let s = cluster.status(victim).await.unwrap();
     assert!(s["term"].as_u64().unwrap() >= term + 10, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_vote_refuses_a_term_below_the_last_log_entry() {
+    let mut cluster = TestCluster::new(3, "", "[queues.jobs]\n");
+    cluster.start_all().await;
+    // A second election: every log then ends in a term above 1.
+    let first = cluster.primary(Duration::from_secs(10)).await;
+    cluster.kill(first);
+    let primary = cluster.primary(Duration::from_secs(10)).await;
+    let base = cluster.replicas[primary].base();
+    let sent = client()
+        .post(format!("{base}/v1/queues/jobs/messages"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::CREATED);
+    let term = cluster.status(primary).await.unwrap()["term"]
+        .as_u64()
+        .unwrap();
+    assert!(term > 1, "term {term}");
+    let victim = (0..3).find(|&i| i != first && i != primary).unwrap();
+    cluster.kill(victim);
+    let spool = cluster.replicas[victim].dir.join("spool");
+    let vote = std::fs::read(spool.join("raft.vote")).unwrap();
+
+    let refused = common::process::run_in(
+        &cluster.replicas[victim].dir,
+        &[
+            "cluster",
+            "repair-vote",
+            "--dir",
+            spool.to_str().unwrap(),
+            "--term",
+            "1",
+        ],
+    );
+    assert_ne!(refused.code, 0, "{}{}", refused.stdout, refused.stderr);
+    assert!(
+        refused.stderr.contains(&format!(
+            "below term {term} of this replica's last log entry"
+        )),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(std::fs::read(spool.join("raft.vote")).unwrap(), vote);
+    // The last log term itself is taken.
+    let repaired = common::process::run_in(
+        &cluster.replicas[victim].dir,
+        &[
+            "cluster",
+            "repair-vote",
+            "--dir",
+            spool.to_str().unwrap(),
+            "--term",
+            &term.to_string(),
+        ],
+    );
+    assert_eq!(repaired.code, 0, "{}{}", repaired.stdout, repaired.stderr);
 }
 
 /// `n` idle connections to `port`, held by a shell (`/dev/tcp`) so that

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::links::Links;
 use super::process::{Spoold, bin, client, spawn_command, wait_ready};
+use super::wires::Wires;
 
 pub const SECRET: &str = "cluster-secret-for-tests-0123456789";
 
@@ -149,6 +150,38 @@ impl TestCluster {
             }
         }
         (cluster, links)
+    }
+
+    /// As [`TestCluster::with_spool`], each replica's replication
+    /// listener reached by the others through a TCP proxy of the returned
+    /// [`Wires`] (each direction up, reset or a blackhole); relays and
+    /// clients reach each API directly.
+    pub fn behind_wires(
+        n: usize,
+        spool_keys: &str,
+        cluster_keys: &str,
+        tables: &str,
+    ) -> (TestCluster, Wires) {
+        let ports = free_ports(2 * n);
+        let listeners: Vec<std::net::TcpListener> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let proxy_ports: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        let cluster = TestCluster::configured(
+            "127.0.0.1",
+            n,
+            &ports,
+            (&proxy_ports, &ports[..n]),
+            (spool_keys, cluster_keys, tables),
+        );
+        let wires = Wires::default();
+        for (r, listener) in cluster.replicas.iter().zip(listeners) {
+            wires.proxy(r.id, listener, format!("127.0.0.1:{}", r.raft_port));
+        }
+        (cluster, wires)
     }
 
     /// `ports`: API ports then replication ports; `peer_ports` and

@@ -9,6 +9,7 @@ pub mod process;
 pub mod raw;
 pub mod server;
 pub mod sink;
+pub mod wires;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -337,3 +337,38 @@ pub async fn ids_in(client: &Client, base: &str, queue: &str) -> BTreeSet<String
         .map(|m| m["id"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Sends `x` to `queue` of the spoold at `base`, delayed by `delay`
+/// seconds (`Spooler-Delay`): the new message's id.
+pub async fn send_delayed(base: &str, queue: &str, delay: u64) -> String {
+    let r = client()
+        .post(format!("{base}/v1/queues/{queue}/messages"))
+        .header("spooler-delay", delay.to_string())
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Leases a message of `queue` (polling up to `within`): its id.
+pub async fn receive_id(base: &str, queue: &str, within: Duration) -> Option<String> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < within {
+        let r = client()
+            .post(format!("{base}/v1/queues/{queue}/receive"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::OK {
+            let id = r.headers()["spooler-message-id"].to_str().unwrap();
+            return Some(id.to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}

@@ -93,6 +93,11 @@ try {
   await page.click("tr[data-queue='hooks'] button");
   await page.waitForSelector("tr[data-queue='hooks'] .pill.ok");
   out.resumedPill = await page.textContent("tr[data-queue='hooks'] .pill");
+} catch (e) {
+  // What the page showed when a wait ran out: its text and what it saw.
+  const text = await page.evaluate(() => document.body.innerText).catch(() => "");
+  console.error(`the page said:\n${text}\nseen so far: ${JSON.stringify(out)}`);
+  throw e;
 } finally {
   await browser.close();
 }

@@ -19,6 +19,7 @@ mod api_edge;
 mod cli;
 mod cli_ops;
 mod client_examples;
+mod clock_steps;
 mod compaction;
 mod config_parity;
 mod console;

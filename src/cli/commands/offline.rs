@@ -76,8 +76,13 @@ pub fn compact_journal(dir: &Path, out: &mut impl Write) -> anyhow::Result<ExitC
 }
 
 /// `spoold cluster repair-vote`: offline, on a stopped replica's spool.
+/// It replays the log to learn its last term: on a runtime, as compaction.
 pub fn repair_vote(dir: &Path, term: u64, out: &mut impl Write) -> anyhow::Result<ExitCode> {
-    let said = journal::repair_vote(dir, term)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let said = runtime.block_on(journal::repair_vote(dir, term))?;
     print_out(out, &said)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -219,6 +219,9 @@ impl RaftLog {
             offset: u64::from(loc.offset),
             reason: e.to_string(),
         })?;
+        // The primary's stamp: this replica's time runs on from it (never
+        // frozen behind it) should it become the primary.
+        self.engine.inner.clock.not_before(record.at);
         let mut core = self.engine.core();
         core.last_now = core.last_now.max(record.at);
         Ok(sink::apply(

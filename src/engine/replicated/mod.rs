@@ -162,6 +162,15 @@ impl sink::PlacedLog for Replication {
 }
 
 impl Replication {
+    /// Where proposals go: none while this replica is not the primary.
+    fn proposer(&self) -> Result<mpsc::Sender<Proposal>, ReplicationError> {
+        self.proposer
+            .lock()
+            .expect("bug: proposer lock poisoned")
+            .clone()
+            .ok_or(ReplicationError::NotPrimary)
+    }
+
     pub(super) fn index(&self) -> std::sync::MutexGuard<'_, LogIndex> {
         self.index.lock().expect("bug: index lock poisoned")
     }
@@ -289,18 +298,50 @@ impl Engine {
             term,
             ticket: Ticket(Op { record, reply }),
         };
-        let tx = r
-            .proposer
-            .lock()
-            .expect("bug: proposer lock poisoned")
-            .clone()
-            .ok_or(ReplicationError::NotPrimary)?;
+        let tx = r.proposer()?;
         tx.try_send(proposal).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => ReplicationError::Backlog {
                 queued: PROPOSALS_QUEUED_MAX,
             },
             mpsc::error::TrySendError::Closed(_) => ReplicationError::Closed,
         })
+    }
+
+    /// Hands several records decided under the core lock to the proposer,
+    /// all or none: each is encoded and checked, and room for all of them
+    /// is reserved in the proposer's queue, before the first goes. (One at
+    /// a time, a purge of more than 65 536 ids whose later record met a
+    /// full queue was refused as if nothing had been proposed, while its
+    /// first records committed.)
+    pub(super) fn propose_all(&self, ops: Vec<Op>) -> Result<(), ReplicationError> {
+        let r = self.replication();
+        let term = r.serving_now();
+        if term == 0 {
+            return Err(ReplicationError::NotPrimary);
+        }
+        let mut proposals = Vec::with_capacity(ops.len());
+        for op in ops {
+            let mut body = Vec::new();
+            op.record.encode(None, &mut body);
+            check_record_body(body.len())?;
+            proposals.push(Proposal {
+                kind: op.record.kind(),
+                body,
+                term,
+                ticket: Ticket(op),
+            });
+        }
+        let tx = r.proposer()?;
+        let permits = tx.try_reserve_many(proposals.len()).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(()) => ReplicationError::Backlog {
+                queued: PROPOSALS_QUEUED_MAX,
+            },
+            mpsc::error::TrySendError::Closed(()) => ReplicationError::Closed,
+        })?;
+        for (permit, proposal) in permits.zip(proposals) {
+            permit.send(proposal);
+        }
+        Ok(())
     }
 
     /// Raft committed and applied a proposal of this replica as record
@@ -516,6 +557,46 @@ mod tests {
                 r.term
             })
             .collect()
+    }
+
+    #[tokio::test]
+    async fn a_purge_of_several_records_is_proposed_all_or_none() {
+        use crate::spool::command::IDS_PER_RECORD_MAX;
+        let sim = SimStorage::new();
+        let mut o = options(&sim);
+        o.segment_bytes = 8 << 20;
+        o.fsync = false;
+        let (engine, _) = Engine::open(o).await.unwrap();
+        testing::raft_of_one(&engine, 1);
+        engine.start_serving(1).await.unwrap();
+        engine
+            .upsert_queue("q", Default::default(), crate::engine::Origin::Api)
+            .await
+            .unwrap();
+        let n = IDS_PER_RECORD_MAX + 1;
+        for chunk in (0..n).collect::<Vec<_>>().chunks(1024) {
+            let sends = chunk
+                .iter()
+                .map(|_| engine.send("q", crate::testing::text_message("")));
+            for sent in futures_util::future::join_all(sends).await {
+                sent.unwrap();
+            }
+        }
+        // A proposer with room for one record: the purge needs two.
+        let (tx, mut rx) = mpsc::channel(1);
+        engine.attach_proposer(tx);
+        let refused = engine
+            .purge("q", &Default::default(), usize::MAX, false)
+            .await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert!(rx.try_recv().is_err(), "nothing was proposed");
+        // Nothing stays reserved: every message may be picked again.
+        let again = engine
+            .purge("q", &Default::default(), usize::MAX, true)
+            .await
+            .unwrap();
+        assert_eq!(again.done, n as u64);
+        engine.close();
     }
 
     #[tokio::test]
