@@ -271,7 +271,11 @@ function settingsEditor(queue, info) {
 
 async function queuesView() {
   crumbs();
+  const gen = routeGen;
   const [{ queues }, rates] = await Promise.all([json("GET", "/v1/queues"), json("GET", "/v1/rates")]);
+  // A later route (a pause's, or the user's) has rendered since: this
+  // answer is older than what the page shows, and must not replace it.
+  if (gen !== routeGen) return;
   // Each failure queue right under its queue.
   const order = (q) => `${baseOf(q.name)}\u0000${isFailed(q.name) ? 1 : 0}`;
   queues.sort((a, b) => (order(a) < order(b) ? -1 : order(a) > order(b) ? 1 : 0));
@@ -835,7 +839,13 @@ function fail(e) {
   say(`${e.kind ? e.kind + ": " : ""}${e.message}`, true);
 }
 
+// Counts routes: a view whose answers arrive after a later route began
+// renders nothing (a refresh in flight when a queue was paused showed it
+// running again).
+let routeGen = 0;
+
 async function route() {
+  routeGen += 1;
   if (stopTail) { stopTail(); stopTail = null; }
   logout.hidden = !sessionStorage.getItem(KEY_STORE);
   const [, view, arg] = (location.hash || "#/").split("/");
