@@ -2,8 +2,10 @@
 //! reset or blackholed on its own, `common::wires`), and while someone
 //! without the secret holds every connection the cluster port would give
 //! them, a primary that every replica names comes within seconds and
-//! keyed sends settle. Each test is a finding that was reproduced against
-//! an earlier build (`SPOOLD_TEST_BIN` runs them against another binary).
+//! keyed sends settle, and a connection that waits for a slot hears its
+//! peer leave. `SPOOLD_TEST_BIN` runs them against another binary (the
+//! waiting connection's test fails on the build before issue 39; the
+//! flapping and isolation ones pass on it in this harness).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -151,6 +153,33 @@ async fn all_settled(cluster: &TestCluster, keyed: &Mutex<Keyed>, within: Durati
     }
 }
 
+/// Heals every link after `after` and stops the keyed senders: then a
+/// primary every replica names within 3 s, every keyed send settled
+/// within 10 s, and each settled one stored.
+async fn heal(
+    cluster: &TestCluster,
+    wires: &Wires,
+    stop: &AtomicBool,
+    keyed: &Mutex<Keyed>,
+    after: &str,
+) {
+    wires.heal();
+    stop.store(true, Ordering::Relaxed);
+    let healed = format!("the heal after {after}");
+    let elected = one_primary_within(cluster, Duration::from_secs(3), &healed).await;
+    all_settled(cluster, keyed, Duration::from_secs(10)).await;
+    let primary = cluster.primary(Duration::from_secs(5)).await;
+    let stored = all_ids(&cluster.replicas[primary].base(), QUEUE).await;
+    let keyed = keyed.lock().unwrap();
+    for (key, id) in &keyed.settled {
+        assert!(stored.contains(id), "key {key}'s message {id} was lost");
+    }
+    eprintln!(
+        "{after}: one primary {elected:?} after the heal; {} keyed sends settled",
+        keyed.settled.len()
+    );
+}
+
 /// How many rounds of flapping `flapping_links_…` runs (`HEAL_ROUNDS`).
 fn rounds() -> usize {
     std::env::var("HEAL_ROUNDS")
@@ -190,20 +219,49 @@ async fn after_flapping_links_heal_one_primary_comes_and_keyed_sends_settle() {
         let keyed: Arc<Mutex<Keyed>> = Arc::default();
         keyed_senders(bases.clone(), stop.clone(), keyed.clone());
         flap(&wires, &ids, &mut rng, Duration::from_secs(15)).await;
-        wires.heal();
-        stop.store(true, Ordering::Relaxed);
-        let elected = one_primary_within(&cluster, Duration::from_secs(3), "the heal").await;
-        all_settled(&cluster, &keyed, Duration::from_secs(10)).await;
-        let primary = cluster.primary(Duration::from_secs(5)).await;
-        let stored = all_ids(&cluster.replicas[primary].base(), QUEUE).await;
-        let keyed = keyed.lock().unwrap();
-        for (key, id) in &keyed.settled {
-            assert!(stored.contains(id), "key {key}'s message {id} was lost");
-        }
-        eprintln!(
-            "round {round}: one primary {elected:?} after the heal; {} keyed sends settled",
-            keyed.settled.len()
-        );
+        heal(
+            &cluster,
+            &wires,
+            &stop,
+            &keyed,
+            &format!("round {round} of flapping"),
+        )
+        .await;
+    }
+}
+
+/// Cuts `node` off from the other replicas (`ids`), both directions
+/// of each link blackholed: what it sends is held, as on a path that
+/// drops packets.
+fn isolate(wires: &Wires, ids: &[u64], node: u64) {
+    for &other in ids.iter().filter(|&&i| i != node) {
+        wires.set(node, other, Way::Blackhole);
+        wires.set(other, node, Way::Blackhole);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_follower_and_then_the_primary_are_isolated_and_healed_one_primary_comes() {
+    let tables = format!("[queues.{QUEUE}]\ndedup_window = \"10m\"\n");
+    let (mut cluster, wires) = TestCluster::behind_wires(3, "", "", &tables);
+    cluster.start_all().await;
+    let ids: Vec<u64> = cluster.replicas.iter().map(|r| r.id).collect();
+    let bases: Vec<String> = cluster.replicas.iter().map(|r| r.base()).collect();
+    for cut in ["a follower", "the primary"] {
+        let primary = cluster.primary(Duration::from_secs(10)).await;
+        let node = match cut {
+            "the primary" => cluster.replicas[primary].id,
+            _ => cluster.replicas[(primary + 1) % 3].id,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let keyed: Arc<Mutex<Keyed>> = Arc::default();
+        keyed_senders(bases.clone(), stop.clone(), keyed.clone());
+        isolate(&wires, &ids, node);
+        // Longer than an election, so that an isolated primary is
+        // deposed while it still thinks it leads.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let after = format!("{cut} (node {node}) isolated");
+        heal(&cluster, &wires, &stop, &keyed, &after).await;
     }
 }
 
@@ -260,4 +318,85 @@ async fn a_primary_is_elected_while_someone_without_the_secret_holds_every_conne
     stop.store(true, Ordering::Relaxed);
     assert_eq!(sent.status(), StatusCode::CREATED);
     eprintln!("a new primary {elected:?} after the kill, under 3 300 held connections");
+}
+
+/// A connection to `port` that sent node `from`'s hello to `target`,
+/// signed as `from` signs it, and `body` bytes of the `declared` its head
+/// announced.
+async fn hello(port: u16, (from, target): (u64, u64), declared: usize) -> tokio::net::TcpStream {
+    let body = vec![b'x'; declared];
+    let headers = spoold::testing::sign_cluster_request(
+        crate::common::cluster::SECRET,
+        from,
+        target,
+        "POST",
+        "/raft/hello",
+        Some(&body),
+    );
+    let mut text =
+        format!("POST /raft/hello HTTP/1.1\r\nhost: x\r\ncontent-length: {declared}\r\n");
+    for (name, value) in &headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str("\r\n");
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(text.as_bytes()).await.unwrap();
+    s
+}
+
+/// Sockets of the listener on `port` in CLOSE-WAIT: their peer closed,
+/// and the listener never read on to hear it (`/proc/net/tcp`, state 08).
+fn close_wait_on(port: u16) -> usize {
+    let local = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|t| {
+            t.lines()
+                .filter(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    f.len() > 3 && f[1].ends_with(&local) && f[3] == "08"
+                })
+                .count()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_leaves_while_its_connection_waits_for_a_slot_is_heard() {
+    let _ = rlimit::increase_nofile_limit(20_000);
+    let mut cluster = TestCluster::new(3, "", "");
+    cluster.start_all().await;
+    let primary = cluster.primary(Duration::from_secs(10)).await;
+    let follower = (primary + 1) % 3;
+    let other = (primary + 2) % 3;
+    let (from, target) = (cluster.replicas[other].id, cluster.replicas[follower].id);
+    let port = cluster.replicas[follower].raft_port;
+    // Requests whose bodies stall take every slot the peer may hold (and
+    // every slot of the port, on a build that counted by address)...
+    let mut stalled = Vec::new();
+    for _ in 0..256 {
+        stalled.push(hello(port, (from, target), 100).await);
+    }
+    // ... so that the peer's next connections wait; and the peer gives up
+    // on them, as a sender whose request timed out does.
+    let mut waiting = Vec::new();
+    for _ in 0..50 {
+        let mut s = hello(port, (from, target), 0).await;
+        let _ = s.flush().await;
+        waiting.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(waiting);
+    // Heard well within the longest wait for a slot (2 s): a listener that
+    // does not read a waiting connection never hears its close.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let unheard = close_wait_on(port);
+    drop(stalled);
+    assert_eq!(
+        unheard, 0,
+        "sockets in CLOSE-WAIT on the cluster port {port}"
+    );
 }

@@ -6,7 +6,11 @@
 //! opened by `a` carries to `b` travel `a → b`, its answers `b → a`.
 //!
 //! - A reset closes every connection that travels that direction with an
-//!   RST, and resets the ones opened while it lasts.
+//!   RST at the end whose bytes met it, and resets the ones opened while
+//!   it lasts. The other end is told nothing (a middlebox that forgot the
+//!   connection answers only what reaches it): it stays open until it
+//!   sends a byte, which is answered with an RST, or closes. An idle
+//!   keep-alive connection on a listener is such an end.
 //! - A blackhole accepts and holds the bytes of that direction (the
 //!   proxy stops reading them, so they wait in the kernel's buffers and
 //!   then the sender's, as on a path that drops packets), until the
@@ -89,59 +93,90 @@ impl Wires {
             return;
         };
         if self.way(from, target) == Way::Reset || self.way(target, from) == Way::Reset {
-            reset(&client);
+            reset(client);
             return;
         }
         let Ok(server) = TcpStream::connect(upstream).await else {
-            reset(&client);
+            reset(client);
             return;
         };
         let _ = server.set_nodelay(true);
+        let gone = Gone::default();
         let (client_read, client_write) = client.into_split();
         let (server_read, server_write) = server.into_split();
-        let out = self.pump(head, client_read, server_write, (from, target));
-        let back = self.pump(Vec::new(), server_read, client_write, (target, from));
-        tokio::pin!(out, back);
-        // Either direction reset ends both; an end of stream in one lets
-        // the other go on (a half-close).
-        let ended = tokio::select! {
-            e = &mut out => (e, true),
-            e = &mut back => (e, false),
-        };
-        let halves = match ended {
-            (Pumped::Reset(a, b), _) => Some((a, b)),
-            (Pumped::Ended, true) => match back.await {
-                Pumped::Reset(a, b) => Some((a, b)),
-                Pumped::Ended => None,
-            },
-            (Pumped::Ended, false) => match out.await {
-                Pumped::Reset(a, b) => Some((a, b)),
-                Pumped::Ended => None,
-            },
-        };
-        if let Some((read, write)) = halves {
-            reset(read.as_ref());
-            reset(write.as_ref());
-            // The other direction's halves go with the tasks' futures,
-            // dropped here: with linger 0 on both sockets, an RST each.
+        let out = self.pump(
+            head,
+            client_read,
+            server_write,
+            (from, target),
+            &gone,
+            Side::Client,
+        );
+        let back = self.pump(
+            Vec::new(),
+            server_read,
+            client_write,
+            (target, from),
+            &gone,
+            Side::Server,
+        );
+        let (out, back) = tokio::join!(out, back);
+        // Each pump gave back the read half of its source and the write
+        // half of its destination.
+        let (client_read, server_write) = out.halves;
+        let (server_read, client_write) = back.halves;
+        let client = client_read
+            .reunite(client_write)
+            .expect("one connection's halves");
+        let server = server_read
+            .reunite(server_write)
+            .expect("one connection's halves");
+        match gone.reset() {
+            Some(Ended::Reset(Side::Client)) => {
+                reset(client);
+                silent(server);
+            }
+            Some(Ended::Reset(Side::Server)) => {
+                reset(server);
+                silent(client);
+            }
+            // One end failed: the network passes that on.
+            Some(Ended::Broken) => {
+                reset(client);
+                reset(server);
+            }
+            // Both ends closed: the closes were passed on.
+            None => {}
         }
     }
 
     /// Passes bytes `from` → `to` (with `first` before them) while the
-    /// direction `way` allows: held while it is a blackhole, reset when
-    /// it is reset.
+    /// direction `way` allows: held while it is a blackhole. A reset of
+    /// the direction resets `source` (the side whose bytes met it) and
+    /// leaves the other side open, hearing nothing: a middlebox's RST
+    /// reaches one end. Returns once its source ended (the end passed on)
+    /// or either side was reset.
     async fn pump(
         &self,
         first: Vec<u8>,
         mut from: OwnedReadHalf,
         mut to: OwnedWriteHalf,
         way: (u64, u64),
+        gone: &Gone,
+        source: Side,
     ) -> Pumped {
         let mut pending = first;
         let mut buf = vec![0u8; 64 << 10];
+        let done = |from, to| Pumped { halves: (from, to) };
         loop {
+            if gone.reset().is_some() {
+                return done(from, to);
+            }
             match self.way(way.0, way.1) {
-                Way::Reset => return Pumped::Reset(from, to),
+                Way::Reset => {
+                    gone.set(Ended::Reset(source));
+                    return done(from, to);
+                }
                 Way::Blackhole => {
                     tokio::time::sleep(POLL).await;
                     continue;
@@ -149,35 +184,88 @@ impl Wires {
                 Way::Up => {}
             }
             if !pending.is_empty() {
-                if to.write_all(&pending).await.is_err() {
-                    return Pumped::Reset(from, to);
+                // Written in pieces, so that a destination that does not
+                // read leaves the loop free to see the way change.
+                match tokio::time::timeout(POLL, to.write(&pending)).await {
+                    Err(_) => {}
+                    Ok(Ok(n)) if n > 0 => drop(pending.drain(..n)),
+                    Ok(_) => {
+                        gone.set(Ended::Broken);
+                        return done(from, to);
+                    }
                 }
-                pending.clear();
+                continue;
             }
             match tokio::time::timeout(POLL, from.read(&mut buf)).await {
                 Err(_) => {}
                 Ok(Ok(0)) => {
                     let _ = to.shutdown().await;
-                    return Pumped::Ended;
+                    return done(from, to);
                 }
                 Ok(Ok(n)) => pending.extend_from_slice(&buf[..n]),
-                Ok(Err(_)) => return Pumped::Reset(from, to),
+                Ok(Err(_)) => {
+                    gone.set(Ended::Broken);
+                    return done(from, to);
+                }
             }
         }
     }
 }
 
-/// How one direction of a connection ended.
-enum Pumped {
-    /// Its source closed; the close was passed on.
-    Ended,
-    /// Reset: the halves, to close with an RST.
-    Reset(OwnedReadHalf, OwnedWriteHalf),
+/// One end of a proxied connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Client,
+    Server,
 }
 
-/// Closes with an RST when dropped.
-fn reset(stream: &TcpStream) {
+/// How a connection ended, when not by both ends closing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// A reset met the bytes of this end.
+    Reset(Side),
+    /// An end failed (its reset, or a write it refused).
+    Broken,
+}
+
+/// How a connection ended, once it did (the first wins).
+#[derive(Default)]
+struct Gone(Mutex<Option<Ended>>);
+
+impl Gone {
+    fn set(&self, ended: Ended) {
+        self.0.lock().unwrap().get_or_insert(ended);
+    }
+
+    fn reset(&self) -> Option<Ended> {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// A pump's end: the read half of its source, the write half of its
+/// destination.
+struct Pumped {
+    halves: (OwnedReadHalf, OwnedWriteHalf),
+}
+
+/// Closes `stream` with an RST.
+fn reset(stream: TcpStream) {
     let _ = stream.set_zero_linger();
+    drop(stream);
+}
+
+/// The end of a connection whose other end was reset where it cannot
+/// hear: it stays open and is told nothing, until it sends a byte (the
+/// host that forgot the connection answers it with an RST) or closes.
+fn silent(mut stream: TcpStream) {
+    tokio::spawn(async move {
+        let mut byte = [0u8; 1];
+        if let Ok(n) = stream.read(&mut byte).await
+            && n > 0
+        {
+            reset(stream);
+        }
+    });
 }
 
 /// Reads `stream` until its first request's head is whole: the sender it
