@@ -547,3 +547,187 @@ mod golden {
         }
     }
 }
+
+/// openraft's storage conformance suite (`openraft::testing::log::Suite`,
+/// shipped with the pinned version) over [`LogStore`] and
+/// [`StateMachine`] on one engine, as a replica runs them. The cases that
+/// cannot fit this design are listed in [`suite::UNFIT`] with the reason,
+/// and docs/replication.md says the same.
+#[cfg(test)]
+mod suite {
+    use std::panic::AssertUnwindSafe;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use futures_util::FutureExt;
+    use openraft::StorageError;
+    use openraft::testing::log::{StoreBuilder, Suite};
+    use openraft::type_config::TypeConfigExt;
+
+    use super::*;
+    use crate::engine::Engine;
+    use crate::engine::replicated::testing;
+    use crate::journal::sim::SimStorage;
+
+    /// A fresh replica's log and state machine: a replicated-mode engine
+    /// on simulated storage (the engine is the guard that keeps it open).
+    struct Builder;
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachine, Engine> for Builder {
+        async fn build(
+            &self,
+        ) -> Result<(Engine, LogStore, StateMachine), StorageError<TypeConfig>> {
+            let broken = |e: String| StorageError::read(TypeConfig::err_from_string(e));
+            let sim = SimStorage::new();
+            let (engine, _) = Engine::open(testing::options(&sim, 1 << 20, 0))
+                .await
+                .map_err(|e| broken(e.to_string()))?;
+            let (files, vote) = RaftFiles::open(Arc::new(sim), Path::new("/spool"))
+                .map_err(|e| broken(e.to_string()))?;
+            let log = LogStore::new(engine.raft_log(), Arc::new(files), vote);
+            let sm = StateMachine::new(engine.raft_log());
+            Ok((engine, log, sm))
+        }
+    }
+
+    type S = Suite<TypeConfig, LogStore, StateMachine, Builder, Engine>;
+
+    /// Longest a case may run (each takes milliseconds when it fits).
+    const CASE_TIME_MAX: Duration = Duration::from_secs(5);
+
+    /// Runs one case on a fresh store: `Err` with what failed.
+    async fn run<F, Fut>(case: F) -> Result<(), String>
+    where
+        F: FnOnce(LogStore, StateMachine) -> Fut,
+        Fut: std::future::Future<Output = io::Result<()>>,
+    {
+        let (_engine, log, sm) = Builder.build().await.map_err(|e| e.to_string())?;
+        let ran = tokio::time::timeout(
+            CASE_TIME_MAX,
+            AssertUnwindSafe(case(log, sm)).catch_unwind(),
+        );
+        match ran.await {
+            Err(_) => Err(format!("did not end within {CASE_TIME_MAX:?}")),
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(panic)) => Err(panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default()),
+        }
+    }
+
+    macro_rules! cases {
+        ($($name:ident),* $(,)?) => {
+            vec![$((stringify!($name), run(S::$name).boxed())),*]
+        };
+    }
+
+    /// The cases that cannot fit, and why. Every other case of the suite
+    /// runs in [`openraft_storage_suite`].
+    ///
+    /// - The spool is the state machine of its own journal: a record is
+    ///   applied from the log, so an entry the log does not hold cannot
+    ///   be applied (applying waits for its record to be durable), and a
+    ///   snapshot is a checkpoint of the journal. openraft applies only
+    ///   entries it read from the log, and builds snapshots of what it
+    ///   applied, so it never asks for this; these cases apply to a bare
+    ///   state machine.
+    /// - The journal holds one contiguous run of records, from index 0 or
+    ///   from the checkpoint a snapshot installed: an append must follow
+    ///   the last entry (`bug: Raft appended …`). openraft appends after
+    ///   the last entry, after a truncation, or after installing a
+    ///   snapshot (which starts the log again); these cases write logs
+    ///   with holes, or apply entries that skip some.
+    pub(super) const UNFIT: &[(&str, &str)] = &[
+        ("last_membership_in_log", BARE_STATE_MACHINE),
+        ("get_membership_from_empty_log_and_sm", BARE_STATE_MACHINE),
+        (
+            "get_membership_from_log_le_sm_last_applied",
+            BARE_STATE_MACHINE,
+        ),
+        (
+            "get_membership_from_log_gt_sm_last_applied_1",
+            BARE_STATE_MACHINE,
+        ),
+        (
+            "get_membership_from_log_gt_sm_last_applied_2",
+            BARE_STATE_MACHINE,
+        ),
+        (
+            "get_initial_state_membership_from_empty_log_and_sm",
+            BARE_STATE_MACHINE,
+        ),
+        (
+            "get_initial_state_membership_from_sm_inlog_is_smaller",
+            BARE_STATE_MACHINE,
+        ),
+        (
+            "get_initial_state_membership_from_log_insm_is_smaller",
+            BARE_STATE_MACHINE,
+        ),
+        ("get_initial_state_log_ids", BARE_STATE_MACHINE),
+        ("last_id_in_log", BARE_STATE_MACHINE),
+        ("last_applied_state", BARE_STATE_MACHINE),
+        ("snapshot_meta", BARE_STATE_MACHINE),
+        ("snapshot_meta_optional", BARE_STATE_MACHINE),
+        ("apply_single", BARE_STATE_MACHINE),
+        ("apply_multiple", BARE_STATE_MACHINE),
+        ("transfer_snapshot", BARE_STATE_MACHINE),
+        ("last_membership_in_log_multi_step", LOG_WITH_HOLES),
+        ("get_membership_from_log_and_empty_sm", LOG_WITH_HOLES),
+        ("get_initial_state_with_state", LOG_WITH_HOLES),
+        ("get_initial_state_last_log_gt_sm", LOG_WITH_HOLES),
+        ("get_initial_state_last_log_lt_sm", LOG_WITH_HOLES),
+        ("get_initial_state_inverted_log_order", LOG_WITH_HOLES),
+        ("get_initial_state_conflict_at_same_index", LOG_WITH_HOLES),
+        ("get_initial_state_re_apply_committed", LOG_WITH_HOLES),
+    ];
+    const BARE_STATE_MACHINE: &str = "applies entries the log does not hold";
+    const LOG_WITH_HOLES: &str = "writes a log with holes, or applies past one";
+
+    #[tokio::test]
+    async fn openraft_storage_suite() {
+        let cases = cases![
+            last_membership_in_log_initial,
+            get_membership_initial,
+            get_initial_state_without_init,
+            save_vote,
+            get_log_entries,
+            limited_get_log_entries,
+            leader_bounded_stream,
+            entries_stream,
+            try_get_log_entry,
+            log_reader_reads_new_entries,
+            initial_logs,
+            get_log_state,
+            get_log_id,
+            purge_logs_upto_0,
+            purge_logs_upto_5,
+            purge_logs_upto_20,
+            delete_logs_after_11,
+            delete_logs_after_5,
+            delete_logs_after_0,
+            delete_logs_after_none,
+            append_to_log,
+        ];
+        // The suite has 45 cases (`Suite::test_store`): each runs here or
+        // is listed as unfit.
+        assert_eq!(cases.len() + UNFIT.len(), 45);
+        let mut failed = Vec::new();
+        for (name, case) in cases {
+            assert!(
+                !UNFIT.iter().any(|(n, _)| *n == name),
+                "{name} is listed unfit"
+            );
+            if let Err(e) = case.await {
+                failed.push(format!("{name}: {e}"));
+            }
+        }
+        assert!(
+            failed.is_empty(),
+            "openraft's storage suite failed: {failed:#?}"
+        );
+    }
+}
