@@ -12,12 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::cluster::{TestCluster, all_ids};
+use crate::common::cluster::{TestCluster, all_ids, hold_one_byte};
 use crate::common::process::client;
 use crate::common::wires::{Way, Wires};
 use reqwest::StatusCode;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 const QUEUE: &str = "orders";
 
@@ -262,31 +262,6 @@ async fn after_a_follower_and_then_the_primary_are_isolated_and_healed_one_prima
         tokio::time::sleep(Duration::from_secs(6)).await;
         let after = format!("{cut} (node {node}) isolated");
         heal(&cluster, &wires, &stop, &keyed, &after).await;
-    }
-}
-
-/// Holds `n` connections to `port` that each sent one byte and say no
-/// more; one that is closed is opened again at once, until `stop`.
-fn hold_one_byte(port: u16, n: usize, stop: Arc<AtomicBool>) {
-    for _ in 0..n {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                };
-                if s.write_all(b"P").await.is_ok() {
-                    let mut rest = [0u8; 256];
-                    // Until the listener closes it (or the test ends).
-                    let _ = tokio::time::timeout(Duration::from_secs(60), async {
-                        while matches!(s.read(&mut rest).await, Ok(n) if n > 0) {}
-                    })
-                    .await;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        });
     }
 }
 

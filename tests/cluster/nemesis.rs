@@ -16,7 +16,13 @@
 //!   links, and every link delayed;
 //! - restarts a follower at once while the primary is cut from the other
 //!   follower (a restarted replica must not vote while the primary may
-//!   still count on its last answer, or two primaries lease at once).
+//!   still count on its last answer, or two primaries lease at once);
+//! - flaps the connections under the links (`tests/common/wires.rs`:
+//!   each direction reset at one end, or blackholed with its bytes and
+//!   connections held); floods every cluster port with connections of
+//!   someone without the secret and kills the primary; steps the wall
+//!   clock of one replica, or of all, an hour ahead and then an hour
+//!   behind (the `testing` clock offset, `src/time.rs`).
 //!
 //! Clients talk to any replica, on both sides of every cut (followers
 //! relay). Segments are small and compaction frequent, so snapshots are
@@ -44,22 +50,26 @@
 //! - at the end, every replica holds the same state (the digest of
 //!   `GET /v1/cluster?digest=true` at the same applied index).
 //!
-//! It also measures failover: from `kill -9` of the primary, and from the
-//! moment it is blackholed, to the first `201` through a follower. Rounds:
-//! `CLUSTER_NEMESIS_ROUNDS` (default 11, each fault once, what CI runs;
+//! It also measures failover: from `kill -9` of the primary (with and
+//! without the flood), and from the moment it is blackholed, to the first
+//! `201` through a follower. Rounds: `CLUSTER_NEMESIS_ROUNDS` (default 15,
+//! each fault once, what CI runs;
 //! local runs and their figures: `docs/reliability.md`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::cluster::TestCluster;
+use crate::common::cluster::{TestCluster, hold_one_byte};
 use crate::common::sink::Sink;
+use crate::common::wires::Way;
 use base64::Engine as _;
 use reqwest::{Client, StatusCode};
 use serde_json::Value;
 
 const SENDERS: usize = 4;
+const HOUR_MS: i64 = 3_600_000;
 const RECEIVERS: usize = 2;
 
 #[derive(Default)]
@@ -81,6 +91,9 @@ struct History {
     failovers: Vec<Duration>,
     /// From blackholing the primary to the first `201` through a follower.
     blackhole_failovers: Vec<Duration>,
+    /// From `kill -9` of the primary, while someone without the secret
+    /// holds connections on every cluster port, to the first `201`.
+    flood_failovers: Vec<Duration>,
     /// Sends to an isolated primary: tried, and answered `2xx` although
     /// they reached it after it lost its majority.
     isolated_tried: usize,
@@ -299,6 +312,20 @@ enum Fault {
     /// other follower killed, cut from the primary too and restarted at
     /// once.
     RestartFollowerCutFromPrimary,
+    /// The connections under the links flap (`common::wires`): for 4 s,
+    /// every 50–400 ms one direction of one replica's wire reset (heard
+    /// at one end only), blackholed (its bytes held, connections left
+    /// open) or up again; then all healed.
+    FlapWires,
+    /// Someone without the secret holds 1 100 connections on each
+    /// replica's cluster port (one byte each, reopened when closed), and
+    /// the primary is killed.
+    SlotFlood,
+    /// One replica's wall clock an hour ahead for 0.3 s, then an hour
+    /// behind for 3 s (it is skewed from its peers meanwhile).
+    StepOneClock,
+    /// Every replica's wall clock likewise, together.
+    StepAllClocks,
 }
 
 /// How long after its isolation a primary may still answer `2xx`: its
@@ -348,7 +375,7 @@ fn rounds() -> usize {
         .unwrap_or(FAULTS.len())
 }
 
-const FAULTS: [Fault; 11] = [
+const FAULTS: [Fault; 15] = [
     Fault::KillPrimary,
     Fault::IsolatePrimary,
     Fault::FreezePrimary,
@@ -360,6 +387,10 @@ const FAULTS: [Fault; 11] = [
     Fault::Delay,
     Fault::BlackholePrimary,
     Fault::RestartFollowerCutFromPrimary,
+    Fault::FlapWires,
+    Fault::SlotFlood,
+    Fault::StepOneClock,
+    Fault::StepAllClocks,
 ];
 
 /// Sends through `through` until one is answered `201`; how long that
@@ -427,7 +458,8 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
          backoff = {{ initial = \"50ms\", max = \"200ms\" }}\n"
     );
     let spool = "segment_bytes = \"64KiB\"\ncompaction_interval = \"200ms\"";
-    let (mut cluster, links) = TestCluster::behind_links(3, spool, "", &tables);
+    let (mut cluster, links, wires) = TestCluster::behind_links_and_wires(3, spool, "", &tables);
+    cluster.with_clock_files();
     cluster.start_all().await;
     let bases: Vec<String> = cluster.replicas.iter().map(|r| r.base()).collect();
     cluster.primary(Duration::from_secs(10)).await;
@@ -452,10 +484,17 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         let fault = faults[round % faults.len()];
         let follower = (primary + 1 + rand::random::<u64>() as usize % 2) % 3;
         match fault {
-            Fault::KillPrimary => {
+            Fault::KillPrimary | Fault::SlotFlood => {
+                let flood = Arc::new(AtomicBool::new(false));
+                if matches!(fault, Fault::SlotFlood) {
+                    for r in &cluster.replicas {
+                        hold_one_byte(r.raft_port, 1_100, flood.clone());
+                    }
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                }
                 cluster.kill(primary);
                 let killed = Instant::now();
-                let what = format!("r{round} kill");
+                let what = format!("r{round} {fault:?}");
                 let took = first_201(
                     &client,
                     &history,
@@ -463,9 +502,13 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
                     (&bases[follower], killed, &what),
                 )
                 .await;
-                history.lock().unwrap().failovers.push(took);
+                match fault {
+                    Fault::SlotFlood => history.lock().unwrap().flood_failovers.push(took),
+                    _ => history.lock().unwrap().failovers.push(took),
+                }
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 cluster.start(primary);
+                flood.store(true, Ordering::Relaxed);
             }
             Fault::BlackholePrimary => {
                 links.isolate(ids[primary], &ids);
@@ -553,6 +596,33 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 links.heal();
+            }
+            Fault::FlapWires => {
+                let until = Instant::now() + Duration::from_secs(4);
+                while Instant::now() < until {
+                    let from = rand::random::<u64>() as usize % 3;
+                    let to = (from + 1 + rand::random::<u64>() as usize % 2) % 3;
+                    let way = match rand::random::<u64>() % 3 {
+                        0 => Way::Up,
+                        1 => Way::Reset,
+                        _ => Way::Blackhole,
+                    };
+                    wires.set(ids[from], ids[to], way);
+                    tokio::time::sleep(Duration::from_millis(50 + rand::random::<u64>() % 350))
+                        .await;
+                }
+                wires.heal();
+            }
+            Fault::StepOneClock | Fault::StepAllClocks => {
+                let stepped: Vec<usize> = match fault {
+                    Fault::StepOneClock => vec![rand::random::<u64>() as usize % 3],
+                    _ => vec![0, 1, 2],
+                };
+                cluster.step_clocks(&stepped, HOUR_MS);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                cluster.step_clocks(&stepped, -HOUR_MS);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                cluster.step_clocks(&stepped, 0);
             }
             Fault::Delay => {
                 links.delay(Duration::from_millis(20 + rand::random::<u64>() % 130));
@@ -718,13 +788,16 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         .copied()
         .unwrap_or_default();
     let blackhole_worst = blackholes.last().copied().unwrap_or_default();
+    let mut floods = h.flood_failovers.clone();
+    floods.sort();
+    let flood_worst = floods.last().copied().unwrap_or_default();
     eprintln!(
         "cluster nemesis: {} rounds; acknowledged {}, acked {}, nacked {}; lost {}, resurrected {}, \
          unexpected {}, ids reused {}, retry counts raised {}, stale tokens {} checked / {} wrong, \
          acknowledged by an isolated primary {} of {} tried, \
          duplicates {}; failover median {median:?}, worst {worst:?} ({} kills); \
          failover from a blackholed primary median {blackhole_median:?}, worst {blackhole_worst:?} \
-         ({} blackholes)",
+         ({} blackholes); failover under a slot flood worst {flood_worst:?} ({} floods)",
         rounds(),
         h.acknowledged.len(),
         h.acked.len(),
@@ -741,6 +814,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         duplicates,
         failovers.len(),
         blackholes.len(),
+        floods.len(),
     );
     assert!(lost.is_empty(), "lost: {lost:?}");
     assert!(resurrected.is_empty(), "resurrected: {resurrected:?}");

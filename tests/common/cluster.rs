@@ -48,6 +48,9 @@ pub struct TestCluster {
     /// A fixture's lock on its fixed addresses (`from_fixture`), held
     /// while its replicas may run: dropped after them.
     addresses: Option<std::fs::File>,
+    /// Whether every start of a replica reads its wall clock's offset
+    /// from its clock file (`with_clock_files`).
+    clock_files: bool,
 }
 
 /// Ports the kernel calls free now (held open together, so they differ).
@@ -125,6 +128,24 @@ impl TestCluster {
         cluster_keys: &str,
         tables: &str,
     ) -> (TestCluster, Links) {
+        let (cluster, links, _) = TestCluster::linked(n, (spool_keys, cluster_keys, tables), false);
+        (cluster, links)
+    }
+
+    /// As [`TestCluster::behind_links`], and each replication request
+    /// that passes a link then travels the [`Wires`] (a TCP proxy per
+    /// replica) to its replica: the links cut whole requests, the wires
+    /// reset or blackhole the connections that carry them.
+    pub fn behind_links_and_wires(
+        n: usize,
+        spool_keys: &str,
+        cluster_keys: &str,
+        tables: &str,
+    ) -> (TestCluster, Links, Wires) {
+        TestCluster::linked(n, (spool_keys, cluster_keys, tables), true)
+    }
+
+    fn linked(n: usize, keys: (&str, &str, &str), wired: bool) -> (TestCluster, Links, Wires) {
         let ports = free_ports(2 * n);
         let listeners: Vec<std::net::TcpListener> = (0..2 * n)
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
@@ -138,18 +159,23 @@ impl TestCluster {
             n,
             &ports,
             (&proxy_ports[..n], &proxy_ports[n..]),
-            (spool_keys, cluster_keys, tables),
+            keys,
         );
-        let links = Links::default();
+        let (links, wires) = (Links::default(), Wires::default());
         for (i, listener) in listeners.into_iter().enumerate() {
             let r = &cluster.replicas[i % n];
-            if i < n {
-                links.proxy(r.id, listener, format!("127.0.0.1:{}", r.raft_port));
-            } else {
+            if i >= n {
                 links.api_proxy(r.id, listener, format!("127.0.0.1:{}", r.api_port));
+            } else if wired {
+                let wire = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let at = wire.local_addr().unwrap();
+                wires.proxy(r.id, wire, format!("127.0.0.1:{}", r.raft_port));
+                links.proxy(r.id, listener, at.to_string());
+            } else {
+                links.proxy(r.id, listener, format!("127.0.0.1:{}", r.raft_port));
             }
         }
-        (cluster, links)
+        (cluster, links, wires)
     }
 
     /// As [`TestCluster::with_spool`], each replica's replication
@@ -204,6 +230,7 @@ impl TestCluster {
             keys: (spool_keys.into(), cluster_keys.into(), tables.into()),
             tmp: tempfile::tempdir().unwrap(),
             addresses: None,
+            clock_files: false,
         };
         for i in 0..n {
             let replica = cluster.replica(
@@ -285,6 +312,28 @@ impl TestCluster {
         format!("{}:{}", self.host, self.replicas[i].peer_port)
     }
 
+    /// Every start of a replica from now on reads its wall clock's offset
+    /// from its clock file (the `testing` feature's clock offset,
+    /// `src/time.rs`), each set to 0 here: step them with
+    /// [`TestCluster::step_clocks`].
+    pub fn with_clock_files(&mut self) {
+        self.clock_files = true;
+        self.step_clocks(&(0..self.replicas.len()).collect::<Vec<_>>(), 0);
+    }
+
+    fn clock_file(&self, i: usize) -> PathBuf {
+        self.replicas[i].dir.join("clock-offset")
+    }
+
+    /// Sets the wall clocks of `replicas` `ms` from the host's (a running
+    /// process reads its file again every 10 ms; this waits for that).
+    pub fn step_clocks(&self, replicas: &[usize], ms: i64) {
+        for &i in replicas {
+            std::fs::write(self.clock_file(i), ms.to_string()).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
     /// Starts replica `i` (without waiting for it to be ready).
     pub fn start(&mut self, i: usize) {
         self.start_with_env(i, &[]);
@@ -298,10 +347,14 @@ impl TestCluster {
     /// Starts replica `i` as build `binary` (another build side by side),
     /// with more environment variables.
     pub fn start_bin(&mut self, i: usize, binary: &std::path::Path, env: &[(&str, &str)]) {
+        let clock_file = self.clock_file(i);
         let r = &mut self.replicas[i];
         assert!(r.process.is_none(), "replica {} already runs", r.id);
         let mut command = Command::new(binary);
         command.args(["run", "--config"]).arg(&r.config);
+        if self.clock_files {
+            command.env("SPOOLD_TEST_CLOCK_FILE", clock_file);
+        }
         command.envs(env.iter().copied());
         r.process = Some(spawn_command(&mut command));
     }
@@ -449,5 +502,37 @@ pub async fn all_ids(base: &str, queue: &str) -> std::collections::BTreeSet<Stri
             Some(next) => after = Some(next.to_owned()),
             None => return ids,
         }
+    }
+}
+
+/// Holds `n` connections to `port` that each sent one byte and say no
+/// more, as someone without the cluster's secret can: one that is closed
+/// is opened again at once, until `stop`.
+pub fn hold_one_byte(port: u16, n: usize, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for _ in 0..n {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                if s.write_all(b"P").await.is_ok() {
+                    let mut rest = [0u8; 256];
+                    // Until the listener closes it, or the flood stops.
+                    while !stop.load(Ordering::Relaxed) {
+                        match tokio::time::timeout(Duration::from_millis(500), s.read(&mut rest))
+                            .await
+                        {
+                            Err(_) | Ok(Ok(1..)) => {}
+                            Ok(_) => break,
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
     }
 }
