@@ -53,6 +53,7 @@ pub(crate) const CLUSTER_SNAPSHOT_RECEIVING: &str = "spoold_cluster_snapshot_rec
 pub(crate) const CLUSTER_SNAPSHOT_BYTES: &str = "spoold_cluster_snapshot_received_bytes_total";
 pub(crate) const CLUSTER_SNAPSHOTS_INSTALLED: &str = "spoold_cluster_snapshots_installed_total";
 const EVENTS_TOTAL: &str = "spoold_events_total";
+const EVENT_DELIVERIES_FILTERED: &str = "spoold_event_deliveries_filtered_total";
 pub(crate) const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
 pub(crate) const LIMIT_REACHED: &str = "spoold_limit_reached_total";
 
@@ -297,6 +298,11 @@ fn describe() {
         "Push queues with a running dispatcher (those with messages); an idle push queue has none."
     );
     describe_counter!(
+        EVENT_DELIVERIES_FILTERED,
+        Unit::Count,
+        "Deliveries of events that a queue's content filter kept out (the queue's patterns took the type)."
+    );
+    describe_counter!(
         EVENTS_TOTAL,
         Unit::Count,
         "Events published (POST /v1/events) by outcome: fanned_out, no_subscribers (no queue subscribes to the type), deduplicated."
@@ -406,6 +412,11 @@ pub(crate) fn record_snapshot_bytes(bytes: u64) {
 /// One event published, by `outcome`.
 pub(crate) fn count_event(outcome: &'static str) {
     counter!(EVENTS_TOTAL, "outcome" => outcome).increment(1);
+}
+
+/// Deliveries of one event that content filters kept out.
+pub(crate) fn count_filtered(deliveries: usize) {
+    counter!(EVENT_DELIVERIES_FILTERED).increment(deliveries as u64);
 }
 
 /// Replicated mode: a received snapshot was installed.

@@ -30,14 +30,18 @@ pub(crate) struct EventBody {
     payload: serde_json::Value,
 }
 
-/// `{"id", "deliveries": [{"queue", "id"}…]}`.
+/// `{"id", "deliveries": [{"queue", "id"}…], "matchedByType"}`.
 #[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct PublishedBody {
     /// The event's id (`Spooler-Event-Id` of its deliveries).
     id: String,
-    /// One message per subscribing queue, queues in name order; empty when
-    /// no queue subscribes.
+    /// One message per subscribing queue whose content filter (if any)
+    /// kept it, queues in name order; empty when none does.
     deliveries: Vec<DeliveryBody>,
+    /// Queues whose patterns (and tenant) took the event's type, before
+    /// their content filters kept `deliveries` of them.
+    matched_by_type: usize,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -85,6 +89,7 @@ pub(crate) async fn publish(
                 body,
             },
             dedup_key,
+            headers: filter_headers(headers),
         },
         None => {
             if header_str(headers, "spooler-tenant")?.is_some() {
@@ -112,12 +117,41 @@ pub(crate) async fn publish(
                     body: payload.into(),
                 },
                 dedup_key,
+                headers: filter_headers(headers),
             }
         }
     };
     drop(parts);
     let outcome = engine.publish(request).await?;
     Ok(published(engine.tokens(), outcome))
+}
+
+/// The headers an event was published with, as content filters read
+/// them: lower-case names, each value a string (several: a list);
+/// credentials left out.
+fn filter_headers(headers: &axum::http::HeaderMap) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::Value;
+    let mut map = serde_json::Map::new();
+    for name in headers.keys() {
+        if matches!(
+            name.as_str(),
+            "authorization" | "proxy-authorization" | "cookie"
+        ) {
+            continue;
+        }
+        let values: Vec<Value> = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(|v| Value::String(v.to_owned()))
+            .collect();
+        let value = match <[Value; 1]>::try_from(values) {
+            Ok([one]) => one,
+            Err(many) => Value::Array(many),
+        };
+        map.insert(name.as_str().to_owned(), value);
+    }
+    map
 }
 
 fn published(tokens: &crate::engine::token::Tokens, outcome: EventOutcome) -> Response {
@@ -136,6 +170,7 @@ fn published(tokens: &crate::engine::token::Tokens, outcome: EventOutcome) -> Re
                 id: tokens.format_id(id),
             })
             .collect(),
+        matched_by_type: outcome.matched,
     };
     let mut response = (status, axum::Json(body)).into_response();
     if outcome.deduplicated {

@@ -49,6 +49,10 @@ pub(crate) struct SettingsView {
     on_expire: &'static str,
     /// Event type patterns the queue subscribes to (`POST /v1/events`).
     events: Vec<String>,
+    /// The content filter on those events, as it was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    filter: Option<serde_json::Value>,
     /// How long delivered messages are kept (0: not kept).
     history_retention_seconds: f64,
     /// The history's bound in bytes.
@@ -125,6 +129,7 @@ pub(crate) fn render(s: &QueueSettings) -> SettingsView {
             OnExpire::Fail => "fail",
         },
         events: s.events.clone(),
+        filter: s.filter.as_ref().map(|f| f.source().clone()),
         history_retention_seconds: secs(s.history_retention_ms),
         history_max_bytes: s.history_max_bytes,
         push,
@@ -243,6 +248,11 @@ pub(crate) struct SettingsBody {
     events: Option<Vec<String>>,
     /// A push queue only: just this tenant's events.
     tenant: Option<String>,
+    /// A content filter (Amazon SNS filter policies) on the payload and
+    /// headers of the events `events` takes: `{"payload": {…},
+    /// "headers": {…}}`.
+    #[schema(value_type = Option<Object>)]
+    filter: Option<crate::spool::content_filter::ContentFilter>,
     /// Keep delivered messages this long (0: not kept).
     history_retention_seconds: Option<f64>,
     history_max_bytes: Option<u64>,
@@ -389,6 +399,7 @@ impl SettingsBody {
             client_key: self.client_key,
             events: self.events.unwrap_or_default(),
             tenant: self.tenant,
+            filter: self.filter,
             history_retention_ms: ms(
                 "historyRetentionSeconds",
                 self.history_retention_seconds,

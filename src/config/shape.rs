@@ -213,6 +213,10 @@ pub struct QueueConfig {
     pub client_key: Option<String>,
     pub events: Option<Vec<String>>,
     pub tenant: Option<String>,
+    /// A content filter on the events its patterns take
+    /// (`spool::content_filter`): checked as it is read, so a bad one
+    /// names its key and line.
+    pub filter: Option<crate::spool::content_filter::ContentFilter>,
     #[serde(default, deserialize_with = "de_opt_duration")]
     pub history_retention: Option<u64>,
     #[serde(default, deserialize_with = "de_opt_size")]
@@ -268,6 +272,7 @@ impl QueueConfig {
             client_key: self.client_key.clone(),
             events: self.events.clone().unwrap_or_default(),
             tenant: self.tenant.clone(),
+            filter: self.filter.clone(),
             history_retention_ms: self.history_retention.unwrap_or(d.history_retention_ms),
             history_max_bytes: self.history_max_bytes.unwrap_or(d.history_max_bytes),
         }

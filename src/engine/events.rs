@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 
+use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
 use super::Engine;
@@ -10,7 +11,9 @@ use super::core::Reply;
 use super::error::EventError;
 use super::write::closed;
 use crate::spool::command::EventMeta;
+use crate::spool::content_filter::FILTER_PAYLOAD_BYTES_MAX;
 use crate::spool::event::{event_type_problem, tenant_problem};
+use crate::spool::state::Spool;
 use crate::spool::{Command, MessageId, Payload, Record};
 
 /// An event to publish (`POST /v1/events`).
@@ -21,6 +24,9 @@ pub struct EventRequest {
     /// Content type and body; `request` and `event` are ignored.
     pub payload: Payload,
     pub dedup_key: Option<String>,
+    /// The headers it was published with (lower-case names): what a
+    /// subscription's content filter reads beside the payload. Not kept.
+    pub headers: Map<String, Value>,
 }
 
 /// The engine's answer to an event.
@@ -32,6 +38,10 @@ pub struct EventOutcome {
     /// The key was seen inside `events.dedup_window`: nothing was stored,
     /// and the answer is the first event's.
     pub deduplicated: bool,
+    /// How many queues its type (and tenant) matched, before their
+    /// content filters kept `deliveries` of them (for a repeat: the
+    /// deliveries).
+    pub matched: usize,
 }
 
 /// A key whose event is still being written is refused with 409 for at
@@ -94,6 +104,7 @@ impl Engine {
                         id: seen.id,
                         deliveries: seen.deliveries.clone(),
                         deduplicated: true,
+                        matched: seen.deliveries.len(),
                     });
                 }
                 if core
@@ -113,6 +124,11 @@ impl Engine {
                     subscribers: queues.len(),
                     max: policy.max_event_subscribers,
                 });
+            }
+            let matched = queues.len();
+            let queues = kept_by_filters(&core.spool, queues, &request);
+            if queues.len() < matched {
+                crate::metrics::count_filtered(matched - queues.len());
             }
             let id = core.spool.allocate_id();
             let deliveries: Vec<(String, MessageId)> = queues
@@ -143,6 +159,7 @@ impl Engine {
                 id,
                 deliveries,
                 deduplicated: false,
+                matched,
             }
         };
         drop(request);
@@ -161,6 +178,36 @@ impl Engine {
     }
 }
 
+/// The subscribers of `queues` whose content filter (if any) passes the
+/// event: each filter asked once, the payload parsed at most once, and
+/// only when a filter reads it.
+fn kept_by_filters(spool: &Spool, queues: Vec<String>, request: &EventRequest) -> Vec<String> {
+    let mut parsed: Option<Option<Value>> = None;
+    queues
+        .into_iter()
+        .filter(|name| {
+            let Some(filter) = spool.queue(name).and_then(|q| q.settings.filter.as_ref()) else {
+                return true;
+            };
+            let payload = match filter.reads_payload() {
+                true => parsed
+                    .get_or_insert_with(|| parse_payload(&request.payload.body))
+                    .as_ref(),
+                false => None,
+            };
+            filter.matches(payload, &request.headers)
+        })
+        .collect()
+}
+
+/// A payload as JSON, when it is JSON within the bound a filter reads.
+fn parse_payload(body: &[u8]) -> Option<Value> {
+    if body.len() > FILTER_PAYLOAD_BYTES_MAX {
+        return None;
+    }
+    serde_json::from_slice(body).ok()
+}
+
 /// What an event says, hashed: its type and its body (SHA-256, the first
 /// eight bytes). A repeat of its key must say the same.
 fn fingerprint(request: &EventRequest) -> u64 {
@@ -171,4 +218,24 @@ fn fingerprint(request: &EventRequest) -> u64 {
     hash.update(&request.payload.body);
     let digest = hash.finalize();
     u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_past_the_bound_is_not_parsed_for_filters() {
+        let mut at_bound = b"{\"a\": \"".to_vec();
+        at_bound.resize(FILTER_PAYLOAD_BYTES_MAX - 2, b'x');
+        at_bound.extend_from_slice(b"\"}");
+        assert!(
+            parse_payload(&at_bound).is_some(),
+            "a payload at the bound is read"
+        );
+        let mut past = at_bound.clone();
+        past.insert(1, b' ');
+        assert_eq!(parse_payload(&past), None, "one byte more is not");
+        assert_eq!(parse_payload(b"not json"), None);
+    }
 }

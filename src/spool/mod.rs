@@ -17,6 +17,7 @@
 pub(crate) mod checkpoint;
 mod codec;
 pub(crate) mod command;
+pub(crate) mod content_filter;
 pub(crate) mod event;
 mod filter;
 pub(crate) mod queue;

@@ -89,6 +89,11 @@ pub struct QueueSettings {
     pub events: Vec<String>,
     /// Set: only the events of this tenant (a push queue only).
     pub tenant: Option<String>,
+    /// Set: of the events its patterns take, only those whose payload and
+    /// headers it passes (`spool::content_filter`). Left out of the JSON
+    /// when unset, as records before filters were written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<super::content_filter::ContentFilter>,
     /// How long a delivered (acked) message is kept in the queue's
     /// history; 0: not kept.
     pub history_retention_ms: u64,
@@ -119,6 +124,7 @@ impl Default for QueueSettings {
             client_key: None,
             events: Vec::new(),
             tenant: None,
+            filter: None,
             history_retention_ms: 0,
             history_max_bytes: limits::HISTORY_BYTES_DEFAULT,
         }
@@ -156,6 +162,7 @@ pub enum Field {
     ClientKey,
     Events,
     Tenant,
+    Filter,
     HistoryRetention,
     HistoryMaxBytes,
 }
@@ -185,6 +192,7 @@ impl Field {
             Field::ClientKey => "client_key",
             Field::Events => "events",
             Field::Tenant => "tenant",
+            Field::Filter => "filter",
             Field::HistoryRetention => "history_retention",
             Field::HistoryMaxBytes => "history_max_bytes",
         }
@@ -214,6 +222,7 @@ impl Field {
             Field::ClientKey => "clientKey",
             Field::Events => "events",
             Field::Tenant => "tenant",
+            Field::Filter => "filter",
             Field::HistoryRetention => "historyRetentionSeconds",
             Field::HistoryMaxBytes => "historyMaxBytes",
         }
@@ -463,6 +472,12 @@ impl QueueSettings {
         }
         if let Some(problem) = self.events.iter().find_map(|p| pattern_problem(p)) {
             return Err(SettingsError::new(Field::Events, problem));
+        }
+        if self.filter.is_some() && self.events.is_empty() {
+            return Err(SettingsError::new(
+                Field::Filter,
+                "a filter is for a queue that subscribes to events (`events`)",
+            ));
         }
         if let Some(tenant) = &self.tenant {
             if !self.is_push() {

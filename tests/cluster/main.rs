@@ -14,6 +14,7 @@ mod clock;
 mod digest;
 mod failover;
 mod faults;
+mod filters;
 mod fixtures;
 mod heal;
 mod levels;

@@ -502,6 +502,7 @@ async fn a_spool_with_events_and_history_is_read_written_and_read_again() {
             tenant: Some("cus_42".into()),
             payload: common::body("paid again").payload,
             dedup_key: Some(dedup_key.into()),
+            headers: Default::default(),
         };
         // Keys belong to their tenant since issue 38: the fixture's key,
         // hashed without its tenant, is not this tenant's (a repeat inside

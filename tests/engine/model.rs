@@ -933,6 +933,7 @@ impl World {
             tenant: None,
             payload: body(&text).payload,
             dedup_key: key.map(|k| format!("ev-{k}")),
+            headers: Default::default(),
         };
         let out = self.engine.publish(request).await;
         if let Some((_, _, id, deliveries, _)) = &first {
@@ -1514,6 +1515,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         tenant: None,
                         payload: body(&text).payload,
                         dedup_key: None,
+                        headers: Default::default(),
                     };
                     let event = tokio::spawn(async move { engine.publish(request).await });
                     for (text, task) in tasks {

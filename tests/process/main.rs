@@ -23,6 +23,7 @@ mod clock_steps;
 mod compaction;
 mod config_parity;
 mod console;
+mod content_filters;
 mod corruption_matrix;
 mod crash;
 mod crash_loop;

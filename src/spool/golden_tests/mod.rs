@@ -237,6 +237,7 @@ fn busy_settings() -> QueueSettings {
         client_key: Some("/etc/spoold/client.key".into()),
         events: vec!["invoice.*".into(), "order.>".into()],
         tenant: Some("cus_42".into()),
+        filter: None,
         history_retention_ms: 86_400_000,
         history_max_bytes: 1 << 20,
     }
