@@ -275,7 +275,8 @@ fn response_example(op: &str) -> Option<Value> {
             "deliveries": [
                 {"queue": "audit", "id": "0000000000000001968588a1c0d2e432"},
                 {"queue": "cus_42-hooks", "id": "0000000000000001968588a1c0d2e433"}
-            ]
+            ],
+            "matchedByType": 3
         }),
         "clusterStatus" | "addMember" | "removeMember" => cluster(),
         "rates" | "queueRates" => {

@@ -736,7 +736,9 @@ function eventForm() {
     json("POST", "/v1/events", { body: JSON.stringify(event), contentType: "application/json" })
       .then((r) => {
         const to = r.deliveries.map((d) => d.queue);
-        say(`event ${r.id}: ${to.length} deliver${to.length === 1 ? "y" : "ies"}${to.length ? " to " + to.join(", ") : " (no subscriber)"}`);
+        const filtered = r.matchedByType - to.length;
+        say(`event ${r.id}: ${to.length} deliver${to.length === 1 ? "y" : "ies"}${to.length ? " to " + to.join(", ") : " (no subscriber)"}` +
+          (filtered > 0 ? `; ${filtered} kept out by content filters` : ""));
         route();
       })
       .catch(fail);
@@ -746,7 +748,8 @@ function eventForm() {
 
 function subscriptionOf(settings) {
   if (!settings.events?.length) return "";
-  return settings.events.join(", ") + (settings.tenant ? ` (tenant ${settings.tenant})` : "");
+  return settings.events.join(", ") + (settings.tenant ? ` (tenant ${settings.tenant})` : "") +
+    (settings.filter ? ` filtered by ${JSON.stringify(settings.filter)}` : "");
 }
 
 // ---- tail ----------------------------------------------------------------

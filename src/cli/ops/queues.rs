@@ -257,6 +257,11 @@ impl Settings {
 
 /// `key = value` pairs of a JSON value, nested objects by dotted keys.
 fn flatten(key: &str, value: &Value, out: &mut Vec<(String, String)>) {
+    // A content filter reads best as the JSON it was written as.
+    if key == "filter" {
+        out.push((key.to_owned(), value.to_string()));
+        return;
+    }
     match value {
         Value::Object(fields) => {
             for (name, inner) in fields {
@@ -306,6 +311,7 @@ mod tests {
                 "destination": "http://h/in",
                 "backoff": {"maxSeconds": 60.0, "jitter": 0.2},
                 "events": ["a.*", "b.>"],
+                "filter": {"payload": {"amount": [{"numeric": [">", 0]}]}},
                 "headers": {},
                 "rateLimit": null,
                 "signingSecretSet": true,
@@ -350,6 +356,7 @@ mod tests {
             ("backoff.maxSeconds", "60.0"),
             ("destination", "http://h/in"),
             ("events", "a.*,b.>"),
+            ("filter", r#"{"payload":{"amount":[{"numeric":[">",0]}]}}"#),
             ("rateLimit", "-"),
             ("signingSecretSet", "true"),
         ]

@@ -39,8 +39,9 @@ pub async fn queue_set(
 /// (`backoff.maxSeconds=60`, `headers.X-Token=t`), snake_case keys are
 /// taken as the config file spells them (`breaker_failures`), `null`
 /// resets, and a value is JSON when it parses as a number, a boolean or
-/// a list (`permanentFailureStatuses=[400,410]`), else a string. Header
-/// values and the signing secret are always strings.
+/// a list (`permanentFailureStatuses=[400,410]`) or an object
+/// (`filter={"payload": {"amount": [{"numeric": [">", 0]}]}}`), else a
+/// string. Header values and the signing secret are always strings.
 pub fn settings_patch(pairs: &[String]) -> Result<Value, OpsError> {
     let mut patch = Map::new();
     for pair in pairs {
@@ -72,14 +73,16 @@ pub fn settings_patch(pairs: &[String]) -> Result<Value, OpsError> {
 }
 
 /// A setting's value: `null` resets it; else JSON when it parses as a
-/// number, a boolean or a list, and a string otherwise (always a string
-/// when `textual`).
+/// number, a boolean, a list or an object, and a string otherwise
+/// (always a string when `textual`).
 fn setting_value(value: &str, textual: bool) -> Value {
     match value {
         "null" => Value::Null,
         v if textual => Value::String(v.to_string()),
         v => match serde_json::from_str::<Value>(v) {
-            Ok(parsed @ (Value::Number(_) | Value::Bool(_) | Value::Array(_))) => parsed,
+            Ok(
+                parsed @ (Value::Number(_) | Value::Bool(_) | Value::Array(_) | Value::Object(_)),
+            ) => parsed,
             _ => Value::String(v.to_string()),
         },
     }
@@ -115,6 +118,7 @@ mod tests {
             "headers.X-Token=123",
             "rateLimit=null",
             "permanentFailureStatuses=[400,410]",
+            r#"filter={"payload": {"amount": [{"numeric": [">", 0]}]}}"#,
         ]
         .map(String::from)
         .to_vec();
@@ -128,6 +132,7 @@ mod tests {
                 "headers": {"X-Token": "123"},
                 "rateLimit": null,
                 "permanentFailureStatuses": [400, 410],
+                "filter": {"payload": {"amount": [{"numeric": [">", 0]}]}},
             })
         );
         assert!(settings_patch(&["nothing".to_string()]).is_err());
