@@ -40,6 +40,10 @@
 #             1 MiB, beside /healthz p50/p99 alone and meanwhile; then 300
 #             events to 10 000 subscribers, RSS per delivery beside the
 #             memory account
+#   filters   the cost of content filters (bench/filters.py): 100 pull
+#             queues subscribed to `order.>`, 3 000 events one after
+#             another, with no filter, with a filter on each that every
+#             event passes, and with filters that half the queues pass
 #   alloc     the allocators side by side: jemalloc (the default), glibc,
 #             glibc with a larger tcache and heap top pad, mimalloc (two more
 #             release builds)
@@ -514,6 +518,12 @@ run_section catchup && { echo "== catch-up by snapshot ($TRIALS trials)" >&2
 
 run_section search && { echo "== search pages beside /healthz; fan-out memory per delivery" >&2
   python3 bench/search.py "$spoold_bin" | grep RESULT | sed 's/^RESULT //' | while read -r line; do
+    result "$line"
+  done
+}
+
+run_section filters && { echo "== content filters beside the same fan-out without them" >&2
+  python3 bench/filters.py "$spoold_bin" | grep RESULT | sed 's/^RESULT //' | while read -r line; do
     result "$line"
   done
 }

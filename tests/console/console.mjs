@@ -87,11 +87,18 @@ try {
   // Pause and resume the push queue from the list.
   await page.goto(`${url}/ui#/`);
   await page.waitForSelector("tr[data-queue='hooks'] button");
+  // The row's state pill, told by its text: an unsigned queue also shows
+  // an "unsigned" pill of the warning class, so a class alone does not
+  // say the pause landed.
+  const pill = (text) => page.waitForFunction((t) => {
+    const pills = [...document.querySelectorAll("tr[data-queue='hooks'] .pill")].map((p) => p.textContent);
+    return pills.includes(t) && pills[0] === t;
+  }, text);
   await page.click("tr[data-queue='hooks'] button");
-  await page.waitForSelector("tr[data-queue='hooks'] .pill.warn");
+  await pill("paused");
   out.pausedPill = await page.textContent("tr[data-queue='hooks'] .pill");
   await page.click("tr[data-queue='hooks'] button");
-  await page.waitForSelector("tr[data-queue='hooks'] .pill.ok");
+  await pill("running");
   out.resumedPill = await page.textContent("tr[data-queue='hooks'] .pill");
 } catch (e) {
   // What the page showed when a wait ran out: its text and what it saw.
