@@ -8,7 +8,6 @@
 //! offset (`SPOOLD_TEST_CLOCK_FILE`, `src/time.rs`), which leaves its
 //! monotonic clock alone, as a host's step does.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::{SECRET, TestCluster};
@@ -17,32 +16,18 @@ use reqwest::StatusCode;
 
 const HOUR_MS: i64 = 3_600_000;
 
-fn step(files: &[PathBuf], ms: i64) {
-    for f in files {
-        std::fs::write(f, ms.to_string()).unwrap();
+/// Starts every replica with its wall clock read through its clock file
+/// (offset 0; `TestCluster::with_clock_files`): every replica's index.
+async fn start_stepped(cluster: &mut TestCluster, env: &[(&str, &str)]) -> Vec<usize> {
+    cluster.with_clock_files();
+    let all: Vec<usize> = (0..cluster.replicas.len()).collect();
+    for &i in &all {
+        cluster.start_with_env(i, env);
     }
-    // Each process reads its file again every 10 ms.
-    std::thread::sleep(Duration::from_millis(50));
-}
-
-/// Starts every replica with a clock file of its own (offset 0): the
-/// files.
-async fn start_stepped(cluster: &mut TestCluster, env: &[(&str, &str)]) -> Vec<PathBuf> {
-    let files: Vec<PathBuf> = cluster
-        .replicas
-        .iter()
-        .map(|r| r.dir.join("clock-offset"))
-        .collect();
-    step(&files, 0);
-    for (i, f) in files.iter().enumerate() {
-        let mut all = vec![("SPOOLD_TEST_CLOCK_FILE", f.to_str().unwrap())];
-        all.extend_from_slice(env);
-        cluster.start_with_env(i, &all);
-    }
-    for i in 0..files.len() {
+    for &i in &all {
         crate::common::process::wait_ready(cluster.replicas[i].process.as_ref().unwrap()).await;
     }
-    files
+    all
 }
 
 async fn send(base: &str) -> String {
@@ -56,16 +41,16 @@ async fn receive(base: &str, within: Duration) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_on_every_replica_moves_no_timer_on_the_next_primary() {
     let mut cluster = TestCluster::new(3, "", "[queues.jobs]\nlease_timeout = \"2s\"\n");
-    let files = start_stepped(&mut cluster, &[]).await;
+    let all = start_stepped(&mut cluster, &[]).await;
     let primary = cluster.primary(Duration::from_secs(10)).await;
     let base = cluster.replicas[primary].base();
 
     // Every clock an hour ahead for 0.3 s, with writes in it.
-    step(&files, HOUR_MS);
+    cluster.step_clocks(&all, HOUR_MS);
     let id = send(&base).await;
     assert_eq!(receive(&base, Duration::from_secs(2)).await, Some(id));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    step(&files, 0);
+    cluster.step_clocks(&all, 0);
 
     cluster.kill(primary);
     let next = cluster.primary(Duration::from_secs(10)).await;
@@ -95,11 +80,11 @@ async fn a_step_on_every_replica_moves_no_timer_on_the_next_primary() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skewed_replica_says_why_and_its_refusals_are_logged_once_per_interval() {
     let mut cluster = TestCluster::new(3, "", "[queues.jobs]\n");
-    let files = start_stepped(&mut cluster, &[]).await;
+    let all = start_stepped(&mut cluster, &[]).await;
     let primary = cluster.primary(Duration::from_secs(10)).await;
     let skewed = (primary + 1) % 3;
     let skewed_id = cluster.replicas[skewed].id;
-    step(&files[skewed..=skewed], 40_000);
+    cluster.step_clocks(&[skewed], 40_000);
 
     let base = cluster.replicas[skewed].base();
     // Ready or not (it may still relay to the primary it knew), it
@@ -149,7 +134,7 @@ async fn a_skewed_replica_says_why_and_its_refusals_are_logged_once_per_interval
     }
 
     // Set right, it rejoins.
-    step(&files, 0);
+    cluster.step_clocks(&all, 0);
     let ready =
         crate::common::eventually("the replica rejoins", Duration::from_secs(15), async || {
             let r = client().get(format!("{base}/readyz")).send().await.ok()?;
@@ -195,12 +180,12 @@ fn wall_ms() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nonces_are_forgotten_by_age_after_the_clock_steps_back() {
     let mut cluster = TestCluster::new(1, "", "");
-    let files = start_stepped(&mut cluster, &[("SPOOLD_TEST_NONCES_MAX", "300")]).await;
+    let all = start_stepped(&mut cluster, &[("SPOOLD_TEST_NONCES_MAX", "300")]).await;
     let (port, target) = (cluster.replicas[0].raft_port, cluster.replicas[0].id);
     for _ in 0..200 {
         assert_eq!(hello_at(port, target, wall_ms()).await, StatusCode::OK);
     }
-    step(&files, -600_000);
+    cluster.step_clocks(&all, -600_000);
     tokio::time::sleep(Duration::from_secs(62)).await;
     for i in 0..200 {
         let status = hello_at(port, target, wall_ms() - 600_000).await;
