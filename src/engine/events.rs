@@ -13,7 +13,7 @@ use super::write::closed;
 use crate::spool::command::EventMeta;
 use crate::spool::content_filter::FILTER_PAYLOAD_BYTES_MAX;
 use crate::spool::event::{event_type_problem, tenant_problem};
-use crate::spool::state::Spool;
+use crate::spool::state::Queue;
 use crate::spool::{Command, MessageId, Payload, Record};
 
 /// An event to publish (`POST /v1/events`).
@@ -117,7 +117,7 @@ impl Engine {
             }
             let queues = core
                 .spool
-                .subscribers(&request.event_type, request.tenant.as_deref());
+                .subscribing(&request.event_type, request.tenant.as_deref());
             if queues.len() > policy.max_event_subscribers {
                 return Err(EventError::TooManySubscribers {
                     event_type: request.event_type.clone(),
@@ -126,7 +126,7 @@ impl Engine {
                 });
             }
             let matched = queues.len();
-            let queues = kept_by_filters(&core.spool, queues, &request);
+            let queues = kept_by_filters(queues, &request);
             if queues.len() < matched {
                 crate::metrics::count_filtered(matched - queues.len());
             }
@@ -178,15 +178,15 @@ impl Engine {
     }
 }
 
-/// The subscribers of `queues` whose content filter (if any) passes the
-/// event: each filter asked once, the payload parsed at most once, and
-/// only when a filter reads it.
-fn kept_by_filters(spool: &Spool, queues: Vec<String>, request: &EventRequest) -> Vec<String> {
+/// The names of the subscribers of `queues` whose content filter (if
+/// any) passes the event: each filter asked once, the payload parsed at
+/// most once, and only when a filter reads it.
+fn kept_by_filters(queues: Vec<&Queue>, request: &EventRequest) -> Vec<String> {
     let mut parsed: Option<Option<Value>> = None;
     queues
         .into_iter()
-        .filter(|name| {
-            let Some(filter) = spool.queue(name).and_then(|q| q.settings.filter.as_ref()) else {
+        .filter(|q| {
+            let Some(filter) = q.settings.filter.as_ref() else {
                 return true;
             };
             let payload = match filter.reads_payload() {
@@ -197,6 +197,7 @@ fn kept_by_filters(spool: &Spool, queues: Vec<String>, request: &EventRequest) -
             };
             filter.matches(payload, &request.headers)
         })
+        .map(|q| q.name.clone())
         .collect()
 }
 

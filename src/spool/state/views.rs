@@ -43,23 +43,30 @@ impl Spool {
         })
     }
 
-    /// The queues an event of `event_type` (and `tenant`) goes to, by name:
-    /// those whose patterns take the type and whose tenant, if set, is the
-    /// event's.
-    pub(crate) fn subscribers(&self, event_type: &str, tenant: Option<&str>) -> Vec<String> {
-        let mut names: Vec<String> = self
+    /// The queues an event of `event_type` (and `tenant`) goes to, in name
+    /// order: those whose patterns take the type and whose tenant, if set,
+    /// is the event's (before their content filters).
+    pub(crate) fn subscribing(&self, event_type: &str, tenant: Option<&str>) -> Vec<&Queue> {
+        let mut queues: Vec<&Queue> = self
             .subscriptions
             .matching(event_type)
             .into_iter()
-            .filter_map(|qid| self.queues.get(&QueueId(qid)))
+            .filter_map(|qid| self.queues.get(&QueueId(qid)).map(|q| &**q))
             .filter(|q| match &q.settings.tenant {
                 None => true,
                 Some(t) => Some(t.as_str()) == tenant,
             })
-            .map(|q| q.name.clone())
             .collect();
-        names.sort_unstable();
-        names
+        queues.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        queues
+    }
+
+    /// The names of [`Spool::subscribing`]'s queues.
+    pub(crate) fn subscribers(&self, event_type: &str, tenant: Option<&str>) -> Vec<String> {
+        self.subscribing(event_type, tenant)
+            .into_iter()
+            .map(|q| q.name.clone())
+            .collect()
     }
 
     /// Picks up to `max` messages of `queue`'s failure queue that `filter`
