@@ -29,6 +29,7 @@ pub(crate) use checkpoint::{CheckpointLoader, CheckpointMeta};
 pub(crate) use codec::DecodeError;
 pub(crate) use command::{Command, EnqueueMeta, Record};
 pub use command::{FailReason, MessageId, Payload, StoredRequest};
+pub use content_filter::ContentFilter;
 pub use filter::{DeadLetterFilter, Selection, StatusMatch};
 pub use queue::{OnExpire, QueueSettings};
 pub use state::SpoolState;

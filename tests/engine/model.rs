@@ -35,7 +35,7 @@ use spoold::engine::{
 };
 use spoold::spool::OnExpire;
 use spoold::spool::{
-    DeadLetterFilter, FailReason, MessageId, QueueSettings, SpoolState, StatusMatch,
+    ContentFilter, DeadLetterFilter, FailReason, MessageId, QueueSettings, SpoolState, StatusMatch,
 };
 use spoold::testing::FailInfo;
 use spoold::testing::{EventKeyEntry, MessageEntry, QueueState};
@@ -109,6 +109,9 @@ enum Change {
     Events,
     /// Keep delivered messages (20 s), or stop keeping them.
     History,
+    /// Take only events whose `x-region` header is `eu` (a content
+    /// filter), or every event again.
+    Filter,
 }
 
 fn changed(mut s: QueueSettings, change: Change) -> QueueSettings {
@@ -141,6 +144,15 @@ fn changed(mut s: QueueSettings, change: Change) -> QueueSettings {
                 20_000
             } else {
                 0
+            }
+        }
+        Change::Filter => {
+            s.filter = match s.filter {
+                Some(_) => None,
+                None => Some(
+                    ContentFilter::try_from(serde_json::json!({"headers": {"x-region": ["eu"]}}))
+                        .expect("a valid filter"),
+                ),
             }
         }
         Change::Events => {
@@ -191,12 +203,14 @@ enum Op {
         delay_ms: u64,
         key: Option<u8>,
     },
-    /// Publish an event of `TYPES[kind]`; with a key already seen and
-    /// `retry`, what its first event said.
+    /// Publish an event of `TYPES[kind]` (with an `x-region: eu` header
+    /// or `us`); with a key already seen and `retry`, what its first event
+    /// said.
     Event {
         kind: usize,
         key: Option<u8>,
         retry: bool,
+        eu: bool,
     },
     Receive {
         queue: usize,
@@ -294,6 +308,7 @@ fn change() -> impl Strategy<Value = Change> {
         1 => Just(Change::OnExpire),
         1 => Just(Change::Events),
         1 => Just(Change::History),
+        1 => Just(Change::Filter),
     ]
 }
 
@@ -366,8 +381,8 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (queue.clone(), prop_oneof![3 => Just(0u64), 1 => Just(1_000), 1 => Just(40_000)],
               proptest::option::weighted(0.3, 0..3u8))
             .prop_map(|(queue, delay_ms, key)| Op::Send { queue, delay_ms, key }),
-        4 => (0..TYPES.len(), proptest::option::weighted(0.3, 0..3u8), any::<bool>())
-            .prop_map(|(kind, key, retry)| Op::Event { kind, key, retry }),
+        4 => (0..TYPES.len(), proptest::option::weighted(0.3, 0..3u8), any::<bool>(), any::<bool>())
+            .prop_map(|(kind, key, retry, eu)| Op::Event { kind, key, retry, eu }),
         5 => (queue.clone(), proptest::bool::weighted(0.25), 1..4usize)
             .prop_map(|(queue, failed, max)| Op::Receive { queue, failed, max }),
         3 => (0..8usize).prop_map(Op::Ack),
@@ -452,17 +467,16 @@ struct ModelQueue {
     breaker: bool,
 }
 
-/// An event's key as the model remembers it: key, first time, event id,
-/// deliveries.
 /// An event's key as the model remembers it: the key, when it was first
 /// seen, the event's id and deliveries, and what the event said (its type
-/// and body), which a retry repeats and the engine fingerprints.
+/// and body, which a retry repeats and the engine fingerprints, and its
+/// region header).
 type EventKey = (
     u8,
     i64,
     MessageId,
     Vec<(String, MessageId)>,
-    (String, String),
+    (String, String, bool),
 );
 
 /// What the engine keeps of what an event said: the first eight bytes of
@@ -569,10 +583,13 @@ impl Model {
     }
 
     /// The queues an event of `event_type` reaches now, by name.
-    fn subscribers(&self, event_type: &str) -> Vec<String> {
+    /// The queues an event of `event_type` goes to: their patterns take
+    /// its type and their filter (if any: `x-region` must be `eu`) passes.
+    fn subscribers(&self, event_type: &str, eu: bool) -> Vec<String> {
         self.queues
             .iter()
             .filter(|(_, q)| q.settings.events.iter().any(|p| takes(p, event_type)))
+            .filter(|(_, q)| q.settings.filter.is_none() || eu)
             .map(|(name, _)| name.clone())
             .collect()
     }
@@ -714,7 +731,7 @@ impl Model {
                 .iter()
                 .filter(|(_, first_at, _, _, _)| first_at + EVENT_WINDOW_MS > now)
                 .map(
-                    |(key, first_at, id, deliveries, (event_type, body))| EventKeyEntry {
+                    |(key, first_at, id, deliveries, (event_type, body, _))| EventKeyEntry {
                         hash: engine.tokens().dedup_hash("\0events", &format!("ev-{key}")),
                         first_at: *first_at,
                         id: *id,
@@ -902,7 +919,7 @@ impl World {
                 let (queue, id) = &found[0];
                 let tag = self.engine.payload(queue, *id).unwrap().event.unwrap();
                 let at = self.model.messages[id].enqueued_at;
-                let said = (tag.event_type.clone(), text.clone());
+                let said = (tag.event_type.clone(), text.clone(), false);
                 self.model.event_keys.push((key, at, tag.id, found, said));
             }
         }
@@ -915,7 +932,14 @@ impl World {
     /// bookkeeping; with `retry`, a key already seen comes with what its
     /// first event said, as a retry does (else a new body: the key is
     /// reused for another event and refused).
-    async fn event(&mut self, event_type: &str, key: Option<u8>, retry: bool, label: &str) {
+    async fn event(
+        &mut self,
+        event_type: &str,
+        key: Option<u8>,
+        retry: bool,
+        eu: bool,
+        label: &str,
+    ) {
         let now = self.now();
         let first = key.and_then(|k| {
             self.model
@@ -924,16 +948,19 @@ impl World {
                 .find(|(key, at, _, _, _)| *key == k && at + EVENT_WINDOW_MS > now)
                 .cloned()
         });
-        let (event_type, text) = match &first {
+        let (event_type, text, eu) = match &first {
             Some((_, _, _, _, said)) if retry => said.clone(),
-            _ => (event_type.to_owned(), self.model.new_body()),
+            _ => (event_type.to_owned(), self.model.new_body(), eu),
         };
+        let region = if eu { "eu" } else { "us" };
         let request = EventRequest {
             event_type: event_type.clone(),
             tenant: None,
             payload: body(&text).payload,
             dedup_key: key.map(|k| format!("ev-{k}")),
-            headers: Default::default(),
+            headers: [("x-region".to_owned(), serde_json::json!(region))]
+                .into_iter()
+                .collect(),
         };
         let out = self.engine.publish(request).await;
         if let Some((_, _, id, deliveries, _)) = &first {
@@ -952,7 +979,7 @@ impl World {
         let out = out.unwrap_or_else(|e| panic!("{label}: {e}"));
         assert!(!out.deduplicated, "{label}");
         let queues: Vec<&String> = out.deliveries.iter().map(|(q, _)| q).collect();
-        let expected = self.model.subscribers(&event_type);
+        let expected = self.model.subscribers(&event_type, eu);
         assert_eq!(queues, expected.iter().collect::<Vec<_>>(), "{label}");
         self.model.answered(out.id, label);
         for (queue, id) in &out.deliveries {
@@ -963,7 +990,7 @@ impl World {
         if let Some(k) = key {
             self.model
                 .event_keys
-                .push((k, now, out.id, out.deliveries, (event_type, text)));
+                .push((k, now, out.id, out.deliveries, (event_type, text, eu)));
         }
     }
 
@@ -1068,7 +1095,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 delay_ms,
                 key,
             } => w.send(QUEUES[queue], delay_ms, key, &label).await,
-            Op::Event { kind, key, retry } => w.event(TYPES[kind], key, retry, &label).await,
+            Op::Event { kind, key, retry, eu } => w.event(TYPES[kind], key, retry, eu, &label).await,
             Op::Receive { queue, failed, max } => {
                 let queue = if failed {
                     format!("{}.failed", QUEUES[queue])
@@ -1508,7 +1535,8 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                     }
                     // And an event, whose deliveries come back all or none.
                     let text = w.model.new_body();
-                    let subscribers = w.model.subscribers("invoice.paid");
+                    // No region header: no filtered queue takes it.
+                    let subscribers = w.model.subscribers("invoice.paid", false);
                     let engine = w.engine.clone();
                     let request = EventRequest {
                         event_type: "invoice.paid".into(),
