@@ -173,7 +173,7 @@ fn describe() {
     describe_gauge!(
         QUEUE_MESSAGES,
         Unit::Count,
-        "Messages in a queue by state (visible, leased, delayed)."
+        "Messages in a queue by state (visible, leased, delayed, held: behind an earlier message of their ordering key)."
     );
     describe_gauge!(
         QUEUE_OLDEST_AGE,

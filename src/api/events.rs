@@ -10,13 +10,15 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::ApiError;
-use super::messages::{content_type, header_str, idempotency_key};
+use super::messages::{
+    checked_ordering_key, content_type, header_str, idempotency_key, ordering_key,
+};
 use super::openapi::Refused;
 use super::{AppState, read_body};
 use crate::engine::{EventError, EventOutcome, EventRequest};
 use crate::spool::Payload;
 
-/// A JSON event: `{"type", "tenant"?, "payload"}`.
+/// A JSON event: `{"type", "tenant"?, "orderingKey"?, "payload"}`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventBody {
@@ -25,6 +27,11 @@ pub(crate) struct EventBody {
     event_type: String,
     /// Only queues without a tenant, or with this one, receive it.
     tenant: Option<String>,
+    /// On a queue with `ordering = "per_key"`, its delivery goes after
+    /// every earlier message of this key, one at a time (1 to 128
+    /// printable ASCII bytes).
+    #[serde(rename = "orderingKey")]
+    ordering_key: Option<String>,
     /// Any JSON: what each delivery's body is (`application/json`).
     #[schema(value_type = Object)]
     payload: serde_json::Value,
@@ -89,18 +96,22 @@ pub(crate) async fn publish(
                 body,
             },
             dedup_key,
+            ordering_key: ordering_key(headers)?,
             headers: filter_headers(headers),
         },
         None => {
-            if header_str(headers, "spooler-tenant")?.is_some() {
+            if header_str(headers, "spooler-tenant")?.is_some()
+                || header_str(headers, "spooler-ordering-key")?.is_some()
+            {
                 return Err(ApiError::bad_request(
-                    "Spooler-Tenant goes with Spooler-Event-Type; a JSON event names its tenant in the body",
+                    "Spooler-Tenant and Spooler-Ordering-Key go with Spooler-Event-Type; a JSON \
+                     event names its tenant and orderingKey in the body",
                 ));
             }
             let event: EventBody = serde_json::from_slice(&body).map_err(|e| {
                 ApiError::bad_request(format!(
-                    "an event is {{\"type\", \"tenant\"?, \"payload\"}} (or a raw body with \
-                     Spooler-Event-Type): {e}"
+                    "an event is {{\"type\", \"tenant\"?, \"orderingKey\"?, \"payload\"}} (or a \
+                     raw body with Spooler-Event-Type): {e}"
                 ))
             })?;
             let payload = serde_json::to_vec(&event.payload).expect("JSON values serialize");
@@ -117,6 +128,7 @@ pub(crate) async fn publish(
                     body: payload.into(),
                 },
                 dedup_key,
+                ordering_key: checked_ordering_key(event.ordering_key, "orderingKey")?,
                 headers: filter_headers(headers),
             }
         }

@@ -194,10 +194,11 @@ fn queue() -> Value {
         "settings": {
             "leaseTimeoutSeconds": 30.0, "maxRetries": 5, "retentionSeconds": 604800.0,
             "dedupWindowSeconds": 0.0, "onExpire": "discard", "events": [],
-            "historyRetentionSeconds": 0.0, "historyMaxBytes": 67108864
+            "historyRetentionSeconds": 0.0, "historyMaxBytes": 67108864,
+            "ordering": "none", "orderingOnFailure": "release"
         },
         "stats": {
-            "visible": 1, "leased": 0, "delayed": 0, "sentTotal": 1, "ackedTotal": 0,
+            "visible": 1, "leased": 0, "delayed": 0, "held": 0, "sentTotal": 1, "ackedTotal": 0,
             "nackedTotal": 0, "expiredTotal": 0, "failedTotal": 0, "deduplicatedTotal": 0,
             "oldestVisibleAgeSeconds": 0.4, "retrying": 0, "oldestRetryingAgeSeconds": 0.0,
             "paused": false, "breakerOpen": false

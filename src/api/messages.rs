@@ -78,6 +78,26 @@ pub(super) fn idempotency_key(headers: &HeaderMap, name: &str) -> Result<Option<
     }
 }
 
+/// The `Spooler-Ordering-Key` of a send, forward or raw event, checked.
+pub(super) fn ordering_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let key = header_str(headers, "spooler-ordering-key")?.map(str::to_owned);
+    checked_ordering_key(key, "Spooler-Ordering-Key")
+}
+
+/// An ordering key as `name` gave it: 1 to 128 printable ASCII bytes.
+pub(super) fn checked_ordering_key(
+    key: Option<String>,
+    name: &str,
+) -> Result<Option<String>, ApiError> {
+    match key {
+        Some(k) => match crate::spool::state::keys::ordering_key_problem(&k) {
+            Some(problem) => Err(ApiError::bad_request(format!("{name}: {problem}"))),
+            None => Ok(Some(k)),
+        },
+        None => Ok(None),
+    }
+}
+
 pub(super) fn content_type(headers: &HeaderMap) -> String {
     headers
         .get(header::CONTENT_TYPE)
@@ -141,6 +161,7 @@ pub(crate) async fn send(
     let request = SendRequest {
         delay_ms: delay_ms(headers)?,
         dedup_key: idempotency_key(headers, "idempotency-key")?,
+        ordering_key: ordering_key(headers)?,
         payload: Payload {
             content_type: content_type(headers),
             request: None,
@@ -196,6 +217,7 @@ pub(crate) async fn forward(
     let request = SendRequest {
         delay_ms: delay_ms(headers)?,
         dedup_key: idempotency_key(headers, "spooler-idempotency-key")?,
+        ordering_key: ordering_key(headers)?,
         payload: Payload {
             content_type: headers
                 .get(header::CONTENT_TYPE)

@@ -26,6 +26,7 @@ struct QueueNumbers {
     visible: u64,
     leased: u64,
     delayed: u64,
+    held: u64,
     retrying: u64,
     oldest_visible_age_ms: i64,
     oldest_retrying_age_ms: i64,
@@ -45,6 +46,7 @@ impl QueueNumbers {
         self.visible += st.visible;
         self.leased += st.leased;
         self.delayed += st.delayed;
+        self.held += st.held;
         self.retrying += st.retrying;
         let oldest = |now: &mut i64, age: Option<i64>| *now = (*now).max(age.unwrap_or(0));
         oldest(&mut self.oldest_visible_age_ms, st.oldest_visible_age_ms);
@@ -83,6 +85,7 @@ fn refresh(engine: &Engine) {
             ("visible", n.visible),
             ("leased", n.leased),
             ("delayed", n.delayed),
+            ("held", n.held),
         ] {
             gauge!(QUEUE_MESSAGES, LABEL_QUEUE => q(), LABEL_STATE => state).set(count as f64);
         }

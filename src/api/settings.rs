@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::spool::queue::{Backoff, OnExpire, QueueSettings};
+use crate::spool::queue::{Backoff, OnExpire, Ordering, OrderingOnFailure, QueueSettings};
 use crate::spool::state::QueueStats;
 
 /// What a hidden value is shown as (and, in a `PUT`, means "keep").
@@ -57,6 +57,12 @@ pub(crate) struct SettingsView {
     history_retention_seconds: f64,
     /// The history's bound in bytes.
     history_max_bytes: u64,
+    /// `none`, or `per_key`: one message of each ordering key out at a
+    /// time, in journal order.
+    ordering: &'static str,
+    /// `release` (a failed message lets its key's next one go) or `hold`
+    /// (the key waits for an operator).
+    ordering_on_failure: &'static str,
     /// A push queue's delivery settings (absent for a pull queue).
     #[serde(flatten)]
     push: Option<PushView>,
@@ -132,6 +138,14 @@ pub(crate) fn render(s: &QueueSettings) -> SettingsView {
         filter: s.filter.as_ref().map(|f| f.source().clone()),
         history_retention_seconds: secs(s.history_retention_ms),
         history_max_bytes: s.history_max_bytes,
+        ordering: match s.ordering {
+            Ordering::None => "none",
+            Ordering::PerKey => "per_key",
+        },
+        ordering_on_failure: match s.ordering_on_failure {
+            OrderingOnFailure::Release => "release",
+            OrderingOnFailure::Hold => "hold",
+        },
         push,
     }
 }
@@ -143,6 +157,9 @@ pub(crate) struct StatsView {
     visible: u64,
     leased: u64,
     delayed: u64,
+    /// Waiting behind an earlier message of their ordering key (a queue
+    /// with `ordering = "per_key"`): in none of the three counts above.
+    held: u64,
     sent_total: u64,
     acked_total: u64,
     nacked_total: u64,
@@ -184,6 +201,7 @@ pub(crate) fn render_stats(st: &QueueStats, settings: &QueueSettings) -> StatsVi
         visible: st.visible,
         leased: st.leased,
         delayed: st.delayed,
+        held: st.held,
         sent_total: c.sent,
         acked_total: c.acked,
         nacked_total: c.nacked,
@@ -256,6 +274,12 @@ pub(crate) struct SettingsBody {
     /// Keep delivered messages this long (0: not kept).
     history_retention_seconds: Option<f64>,
     history_max_bytes: Option<u64>,
+    /// `none` (the default) or `per_key`.
+    #[schema(value_type = Option<String>)]
+    ordering: Option<Ordering>,
+    /// `release` (the default) or `hold`.
+    #[schema(value_type = Option<String>)]
+    ordering_on_failure: Option<OrderingOnFailure>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -406,6 +430,8 @@ impl SettingsBody {
                 d.history_retention_ms,
             )?,
             history_max_bytes: self.history_max_bytes.unwrap_or(d.history_max_bytes),
+            ordering: self.ordering.unwrap_or(d.ordering),
+            ordering_on_failure: self.ordering_on_failure.unwrap_or(d.ordering_on_failure),
         };
         Ok((settings, warnings))
     }
@@ -447,6 +473,7 @@ fn origin(url: &str) -> String {
 mod tests {
     use super::*;
     use crate::engine::guard::{Guard, OwnEndpoints};
+    use crate::spool::ContentFilter;
     use crate::spool::queue::destination_host;
 
     #[test]
@@ -563,6 +590,53 @@ mod tests {
         );
         assert!(SettingsBody::merged(&old, &serde_json::json!({"maxRetrys": 1})).is_err());
         assert!(SettingsBody::merged(&old, &serde_json::json!([1])).is_err());
+    }
+
+    /// A filter is part of the settings object, so a merge patch merges
+    /// into it member by member (RFC 7396), and `"filter": null` clears it.
+    #[test]
+    fn a_merge_patch_merges_into_a_filter_and_null_clears_it() {
+        let old = QueueSettings {
+            events: vec!["order.>".into()],
+            filter: Some(
+                ContentFilter::try_from(serde_json::json!({"headers": {"x-source": ["checkout"]}}))
+                    .unwrap(),
+            ),
+            ..QueueSettings::default()
+        };
+        let patch =
+            serde_json::json!({"filter": {"payload": {"amount": [{"numeric": [">", 10]}]}}});
+        let (s, _) = SettingsBody::merged(&old, &patch)
+            .unwrap()
+            .into_settings(Some(&old), false)
+            .unwrap();
+        assert_eq!(
+            s.filter.as_ref().map(ContentFilter::source),
+            Some(&serde_json::json!({
+                "headers": {"x-source": ["checkout"]},
+                "payload": {"amount": [{"numeric": [">", 10]}]},
+            }))
+        );
+        let patch = serde_json::json!({"filter": {"headers": null}});
+        let (s, _) = SettingsBody::merged(&s, &patch)
+            .unwrap()
+            .into_settings(Some(&s), false)
+            .unwrap();
+        assert_eq!(
+            s.filter.as_ref().map(ContentFilter::source),
+            Some(&serde_json::json!({"payload": {"amount": [{"numeric": [">", 10]}]}}))
+        );
+        let (s, _) = SettingsBody::merged(&s, &serde_json::json!({"filter": null}))
+            .unwrap()
+            .into_settings(Some(&s), false)
+            .unwrap();
+        assert_eq!(s.filter, None);
+        // A patch that makes the filter bad is refused, naming the part.
+        let bad = serde_json::json!({"filter": {"payload": {"amount": [{"numeric": ["~", 1]}]}}});
+        let Err(err) = SettingsBody::merged(&old, &bad) else {
+            panic!("a bad filter merged");
+        };
+        assert!(err.contains("filter.payload.amount[0]"), "{err}");
     }
 
     #[test]

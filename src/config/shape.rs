@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::cluster::ClusterConfig;
 use super::units::{de_duration, de_opt_duration, de_opt_size, de_size};
 use crate::engine::rules::{EVENT_DEDUP_WINDOW_MS_DEFAULT, MAX_EVENT_SUBSCRIBERS_DEFAULT};
-use crate::spool::queue::{Backoff, OnExpire, QueueSettings};
+use crate::spool::queue::{Backoff, OnExpire, Ordering, OrderingOnFailure, QueueSettings};
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -221,6 +221,9 @@ pub struct QueueConfig {
     pub history_retention: Option<u64>,
     #[serde(default, deserialize_with = "de_opt_size")]
     pub history_max_bytes: Option<u64>,
+    /// `"per_key"`: one message of each ordering key out at a time.
+    pub ordering: Option<Ordering>,
+    pub ordering_on_failure: Option<OrderingOnFailure>,
     /// `true`: this queue delivers without a signing secret (and without
     /// static headers it had): a reload may remove them
     /// (`config/reload.rs`). Read from the file only.
@@ -275,6 +278,8 @@ impl QueueConfig {
             filter: self.filter.clone(),
             history_retention_ms: self.history_retention.unwrap_or(d.history_retention_ms),
             history_max_bytes: self.history_max_bytes.unwrap_or(d.history_max_bytes),
+            ordering: self.ordering.unwrap_or(d.ordering),
+            ordering_on_failure: self.ordering_on_failure.unwrap_or(d.ordering_on_failure),
         }
     }
 }

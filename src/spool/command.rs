@@ -95,6 +95,8 @@ pub struct EnqueueMeta<'a> {
     pub visible_at: Millis,
     /// Hash of the `Idempotency-Key`, when the send had one.
     pub dedup_hash: Option<u64>,
+    /// The `Spooler-Ordering-Key`, when the send had one.
+    pub ordering_key: Option<Cow<'a, str>>,
 }
 
 /// An event: one record that is a message in every queue subscribing to
@@ -114,6 +116,8 @@ pub struct EventMeta<'a> {
     pub fingerprint: Option<u64>,
     /// The queue and message id of each delivery, queues in name order.
     pub deliveries: Vec<(Cow<'a, str>, MessageId)>,
+    /// The event's `orderingKey`: each delivery's key in its queue.
+    pub ordering_key: Option<Cow<'a, str>>,
 }
 
 /// What an event's deliveries carry besides the payload: its type and

@@ -37,6 +37,42 @@ pub enum OnExpire {
     Fail,
 }
 
+/// Whether a queue hands out the messages of one ordering key one at a
+/// time, in journal order (docs/contract.md §1, "Ordered delivery per
+/// key").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// Every message flows on its own (the key is kept, not obeyed).
+    #[default]
+    None,
+    PerKey,
+}
+
+impl Ordering {
+    fn is_none(&self) -> bool {
+        *self == Ordering::None
+    }
+}
+
+/// What a message that moves to the failure queue does to its key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderingOnFailure {
+    /// The next message of its key goes on (SQS FIFO's behaviour).
+    #[default]
+    Release,
+    /// The key's later messages wait until an operator redrives the
+    /// failed one or removes it from the failure queue.
+    Hold,
+}
+
+impl OrderingOnFailure {
+    fn is_release(&self) -> bool {
+        *self == OrderingOnFailure::Release
+    }
+}
+
 /// Backoff between delivery attempts of a push queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -100,6 +136,12 @@ pub struct QueueSettings {
     /// The history's bound in bytes of records: the oldest entries go
     /// first past it.
     pub history_max_bytes: u64,
+    /// Per key: one message of each ordering key out at a time. Left out
+    /// of the JSON when unordered, as records before it were written.
+    #[serde(skip_serializing_if = "Ordering::is_none")]
+    pub ordering: Ordering,
+    #[serde(skip_serializing_if = "OrderingOnFailure::is_release")]
+    pub ordering_on_failure: OrderingOnFailure,
 }
 
 impl Default for QueueSettings {
@@ -127,6 +169,8 @@ impl Default for QueueSettings {
             filter: None,
             history_retention_ms: 0,
             history_max_bytes: limits::HISTORY_BYTES_DEFAULT,
+            ordering: Ordering::None,
+            ordering_on_failure: OrderingOnFailure::Release,
         }
     }
 }
@@ -165,6 +209,8 @@ pub enum Field {
     Filter,
     HistoryRetention,
     HistoryMaxBytes,
+    Ordering,
+    OrderingOnFailure,
 }
 
 impl Field {
@@ -195,6 +241,8 @@ impl Field {
             Field::Filter => "filter",
             Field::HistoryRetention => "history_retention",
             Field::HistoryMaxBytes => "history_max_bytes",
+            Field::Ordering => "ordering",
+            Field::OrderingOnFailure => "ordering_on_failure",
         }
     }
 
@@ -225,6 +273,8 @@ impl Field {
             Field::Filter => "filter",
             Field::HistoryRetention => "historyRetentionSeconds",
             Field::HistoryMaxBytes => "historyMaxBytes",
+            Field::Ordering => "ordering",
+            Field::OrderingOnFailure => "orderingOnFailure",
         }
     }
 }
@@ -356,7 +406,20 @@ impl QueueSettings {
         self.check_delivery()?;
         self.check_tls_files()?;
         self.check_history()?;
+        self.check_ordering()?;
         self.check_events()
+    }
+
+    /// A failure rule for ordering keys needs ordering.
+    fn check_ordering(&self) -> Result<(), SettingsError> {
+        if self.ordering == Ordering::None && self.ordering_on_failure != OrderingOnFailure::Release
+        {
+            return Err(SettingsError::new(
+                Field::OrderingOnFailure,
+                "is for a queue with ordering \"per_key\"",
+            ));
+        }
+        Ok(())
     }
 
     /// Timeouts, retries, retention and the delivery pace.

@@ -60,6 +60,9 @@ const ENQUEUE_HAS_TRACE: u8 = 4;
 /// the same reason: a build before it reads the record as a message that
 /// came through no spoold.
 const ENQUEUE_HAS_HOPS: u8 = 8;
+/// An ordering key str16 follows everything else (after the hop count, if
+/// any): a build before it reads the message as one without a key.
+const ENQUEUE_HAS_ORDERING: u8 = 16;
 /// An event's flags: it carries a dedup key hash; a tenant; a hop count
 /// (a u8 after the payload).
 const EVENT_HAS_DEDUP: u8 = 1;
@@ -69,6 +72,8 @@ const EVENT_HAS_HOPS: u8 = 4;
 /// everything else (the hop count, if any): a key's repeat with another
 /// event is refused. Older builds read the event without it.
 const EVENT_HAS_FINGERPRINT: u8 = 8;
+/// An ordering key str16 after everything else (the fingerprint, if any).
+const EVENT_HAS_ORDERING: u8 = 16;
 /// A resend's flags: a stored request; an event tag; its tenant; a hop
 /// count (a u8 after the payload).
 const RESEND_HAS_REQUEST: u8 = 1;
@@ -139,6 +144,9 @@ impl Record<'_> {
                 if payload.hops > 0 {
                     flags |= ENQUEUE_HAS_HOPS;
                 }
+                if meta.ordering_key.is_some() {
+                    flags |= ENQUEUE_HAS_ORDERING;
+                }
                 out.push(flags);
                 put_u64(out, meta.dedup_hash.unwrap_or(0));
                 put_str16(out, &meta.queue);
@@ -152,6 +160,9 @@ impl Record<'_> {
                 }
                 if payload.hops > 0 {
                     out.push(payload.hops);
+                }
+                if let Some(key) = &meta.ordering_key {
+                    put_str16(out, key);
                 }
             }
             Command::Event(meta) => {
@@ -171,6 +182,9 @@ impl Record<'_> {
                 if meta.fingerprint.is_some() {
                     flags |= EVENT_HAS_FINGERPRINT;
                 }
+                if meta.ordering_key.is_some() {
+                    flags |= EVENT_HAS_ORDERING;
+                }
                 out.push(flags);
                 put_u64(out, meta.dedup_hash.unwrap_or(0));
                 put_str16(out, &meta.event_type);
@@ -189,6 +203,9 @@ impl Record<'_> {
                 }
                 if let Some(fingerprint) = meta.fingerprint {
                     put_u64(out, fingerprint);
+                }
+                if let Some(key) = &meta.ordering_key {
+                    put_str16(out, key);
                 }
             }
             Command::Resend {
@@ -335,17 +352,41 @@ impl Record<'_> {
                 name: Cow::Borrowed(r.str16()?),
                 paused: r.u8()? != 0,
             },
-            kind::ENQUEUE => Command::Enqueue(read_enqueue_head(&mut r)?.0),
+            kind::ENQUEUE => {
+                let (mut meta, flags) = read_enqueue_head(&mut r)?;
+                if flags & ENQUEUE_HAS_ORDERING != 0 {
+                    // After the payload (skipped, not copied), the trace
+                    // and the hops.
+                    r.str16()?;
+                    if flags & ENQUEUE_HAS_REQUEST != 0 {
+                        read_request(&mut r)?;
+                    }
+                    r.bytes32()?;
+                    if flags & ENQUEUE_HAS_TRACE != 0 {
+                        r.str16()?;
+                    }
+                    if flags & ENQUEUE_HAS_HOPS != 0 {
+                        r.u8()?;
+                    }
+                    meta.ordering_key = Some(Cow::Borrowed(r.str16()?));
+                }
+                Command::Enqueue(meta)
+            }
             kind::EVENT => {
                 let (mut meta, flags) = read_event_head(&mut r)?;
-                if flags & EVENT_HAS_FINGERPRINT != 0 {
+                if flags & (EVENT_HAS_FINGERPRINT | EVENT_HAS_ORDERING) != 0 {
                     // After the payload (skipped, not copied) and the hops.
                     r.str16()?;
                     r.bytes32()?;
                     if flags & EVENT_HAS_HOPS != 0 {
                         r.u8()?;
                     }
-                    meta.fingerprint = Some(r.u64()?);
+                    if flags & EVENT_HAS_FINGERPRINT != 0 {
+                        meta.fingerprint = Some(r.u64()?);
+                    }
+                    if flags & EVENT_HAS_ORDERING != 0 {
+                        meta.ordering_key = Some(Cow::Borrowed(r.str16()?));
+                    }
                 }
                 Command::Event(meta)
             }
@@ -472,6 +513,7 @@ fn read_enqueue_head<'a>(r: &mut Reader<'a>) -> Result<(EnqueueMeta<'a>, u8), De
         queue,
         visible_at,
         dedup_hash: (flags & ENQUEUE_HAS_DEDUP != 0).then_some(hash),
+        ordering_key: None,
     };
     Ok((meta, flags))
 }
@@ -531,6 +573,7 @@ fn read_event_head<'a>(r: &mut Reader<'a>) -> Result<(EventMeta<'a>, u8), Decode
         dedup_hash: (flags & EVENT_HAS_DEDUP != 0).then_some(hash),
         fingerprint: None,
         deliveries,
+        ordering_key: None,
     };
     Ok((meta, flags))
 }
@@ -771,6 +814,7 @@ mod tests {
         let record = Record {
             at: 5,
             command: Command::Enqueue(EnqueueMeta {
+                ordering_key: None,
                 id: MessageId(42),
                 queue: Cow::Borrowed("billing"),
                 visible_at: 6,
@@ -796,6 +840,7 @@ mod tests {
         };
         for tenant in [None, Some(Cow::Borrowed("cus_42"))] {
             let meta = EventMeta {
+                ordering_key: None,
                 id: MessageId(10),
                 event_type: Cow::Borrowed("invoice.paid"),
                 tenant: tenant.clone(),

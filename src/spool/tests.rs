@@ -37,6 +37,7 @@ fn send(spool: &mut Spool, at: i64, visible_at: i64) -> MessageId {
         spool,
         at,
         Command::Enqueue(EnqueueMeta {
+            ordering_key: None,
             id,
             queue: "q".into(),
             visible_at,
@@ -279,6 +280,7 @@ fn dedup_window_remembers_keys_after_ack_and_forgets_after_window() {
         &mut spool,
         100,
         Command::Enqueue(EnqueueMeta {
+            ordering_key: None,
             id,
             queue: Cow::Borrowed("q"),
             visible_at: 100,
@@ -497,6 +499,7 @@ fn the_state_digest_covers_replicated_state_and_not_a_nodes_own_counters() {
         &Record {
             at: 10,
             command: Command::Enqueue(EnqueueMeta {
+                ordering_key: None,
                 id,
                 queue: "q".into(),
                 visible_at: 10,

@@ -28,6 +28,7 @@ fn event(n: usize) -> EventRequest {
             body: format!("{{\"n\": {n}}}").into_bytes().into(),
         },
         dedup_key: None,
+        ordering_key: None,
         headers: Default::default(),
     }
 }

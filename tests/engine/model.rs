@@ -37,6 +37,7 @@ use spoold::spool::OnExpire;
 use spoold::spool::{
     ContentFilter, DeadLetterFilter, FailReason, MessageId, QueueSettings, SpoolState, StatusMatch,
 };
+use spoold::spool::{Ordering, OrderingOnFailure};
 use spoold::testing::FailInfo;
 use spoold::testing::{EventKeyEntry, MessageEntry, QueueState};
 use spoold::testing::{SimStorage, Tear};
@@ -64,6 +65,11 @@ fn takes(pattern: &str, event_type: &str) -> bool {
     p.len() == t.len() && p.iter().zip(&t).all(|(a, b)| *a == "*" || a == b)
 }
 const DAY_MS: u64 = 86_400_000;
+
+/// The ordering key the model's `N` stands for.
+fn ordering_key(n: u8) -> String {
+    format!("ok-{n}")
+}
 
 /// Each queue's settings when (re-)created.
 fn base_settings(queue: &str) -> QueueSettings {
@@ -112,6 +118,9 @@ enum Change {
     /// Take only events whose `x-region` header is `eu` (a content
     /// filter), or every event again.
     Filter,
+    /// Unordered → ordered per key → the same holding a failed message's
+    /// key → unordered.
+    Ordering,
 }
 
 fn changed(mut s: QueueSettings, change: Change) -> QueueSettings {
@@ -153,6 +162,13 @@ fn changed(mut s: QueueSettings, change: Change) -> QueueSettings {
                     ContentFilter::try_from(serde_json::json!({"headers": {"x-region": ["eu"]}}))
                         .expect("a valid filter"),
                 ),
+            }
+        }
+        Change::Ordering => {
+            (s.ordering, s.ordering_on_failure) = match (s.ordering, s.ordering_on_failure) {
+                (Ordering::None, _) => (Ordering::PerKey, OrderingOnFailure::Release),
+                (_, OrderingOnFailure::Release) => (Ordering::PerKey, OrderingOnFailure::Hold),
+                _ => (Ordering::None, OrderingOnFailure::Release),
             }
         }
         Change::Events => {
@@ -198,10 +214,12 @@ fn tear_shape() -> impl Strategy<Value = TearShape> {
 
 #[derive(Debug, Clone)]
 enum Op {
+    /// `okey`: an ordering key (`ok-N`).
     Send {
         queue: usize,
         delay_ms: u64,
         key: Option<u8>,
+        okey: Option<u8>,
     },
     /// Publish an event of `TYPES[kind]` (with an `x-region: eu` header
     /// or `us`); with a key already seen and `retry`, what its first event
@@ -211,6 +229,7 @@ enum Op {
         key: Option<u8>,
         retry: bool,
         eu: bool,
+        okey: Option<u8>,
     },
     Receive {
         queue: usize,
@@ -309,6 +328,7 @@ fn change() -> impl Strategy<Value = Change> {
         1 => Just(Change::Events),
         1 => Just(Change::History),
         1 => Just(Change::Filter),
+        2 => Just(Change::Ordering),
     ]
 }
 
@@ -379,10 +399,11 @@ fn op() -> impl Strategy<Value = Op> {
     let queue = 0..QUEUES.len();
     prop_oneof![
         8 => (queue.clone(), prop_oneof![3 => Just(0u64), 1 => Just(1_000), 1 => Just(40_000)],
+              proptest::option::weighted(0.3, 0..3u8), proptest::option::weighted(0.5, 0..3u8))
+            .prop_map(|(queue, delay_ms, key, okey)| Op::Send { queue, delay_ms, key, okey }),
+        4 => (0..TYPES.len(), proptest::option::weighted(0.3, 0..3u8), any::<bool>(), any::<bool>(),
               proptest::option::weighted(0.3, 0..3u8))
-            .prop_map(|(queue, delay_ms, key)| Op::Send { queue, delay_ms, key }),
-        4 => (0..TYPES.len(), proptest::option::weighted(0.3, 0..3u8), any::<bool>(), any::<bool>())
-            .prop_map(|(kind, key, retry, eu)| Op::Event { kind, key, retry, eu }),
+            .prop_map(|(kind, key, retry, eu, okey)| Op::Event { kind, key, retry, eu, okey }),
         5 => (queue.clone(), proptest::bool::weighted(0.25), 1..4usize)
             .prop_map(|(queue, failed, max)| Op::Receive { queue, failed, max }),
         3 => (0..8usize).prop_map(Op::Ack),
@@ -429,6 +450,8 @@ struct ModelMessage {
     body: String,
     /// A delivery of an event: its record is shared.
     shared: bool,
+    /// Its ordering key (`ok-N`).
+    key: Option<u8>,
 }
 
 impl ModelMessage {
@@ -476,17 +499,22 @@ type EventKey = (
     i64,
     MessageId,
     Vec<(String, MessageId)>,
-    (String, String, bool),
+    (String, String, bool, Option<u8>),
 );
 
 /// What the engine keeps of what an event said: the first eight bytes of
-/// SHA-256 over its type's length, its type and its body.
-fn fingerprint(event_type: &str, body: &str) -> u64 {
+/// SHA-256 over its type's length, its type and its body (and, with an
+/// ordering key, a separator and the key).
+fn fingerprint(event_type: &str, body: &str, okey: Option<u8>) -> u64 {
     use sha2::Digest;
     let mut hash = sha2::Sha256::new();
     hash.update((event_type.len() as u64).to_le_bytes());
     hash.update(event_type.as_bytes());
     hash.update(body.as_bytes());
+    if let Some(k) = okey {
+        hash.update(b"\0ordering key\0");
+        hash.update(ordering_key(k).as_bytes());
+    }
     u64::from_le_bytes(hash.finalize()[..8].try_into().unwrap())
 }
 
@@ -578,6 +606,7 @@ impl Model {
                 retention_from: visible_at,
                 body,
                 shared: false,
+                key: None,
             },
         );
     }
@@ -636,6 +665,8 @@ impl Model {
             return Vec::new();
         }
         let retention = q.settings.retention_ms as i64;
+        let ordered = q.settings.ordering == Ordering::PerKey && base == queue;
+        let hold = q.settings.ordering_on_failure == OrderingOnFailure::Hold;
         let mut line: Vec<(i64, MessageId)> = self
             .messages
             .iter()
@@ -644,11 +675,30 @@ impl Model {
                     && m.visible_at <= now
                     && m.retention_from + retention > now
                     && self.lease_of(**id).is_none()
+                    && !(ordered && self.held(base, **id, m.key, hold))
             })
             .map(|(id, m)| (m.visible_at, *id))
             .collect();
         line.sort();
         line.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// Whether message `id` (of `key`, in queue `base`, ordered per key)
+    /// waits behind another of its key: it is not the lowest id of its
+    /// key in the queue, or another of its key is leased, or (`hold`) one
+    /// of its key waits in the failure queue.
+    fn held(&self, base: &str, id: MessageId, key: Option<u8>, hold: bool) -> bool {
+        let Some(key) = key else {
+            return false;
+        };
+        self.messages.iter().any(|(&other, m)| {
+            m.queue == base
+                && m.key == Some(key)
+                && match m.failed {
+                    Some(_) => hold,
+                    None => other < id || (other != id && self.lease_of(other).is_some()),
+                }
+        })
     }
 
     /// The state the engine must show.
@@ -674,6 +724,9 @@ impl Model {
                         last_status: None,
                         failed_at,
                     }),
+                    ordering_key: m
+                        .key
+                        .map(|k| spoold::testing::ordering_key_hash(&ordering_key(k))),
                 })
                 .collect();
             let window = q.settings.dedup_window_ms as i64;
@@ -731,11 +784,11 @@ impl Model {
                 .iter()
                 .filter(|(_, first_at, _, _, _)| first_at + EVENT_WINDOW_MS > now)
                 .map(
-                    |(key, first_at, id, deliveries, (event_type, body, _))| EventKeyEntry {
+                    |(key, first_at, id, deliveries, (event_type, body, _, okey))| EventKeyEntry {
                         hash: engine.tokens().dedup_hash("\0events", &format!("ev-{key}")),
                         first_at: *first_at,
                         id: *id,
-                        fingerprint: Some(fingerprint(event_type, body)),
+                        fingerprint: Some(fingerprint(event_type, body, *okey)),
                         deliveries: deliveries.clone(),
                     },
                 )
@@ -902,6 +955,8 @@ impl World {
                         retention_from: m.retention_from,
                         shared: payload.event.is_some(),
                         body: text,
+                        // In-doubt sends and events carry no ordering key.
+                        key: None,
                     },
                 );
             }
@@ -919,7 +974,7 @@ impl World {
                 let (queue, id) = &found[0];
                 let tag = self.engine.payload(queue, *id).unwrap().event.unwrap();
                 let at = self.model.messages[id].enqueued_at;
-                let said = (tag.event_type.clone(), text.clone(), false);
+                let said = (tag.event_type.clone(), text.clone(), false, None);
                 self.model.event_keys.push((key, at, tag.id, found, said));
             }
         }
@@ -937,7 +992,7 @@ impl World {
         event_type: &str,
         key: Option<u8>,
         retry: bool,
-        eu: bool,
+        (eu, okey): (bool, Option<u8>),
         label: &str,
     ) {
         let now = self.now();
@@ -948,9 +1003,9 @@ impl World {
                 .find(|(key, at, _, _, _)| *key == k && at + EVENT_WINDOW_MS > now)
                 .cloned()
         });
-        let (event_type, text, eu) = match &first {
+        let (event_type, text, eu, okey) = match &first {
             Some((_, _, _, _, said)) if retry => said.clone(),
-            _ => (event_type.to_owned(), self.model.new_body(), eu),
+            _ => (event_type.to_owned(), self.model.new_body(), eu, okey),
         };
         let region = if eu { "eu" } else { "us" };
         let request = EventRequest {
@@ -958,6 +1013,7 @@ impl World {
             tenant: None,
             payload: body(&text).payload,
             dedup_key: key.map(|k| format!("ev-{k}")),
+            ordering_key: okey.map(ordering_key),
             headers: [("x-region".to_owned(), serde_json::json!(region))]
                 .into_iter()
                 .collect(),
@@ -985,22 +1041,36 @@ impl World {
         for (queue, id) in &out.deliveries {
             self.model.answered(*id, label);
             self.model.sent(*id, queue.clone(), now, now, text.clone());
-            self.model.messages.get_mut(id).unwrap().shared = true;
+            let m = self.model.messages.get_mut(id).unwrap();
+            m.shared = true;
+            m.key = okey;
         }
         if let Some(k) = key {
-            self.model
-                .event_keys
-                .push((k, now, out.id, out.deliveries, (event_type, text, eu)));
+            self.model.event_keys.push((
+                k,
+                now,
+                out.id,
+                out.deliveries,
+                (event_type, text, eu, okey),
+            ));
         }
     }
 
     /// A send to `queue`, with the model's bookkeeping.
-    async fn send(&mut self, queue: &str, delay_ms: u64, key: Option<u8>, label: &str) {
+    async fn send(
+        &mut self,
+        queue: &str,
+        delay_ms: u64,
+        key: Option<u8>,
+        okey: Option<u8>,
+        label: &str,
+    ) {
         let now = self.now();
         let text = self.model.new_body();
         let request = SendRequest {
             delay_ms,
             dedup_key: key.map(|k| format!("key-{k}")),
+            ordering_key: okey.map(ordering_key),
             ..body(&text)
         };
         let out = self.engine.send(queue, request).await;
@@ -1043,6 +1113,7 @@ impl World {
                 let visible_at = now + delay_ms as i64;
                 self.model
                     .sent(out.id, queue.to_string(), now, visible_at, text);
+                self.model.messages.get_mut(&out.id).unwrap().key = okey;
             }
         }
     }
@@ -1094,8 +1165,15 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                 queue,
                 delay_ms,
                 key,
-            } => w.send(QUEUES[queue], delay_ms, key, &label).await,
-            Op::Event { kind, key, retry, eu } => w.event(TYPES[kind], key, retry, eu, &label).await,
+                okey,
+            } => w.send(QUEUES[queue], delay_ms, key, okey, &label).await,
+            Op::Event {
+                kind,
+                key,
+                retry,
+                eu,
+                okey,
+            } => w.event(TYPES[kind], key, retry, (eu, okey), &label).await,
             Op::Receive { queue, failed, max } => {
                 let queue = if failed {
                     format!("{}.failed", QUEUES[queue])
@@ -1543,6 +1621,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         tenant: None,
                         payload: body(&text).payload,
                         dedup_key: None,
+                        ordering_key: None,
                         headers: Default::default(),
                     };
                     let event = tokio::spawn(async move { engine.publish(request).await });

@@ -44,6 +44,9 @@ struct Stats {
     visible: u64,
     leased: u64,
     delayed: u64,
+    /// Absent from servers before ordering keys.
+    #[serde(default)]
+    held: u64,
     sent_total: u64,
     acked_total: u64,
     nacked_total: u64,
@@ -214,6 +217,7 @@ impl Stats {
         lines.extend([
             ("expiredTotal", self.expired_total.to_string()),
             ("failedTotal", self.failed_total.to_string()),
+            ("held", self.held.to_string()),
             ("leased", self.leased.to_string()),
             ("nackedTotal", self.nacked_total.to_string()),
             (
@@ -322,7 +326,7 @@ mod tests {
                 "expiredTotal": 6, "failedTotal": 7, "leased": 8,
                 "nackedTotal": 9, "oldestRetryingAgeSeconds": 0.0,
                 "oldestVisibleAgeSeconds": 1.25, "retrying": 10,
-                "sentTotal": 11, "visible": 12, "paused": true,
+                "sentTotal": 11, "visible": 12, "held": 13, "paused": true,
                 "breakerOpen": false,
             },
         }))
@@ -345,6 +349,7 @@ mod tests {
             ("deliveryFailuresTotal", "5"),
             ("expiredTotal", "6"),
             ("failedTotal", "7"),
+            ("held", "13"),
             ("leased", "8"),
             ("nackedTotal", "9"),
             ("oldestRetryingAgeSeconds", "0.0"),

@@ -56,6 +56,8 @@ pub(super) fn decode_message(
         shared: flags & 8 != 0,
         attempts,
         failure,
+        // From the queue's ORDERING_KEYS chunk, which follows.
+        ordering_key: None,
     })
 }
 
@@ -242,6 +244,17 @@ impl CheckpointLoader {
                         Some((q, id)) if *q == queue => *id = m.id,
                         last => *last = Some((queue.clone(), m.id)),
                     }
+                }
+            }
+            (kind::ORDERING_KEYS, Some(spool)) => {
+                let queue = r.str16()?.to_owned();
+                let n = r.u32()?;
+                for _ in 0..n {
+                    let id = r.id()?;
+                    let key = r.u64()?;
+                    spool
+                        .restore_ordering_key(&queue, id, key)
+                        .map_err(|e| DecodeError(format!("ordering key of {queue}: {e}")))?;
                 }
             }
             (kind::DEDUP, Some(spool)) => {

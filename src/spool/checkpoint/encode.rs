@@ -134,6 +134,7 @@ impl Spool {
             out.start(kind::MESSAGES, prefix.clone());
             let mut previous = EMPTY_ENTRY;
             let mut e = Vec::new();
+            let mut keyed = Vec::new();
             for (m, fresh) in messages {
                 let m = MessageEntry {
                     loc: relocate(LocUse {
@@ -160,10 +161,23 @@ impl Spool {
                 e.clear();
                 encode_message(&mut e, &m, &previous);
                 out.entry(&e);
+                if let Some(key) = m.ordering_key {
+                    keyed.push((m.id, key));
+                }
                 previous = m;
                 counts.messages += 1;
             }
             out.finish();
+            if !keyed.is_empty() {
+                out.start(kind::ORDERING_KEYS, prefix.clone());
+                for (id, key) in keyed.drain(..) {
+                    e.clear();
+                    put_u64(&mut e, id.0);
+                    put_u64(&mut e, key);
+                    out.entry(&e);
+                }
+                out.finish();
+            }
             out.start(kind::DEDUP, prefix.clone());
             let window = queue.settings.dedup_window_ms as i64;
             let in_window = |d: &DedupEntry| live.is_none_or(|(now, _)| d.first_at + window > now);

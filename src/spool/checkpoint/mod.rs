@@ -43,6 +43,9 @@ pub(crate) mod kind {
     /// Event keys with the fingerprint of what each event said: written
     /// instead of `EVENT_KEYS` once a key has one.
     pub(crate) const EVENT_KEYS_PRINTED: u8 = 72;
+    /// A queue's messages that carry an ordering key (in it and in its
+    /// failure queue), after its MESSAGES: only for a queue that has one.
+    pub(crate) const ORDERING_KEYS: u8 = 73;
 }
 
 /// Version of the chunk layouts inside a checkpoint.
@@ -113,6 +116,7 @@ const EMPTY_ENTRY: MessageEntry = MessageEntry {
     shared: false,
     attempts: None,
     failure: None,
+    ordering_key: None,
 };
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +202,7 @@ mod tests {
                 &mut spool,
                 10 + i as i64,
                 Command::Enqueue(EnqueueMeta {
+                    ordering_key: None,
                     id,
                     queue: Cow::Owned(if i % 3 == 0 { "b" } else { "a" }.into()),
                     visible_at: 10 + i as i64 + (i as i64 % 7) * 1000,
@@ -311,6 +316,7 @@ mod tests {
                 &mut spool,
                 9000 + i,
                 Command::Enqueue(EnqueueMeta {
+                    ordering_key: None,
                     id,
                     queue: "a".into(),
                     visible_at: 9000 + i,

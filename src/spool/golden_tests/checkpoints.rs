@@ -42,6 +42,7 @@ fn checkpoint_state() -> (Spool, CheckpointMeta) {
             paused: true,
         },
         Command::Enqueue(EnqueueMeta {
+            ordering_key: None,
             id: MessageId(1),
             queue: hooks(),
             visible_at: AT + 4_000,
@@ -63,6 +64,7 @@ fn checkpoint_state() -> (Spool, CheckpointMeta) {
             retry_count: 1,
         },
         Command::Enqueue(EnqueueMeta {
+            ordering_key: None,
             id: MessageId(2),
             queue: hooks(),
             visible_at: AT + 7_000,
@@ -76,6 +78,7 @@ fn checkpoint_state() -> (Spool, CheckpointMeta) {
             retry_count: 0,
         },
         Command::Event(EventMeta {
+            ordering_key: None,
             id: MessageId(3),
             event_type: "invoice.paid".into(),
             tenant: Some("cus_42".into()),
@@ -89,6 +92,7 @@ fn checkpoint_state() -> (Spool, CheckpointMeta) {
             id: MessageId(4),
         },
         Command::Enqueue(EnqueueMeta {
+            ordering_key: None,
             id: MessageId(6),
             queue: billing(),
             visible_at: AT + 11_000,
@@ -152,10 +156,62 @@ fn apply_in_order(
 fn checkpoints() -> Vec<(&'static str, Spool, CheckpointMeta)> {
     let (spool, meta) = checkpoint_state();
     let (printed, printed_meta) = printed_keys_state();
+    let (ordered, ordered_meta) = ordering_keys_state();
     vec![
         ("every-chunk", spool, meta),
         ("printed-keys", printed, printed_meta),
+        ("ordering-keys", ordered, ordered_meta),
     ]
+}
+
+/// A state whose messages carry ordering keys (message flag bit 4): a
+/// queue ordered per key that holds a failed message's key, two messages
+/// of key "a" (the first failed), one of "b", one without a key.
+fn ordering_keys_state() -> (Spool, CheckpointMeta) {
+    use crate::spool::queue::{Ordering, OrderingOnFailure};
+    let mut spool = Spool::new();
+    let orders = || Cow::Borrowed("orders");
+    let send = |id: u64, key: Option<&'static str>| {
+        Command::Enqueue(EnqueueMeta {
+            id: MessageId(id),
+            queue: orders(),
+            visible_at: AT,
+            dedup_hash: None,
+            ordering_key: key.map(Cow::Borrowed),
+        })
+    };
+    let commands = vec![
+        Command::QueueUpsert {
+            name: orders(),
+            settings: Box::new(QueueSettings {
+                ordering: Ordering::PerKey,
+                ordering_on_failure: OrderingOnFailure::Hold,
+                ..QueueSettings::default()
+            }),
+            managed_by_config: false,
+        },
+        send(1, Some("a")),
+        send(2, Some("a")),
+        send(3, Some("b")),
+        send(4, None),
+        Command::Fail {
+            queue: orders(),
+            id: MessageId(1),
+            reason: FailReason::PermanentStatus,
+            last_status: Some(422),
+            retry_count: 0,
+        },
+    ];
+    apply_in_order(&mut spool, commands, |_| (AT, SEGMENT));
+    let meta = CheckpointMeta {
+        seq: spool.applied_seq(),
+        next_segment_id: 4,
+        next_pack_id: 1,
+        salt: 0x5eed_0000_0000_0003,
+        token_key: [0x33; 32],
+        files: vec![SEGMENT],
+    };
+    (spool, meta)
 }
 
 /// A state whose event keys have fingerprints (chunk 72): one queue, an
@@ -165,6 +221,7 @@ fn printed_keys_state() -> (Spool, CheckpointMeta) {
     let audit = || Cow::Borrowed("audit");
     let event = |id: u64, dedup_hash: Option<u64>, fingerprint: Option<u64>| {
         Command::Event(EventMeta {
+            ordering_key: None,
             id: MessageId(id),
             event_type: "order.created".into(),
             tenant: None,
@@ -254,7 +311,7 @@ fn every_checkpoint_chunk_kind_reads_its_golden_bytes_and_writes_them() {
     let kinds: BTreeSet<u8> = file.values().map(|(kind, _)| *kind).collect();
     assert_eq!(
         kinds,
-        (64..=72).collect(),
+        (64..=73).collect(),
         "every chunk kind has golden bytes"
     );
 }
@@ -275,6 +332,7 @@ fn chunk_what(kind: u8, body: &[u8]) -> String {
         chunk::EVENT_KEYS => "EVENT_KEYS (70)".into(),
         chunk::HISTORY => of_queue("HISTORY (71)"),
         chunk::EVENT_KEYS_PRINTED => "EVENT_KEYS_PRINTED (72)".into(),
+        chunk::ORDERING_KEYS => of_queue("ORDERING_KEYS (73)"),
         _ => unreachable!("not a chunk kind"),
     }
 }

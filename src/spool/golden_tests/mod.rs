@@ -213,6 +213,8 @@ fn tag(tenant: Option<&str>) -> EventTag {
 /// and read as that default.
 fn busy_settings() -> QueueSettings {
     QueueSettings {
+        ordering: crate::spool::queue::Ordering::None,
+        ordering_on_failure: crate::spool::queue::OrderingOnFailure::Release,
         lease_timeout_ms: 45_000,
         max_retries: 5,
         retention_ms: 3 * 86_400_000,
@@ -248,6 +250,7 @@ fn records() -> Vec<Golden> {
     let orders = || Cow::Borrowed("orders");
     let enqueue = |id: u64, dedup_hash: Option<u64>| {
         Command::Enqueue(EnqueueMeta {
+            ordering_key: None,
             id: MessageId(id),
             queue: orders(),
             visible_at: AT + 1_000,
@@ -256,6 +259,7 @@ fn records() -> Vec<Golden> {
     };
     let event = |tenant: Option<&'static str>, dedup_hash: Option<u64>| {
         Command::Event(EventMeta {
+            ordering_key: None,
             id: MessageId(30),
             event_type: "invoice.paid".into(),
             tenant: tenant.map(Cow::Borrowed),
@@ -547,6 +551,34 @@ fn records() -> Vec<Golden> {
             hops: 5,
             ..resent(None, None)
         }),
+        golden(
+            "enqueue-ordering",
+            "enqueue (4) with an ordering key \"cus_42\" and 3 hops (flag bits 3 and 4: the key a str16 at the very end, after the hop count)",
+            Command::Enqueue(EnqueueMeta {
+                ordering_key: Some("cus_42".into()),
+                ..match enqueue(12, None) {
+                    Command::Enqueue(meta) => meta,
+                    _ => unreachable!("an enqueue"),
+                }
+            }),
+        )
+        .carrying(Payload {
+            hops: 3,
+            ..text("in order")
+        }),
+        golden(
+            "event-ordering",
+            "event (18) with a key, its fingerprint and an ordering key \"cus_42\" (flag bits 3 and 4: the key a str16 after the fingerprint)",
+            Command::Event(EventMeta {
+                fingerprint: Some(0x1122_3344_5566_7788),
+                ordering_key: Some("cus_42".into()),
+                ..match event(None, Some(0x0a0b)) {
+                    Command::Event(meta) => meta,
+                    _ => unreachable!("an event"),
+                }
+            }),
+        )
+        .carrying(event_payload(None)),
     ]
 }
 

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::Spool;
+use super::keys::{Leaving, key_hash};
 use super::queue::{Queue, QueueId};
 use super::types::{Applied, Delivered, EventSeen, Message};
 use crate::journal::RecordLoc;
@@ -30,6 +31,9 @@ impl Spool {
         let before = self.memory_of(&self.named_queues(&record.command));
         let applied = self.apply_command(record, loc);
         let named = self.named_queues(&record.command);
+        for &qid in &named {
+            self.settle_keys(qid);
+        }
         self.memory_bytes = (self.memory_bytes + self.memory_of(&named)).saturating_sub(before);
         self.busy.extend(named);
         applied
@@ -92,6 +96,9 @@ impl Spool {
         assert!(seq > self.applied_seq, "bug: format-1 records out of order");
         self.applied_seq = seq;
         let applied = self.apply_command(record, loc);
+        for qid in self.named_queues(&record.command) {
+            self.settle_keys(qid);
+        }
         self.mark_busy(&record.command);
         applied
     }
@@ -124,6 +131,7 @@ impl Spool {
                     queue: Cow::Borrowed(queue.as_ref()),
                     visible_at: *visible_at,
                     dedup_hash: None,
+                    ordering_key: None,
                 };
                 self.apply_enqueue(&meta, at, loc)
             }
@@ -200,7 +208,8 @@ impl Spool {
         let Some((q, events)) = self.queue_and_events(queue) else {
             return Applied::Missing;
         };
-        let Some((mut message, failure)) = q.take(id, events) else {
+        // Back in line, still its key's first: it holds the later ones.
+        let Some((mut message, failure, _)) = q.take_as(id, events, Leaving::Returning) else {
             return Applied::Missing;
         };
         message.visible_at = visible_at;
@@ -229,7 +238,8 @@ impl Spool {
         let Some(failed_qid) = q.failed else {
             return Applied::Missing;
         };
-        let Some((mut message, _)) = q.take(id, &mut self.fresh_events) else {
+        let Some((mut message, _, key)) = q.take_as(id, &mut self.fresh_events, Leaving::Gone)
+        else {
             return Applied::Missing;
         };
         let attempts = q.attempts.remove(&id);
@@ -242,6 +252,9 @@ impl Spool {
             .queues
             .get_mut(&failed_qid)
             .expect("bug: failure queue missing");
+        if let Some(key) = key {
+            fq.join_key(id, key);
+        }
         fq.insert(id, message);
         if let Some(a) = attempts {
             fq.attempts.insert(id, a);
@@ -284,17 +297,22 @@ impl Spool {
             .get_mut(&failed_qid)
             .expect("bug: failure queue missing");
         for &id in ids {
-            if let Some((mut message, _)) = fq.take(id, &mut self.fresh_events) {
+            if let Some((mut message, _, key)) =
+                fq.take_as(id, &mut self.fresh_events, Leaving::Gone)
+            {
                 message.retry_count = 0;
                 message.visible_at = at;
                 message.retention_from = at;
                 message.pending = false;
-                moved.push((id, message, fq.attempts.remove(&id)));
+                moved.push((id, message, fq.attempts.remove(&id), key));
             }
         }
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         let n = moved.len() as u64;
-        for (id, message, attempts) in moved {
+        for (id, message, attempts, key) in moved {
+            if let Some(key) = key {
+                q.join_key(id, key);
+            }
             q.insert(id, message);
             if let Some(a) = attempts {
                 q.attempts.insert(id, a);
@@ -347,6 +365,8 @@ impl Spool {
         if let Some(&qid) = self.names.get(name) {
             let q = self.queues.get_mut(&qid).expect("bug: name without queue");
             q.prune_dedup(at);
+            let reorder = (q.settings.ordering, q.settings.ordering_on_failure)
+                != (settings.ordering, settings.ordering_on_failure);
             if q.settings.events != settings.events {
                 self.subscriptions.remove(qid.0, &q.settings.events);
                 self.subscriptions.add(qid.0, &settings.events);
@@ -362,6 +382,9 @@ impl Spool {
                     .get_mut(&fid)
                     .expect("bug: failure queue missing");
                 fq.settings = self.failure_settings.of(settings);
+            }
+            if reorder {
+                self.reorder_keys(qid);
             }
             return;
         }
@@ -426,6 +449,9 @@ impl Spool {
         };
         self.count_bytes(loc);
         let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+        if let Some(key) = &meta.ordering_key {
+            q.join_key(meta.id, key_hash(key));
+        }
         q.insert(
             meta.id,
             Message {
@@ -512,12 +538,16 @@ impl Spool {
             .next_message_id
             .max(meta.id.0.max(top).saturating_add(1));
         let mut n = 0;
+        let key = meta.ordering_key.as_deref().map(key_hash);
         for (queue, id) in &meta.deliveries {
             let Some(&qid) = self.names.get(queue.as_ref()) else {
                 continue;
             };
             self.hold_record(loc, true);
             let q = self.queues.get_mut(&qid).expect("bug: name without queue");
+            if let Some(key) = key {
+                q.join_key(*id, key);
+            }
             q.insert_delivery(
                 *id,
                 Message {

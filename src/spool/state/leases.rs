@@ -222,19 +222,20 @@ impl Spool {
 
     /// Undoes a reservation whose record could not be written.
     pub(crate) fn release(&mut self, queue: &str, id: MessageId) {
-        let Some(q) = self.queue_mut(queue) else {
+        let Some(&qid) = self.names.get(queue) else {
             return;
         };
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         let Some(message) = q.messages.get_mut(&id) else {
             return;
         };
         message.pending = false;
+        let visible_at = message.visible_at;
         match q.leases.get_mut(&id) {
             Some(lease) => lease.settling = false,
-            None => {
-                q.ready.insert((message.visible_at, id));
-            }
+            None => q.line_up(id, visible_at),
         }
+        self.settle_keys(qid);
     }
 
     /// Ends a lease without a record and without counting it: the message
@@ -242,9 +243,10 @@ impl Spool {
     /// lease whose payload could not be read (the spool's fault, not the
     /// message's).
     pub(crate) fn return_lease(&mut self, queue: &str, id: MessageId, serial: u64) {
-        let Some(q) = self.queue_mut(queue) else {
+        let Some(&qid) = self.names.get(queue) else {
             return;
         };
+        let q = self.queues.get_mut(&qid).expect("bug: name without queue");
         if q.leases
             .get(&id)
             .is_none_or(|l| l.serial != serial || l.settling)
@@ -254,18 +256,27 @@ impl Spool {
         let lease = q.leases.remove(&id).expect("checked above");
         q.lease_expiry.remove(&(lease.expires_at, id));
         let message = q.messages[&id];
-        q.ready.insert((message.visible_at, id));
+        q.line_up(id, message.visible_at);
+        self.settle_keys(qid);
     }
 
     /// Drops every lease (a new epoch): their messages are visible at once,
     /// in their old place in line, retry counts unchanged.
     pub(crate) fn drop_leases(&mut self) {
-        for q in self.queues.values_mut() {
-            for (id, _) in q.leases.drain() {
+        let mut keyed = Vec::new();
+        for (&qid, q) in self.queues.iter_mut() {
+            let ids: Vec<MessageId> = q.leases.drain().map(|(id, _)| id).collect();
+            for id in ids {
                 let message = q.messages[&id];
-                q.ready.insert((message.visible_at, id));
+                q.line_up(id, message.visible_at);
             }
             q.lease_expiry.clear();
+            if q.keys.is_some() {
+                keyed.push(qid);
+            }
+        }
+        for qid in keyed {
+            self.settle_keys(qid);
         }
     }
 }

@@ -38,6 +38,10 @@ const FRESH_EVENT_BYTES: u64 = 80;
 /// The largest an untouched delivery costs in its queue's line: 16 bytes,
 /// in a line that may be twice as long as it holds.
 const FRESH_DELIVERY_BYTES: u64 = 32;
+/// A message's ordering key: its entry by id and in its key's line; and
+/// a key's line (`keys.rs`).
+const KEYED_MESSAGE_BYTES: u64 = 64;
+const KEY_LINE_BYTES: u64 = 96;
 /// A remembered event key, and each delivery it lists (a queue name of at
 /// most 128 bytes in a `String`, and an id).
 const EVENT_KEY_BYTES: u64 = 96;
@@ -49,12 +53,21 @@ const EVENT_KEY_DELIVERY_BYTES: u64 = 40;
 /// together.
 pub(crate) fn record_cost(command: &Command<'_>) -> u64 {
     match command {
-        Command::Enqueue(_) | Command::Resend { .. } => MESSAGE_BYTES,
+        Command::Enqueue(meta) => {
+            let keyed = meta.ordering_key.as_ref();
+            MESSAGE_BYTES + keyed.map_or(0, |_| KEYED_MESSAGE_BYTES + KEY_LINE_BYTES)
+        }
+        Command::Resend { .. } => MESSAGE_BYTES,
         Command::Event(meta) => {
             let key = meta
                 .dedup_hash
                 .map_or(0, |_| Spool::event_key_bytes(meta.deliveries.len()));
-            FRESH_EVENT_BYTES + meta.deliveries.len() as u64 * FRESH_DELIVERY_BYTES + key
+            // A keyed delivery is an ordinary message with its key.
+            let each = match meta.ordering_key {
+                Some(_) => MESSAGE_BYTES + KEYED_MESSAGE_BYTES + KEY_LINE_BYTES,
+                None => FRESH_DELIVERY_BYTES,
+            };
+            FRESH_EVENT_BYTES + meta.deliveries.len() as u64 * each + key
         }
         _ => 0,
     }
@@ -70,6 +83,9 @@ impl Queue {
             + n(self.leases.len() + self.failures.len() + self.attempts.len()) * SIDE_ENTRY_BYTES
             + n(self.dedup.len()) * DEDUP_KEY_BYTES
             + n(self.history.len()) * HISTORY_ENTRY_BYTES
+            + self.keys.as_ref().map_or(0, |k| {
+                n(k.len()) * KEYED_MESSAGE_BYTES + n(k.lines()) * KEY_LINE_BYTES
+            })
     }
 }
 

@@ -21,6 +21,7 @@ use crate::time::Millis;
 
 mod apply;
 pub(crate) mod fresh;
+pub(crate) mod keys;
 pub(crate) mod leases;
 pub(crate) mod memory;
 mod plain;

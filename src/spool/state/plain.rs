@@ -34,6 +34,8 @@ pub struct MessageEntry {
     pub shared: bool,
     pub attempts: Option<RecordLoc>,
     pub failure: Option<FailInfo>,
+    /// Its ordering key's hash (`state/keys.rs`).
+    pub ordering_key: Option<u64>,
 }
 
 /// A remembered dedup key.

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::fresh::{Fresh, FreshEvents};
+use super::keys::{Keys, Leaving};
 use super::plain::MessageEntry;
 use super::types::{Breaker, Counters, Delivered, Lease, Message};
 use crate::journal::RecordLoc;
@@ -68,6 +69,8 @@ pub(crate) struct Queue {
     pub(super) history: BTreeMap<MessageId, Delivered>,
     pub(super) history_order: BTreeSet<(Millis, MessageId)>,
     pub(super) history_bytes: u64,
+    /// The ordering keys of its messages (`keys.rs`), once one has one.
+    pub(super) keys: Option<Box<Keys>>,
     pub counters: Counters,
 }
 
@@ -99,6 +102,7 @@ impl Queue {
             history: BTreeMap::new(),
             history_order: BTreeSet::new(),
             history_bytes: 0,
+            keys: None,
             counters: Counters::default(),
         }
     }
@@ -121,8 +125,10 @@ impl Queue {
             && self.history.is_empty()
     }
 
+    /// A message joins the queue (its key, if any, joined first): in
+    /// line, unless its key holds it.
     pub(super) fn insert(&mut self, id: MessageId, message: Message) {
-        self.ready.insert((message.visible_at, id));
+        self.line_up(id, message.visible_at);
         self.retention.insert((message.retention_from, id));
         if message.retry_count > 0 && !self.is_failure_queue() {
             self.retrying.insert(id);
@@ -152,9 +158,11 @@ impl Queue {
         message: Message,
         events: &mut FreshEvents,
     ) {
-        let in_order = self.fresh.last().is_none_or(|(last, slot)| {
-            last < id && events.get(slot).visible_at <= message.visible_at
-        });
+        // A keyed delivery is an ordinary message: its key may hold it.
+        let in_order = self.key_of(id).is_none()
+            && self.fresh.last().is_none_or(|(last, slot)| {
+                last < id && events.get(slot).visible_at <= message.visible_at
+            });
         if in_order
             && !self.is_failure_queue()
             && !self.messages.contains_key(&id)
@@ -235,25 +243,37 @@ impl Queue {
     }
 
     /// Removes a message from every index (its attempts stay: the caller
-    /// moves or forgets them).
+    /// moves or forgets them), for good or to another queue.
     pub(super) fn take(
         &mut self,
         id: MessageId,
         events: &mut FreshEvents,
     ) -> Option<(Message, Option<FailInfo>)> {
+        self.take_as(id, events, Leaving::Gone)
+            .map(|(message, failure, _)| (message, failure))
+    }
+
+    /// [`Queue::take`], saying how it leaves its key; with its key.
+    pub(super) fn take_as(
+        &mut self,
+        id: MessageId,
+        events: &mut FreshEvents,
+        leaving: Leaving,
+    ) -> Option<(Message, Option<FailInfo>, Option<u64>)> {
         if let Some(slot) = self.fresh.remove(id) {
             let message = events.get(slot).message();
             events.leave(slot);
-            return Some((message, None));
+            return Some((message, None, None));
         }
         let message = self.messages.remove(&id)?;
+        let key = self.leave_key(id, leaving);
         self.ready.remove(&(message.visible_at, id));
         self.retention.remove(&(message.retention_from, id));
         self.retrying.remove(&id);
         if let Some(lease) = self.leases.remove(&id) {
             self.lease_expiry.remove(&(lease.expires_at, id));
         }
-        Some((message, self.failures.remove(&id)))
+        Some((message, self.failures.remove(&id), key))
     }
 
     /// The messages `filter` selects, oldest first: all of them counted,
@@ -315,6 +335,7 @@ impl Queue {
                     shared: m.shared,
                     attempts: self.attempts.get(&id).copied(),
                     failure: self.failures.get(&id).copied(),
+                    ordering_key: self.key_of(id),
                 };
                 (entry, fresh)
             })

@@ -78,6 +78,29 @@ impl Spool {
         Ok(())
     }
 
+    /// Gives message `id` of `queue` (or of its failure queue), restored
+    /// already, its ordering key: an ordinary message (not an untouched
+    /// delivery), out of line until its key settles (`finish_restore`).
+    pub(crate) fn restore_ordering_key(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        key: u64,
+    ) -> Result<(), &'static str> {
+        let qid = self.holder_id(queue, id).ok_or("no such message")?;
+        self.promote(qid, id);
+        let q = self.queues.get_mut(&qid).expect("found above");
+        if q.key_of(id).is_some() {
+            return Err("a key repeated");
+        }
+        q.join_key(id, key);
+        if q.ordered() {
+            let at = q.messages[&id].visible_at;
+            q.ready.remove(&(at, id));
+        }
+        Ok(())
+    }
+
     /// Remembers a dedup key from a checkpoint (in window-start order).
     pub(crate) fn restore_dedup(
         &mut self,
@@ -93,13 +116,20 @@ impl Spool {
         Ok(())
     }
 
-    /// Done restoring: dedup keys in window order.
+    /// Done restoring: dedup keys in window order, ordering keys settled.
     pub(crate) fn finish_restore(&mut self) {
+        let mut keyed = Vec::new();
         for (&qid, q) in &mut self.queues {
             q.dedup_order.make_contiguous().sort_unstable();
             if !q.is_idle() {
                 self.busy.insert(qid);
             }
+            if q.keys.is_some() {
+                keyed.push(qid);
+            }
+        }
+        for qid in keyed {
+            self.settle_keys(qid);
         }
         self.memory_bytes = self.queues.values().map(|q| q.memory_bytes()).sum();
     }

@@ -142,6 +142,9 @@ pub struct QueueStats {
     pub visible: u64,
     pub leased: u64,
     pub delayed: u64,
+    /// Waiting behind an earlier message of their ordering key (an
+    /// ordered queue): out of line, in none of the counts above.
+    pub held: u64,
     pub counters: Counters,
     pub oldest_visible_age_ms: Option<i64>,
     /// Messages tried and failed at least once, still in the queue (not in

@@ -126,6 +126,7 @@ impl Spool {
         let waiting = (q.ready.len() + q.fresh.len()) as u64;
         let delayed = kept_delayed + fresh_delayed;
         Some(QueueStats {
+            held: q.held_count(),
             visible: waiting - delayed,
             leased: q.leases.len() as u64,
             delayed,
