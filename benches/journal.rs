@@ -67,6 +67,7 @@ fn request(len: usize) -> SendRequest {
             resent_from: None,
             trace: None,
             hops: 0,
+            ordering_key: None,
             body: vec![b'x'; len].into(),
         },
         ..SendRequest::default()

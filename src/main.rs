@@ -116,6 +116,10 @@ enum Command {
         /// Idempotency key (the queue needs a dedup window).
         #[arg(long)]
         key: Option<String>,
+        /// Ordering key: on a queue with ordering = "per_key", messages
+        /// with the same key go one at a time, in order.
+        #[arg(long)]
+        ordering_key: Option<String>,
     },
     /// A queue's delivery history (historyRetentionSeconds): list, show,
     /// resend.
@@ -190,6 +194,9 @@ enum EventsCommand {
         /// nothing and prints the first event.
         #[arg(long)]
         key: Option<String>,
+        /// Ordering key: each delivery's, in its queue.
+        #[arg(long)]
+        ordering_key: Option<String>,
         /// Print the answer as one JSON line.
         #[arg(long)]
         json: bool,
@@ -398,12 +405,16 @@ fn dispatch(command: Command, target: &Target) -> anyhow::Result<ExitCode> {
             data,
             content_type,
             key,
+            ordering_key,
         } => on_server(commands::send(
             target,
             &queue,
             data,
             &content_type,
-            key.as_deref(),
+            ops::Keys {
+                idempotency: key.as_deref(),
+                ordering: ordering_key.as_deref(),
+            },
             &mut stdout(),
         )),
         Command::History { command } => history(target, command),
@@ -475,6 +486,7 @@ fn events(target: &Target, command: EventsCommand) -> anyhow::Result<ExitCode> {
         data,
         content_type,
         key,
+        ordering_key,
         json,
     } = command;
     on_server(async {
@@ -483,7 +495,10 @@ fn events(target: &Target, command: EventsCommand) -> anyhow::Result<ExitCode> {
             tenant: tenant.as_deref(),
             payload: commands::body(data)?,
             content_type: &content_type,
-            key: key.as_deref(),
+            keys: ops::Keys {
+                idempotency: key.as_deref(),
+                ordering: ordering_key.as_deref(),
+            },
         };
         ops::events_send(target, event, json, &mut stdout()).await
     })

@@ -41,6 +41,7 @@ pub fn text_message(body: impl Into<bytes::Bytes>) -> crate::engine::SendRequest
             resent_from: None,
             trace: None,
             hops: 0,
+            ordering_key: None,
             body: body.into(),
         },
         ..crate::engine::SendRequest::default()

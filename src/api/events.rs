@@ -93,10 +93,10 @@ pub(crate) async fn publish(
                 resent_from: None,
                 trace: None,
                 hops,
+                ordering_key: ordering_key(headers)?,
                 body,
             },
             dedup_key,
-            ordering_key: ordering_key(headers)?,
             headers: filter_headers(headers),
         },
         None => {
@@ -125,10 +125,10 @@ pub(crate) async fn publish(
                     resent_from: None,
                     trace: None,
                     hops,
+                    ordering_key: checked_ordering_key(event.ordering_key, "orderingKey")?,
                     body: payload.into(),
                 },
                 dedup_key,
-                ordering_key: checked_ordering_key(event.ordering_key, "orderingKey")?,
                 headers: filter_headers(headers),
             }
         }

@@ -161,7 +161,6 @@ pub(crate) async fn send(
     let request = SendRequest {
         delay_ms: delay_ms(headers)?,
         dedup_key: idempotency_key(headers, "idempotency-key")?,
-        ordering_key: ordering_key(headers)?,
         payload: Payload {
             content_type: content_type(headers),
             request: None,
@@ -169,6 +168,7 @@ pub(crate) async fn send(
             resent_from: None,
             trace: incoming_trace(headers),
             hops: incoming_hops(headers)?,
+            ordering_key: ordering_key(headers)?,
             body: read_body(&state, headers, body).await?,
         },
     };
@@ -217,7 +217,6 @@ pub(crate) async fn forward(
     let request = SendRequest {
         delay_ms: delay_ms(headers)?,
         dedup_key: idempotency_key(headers, "spooler-idempotency-key")?,
-        ordering_key: ordering_key(headers)?,
         payload: Payload {
             content_type: headers
                 .get(header::CONTENT_TYPE)
@@ -234,6 +233,7 @@ pub(crate) async fn forward(
             resent_from: None,
             trace: incoming_trace(headers),
             hops: incoming_hops(headers)?,
+            ordering_key: ordering_key(headers)?,
             body: read_body(&state, headers, body).await?,
         },
     };
@@ -359,6 +359,10 @@ pub(crate) async fn receive(
         && let Ok(v) = HeaderValue::from_str(&engine.tokens().format_id(from))
     {
         h.insert("spooler-resent-from", v);
+    }
+    if let Some(v) = (d.payload.ordering_key.as_deref()).and_then(|k| HeaderValue::from_str(k).ok())
+    {
+        h.insert("spooler-ordering-key", v);
     }
     if let Some(event) = &d.payload.event {
         let event_id = engine.tokens().format_id(event.id);

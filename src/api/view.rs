@@ -52,6 +52,9 @@ pub(crate) struct MessageJson<'a> {
     event_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tenant: Option<&'a str>,
+    /// Its ordering key (docs/contract.md §2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ordering_key: Option<&'a str>,
     /// A resend: the id of the delivered message it repeats.
     #[serde(skip_serializing_if = "Option::is_none")]
     resent_from: Option<String>,
@@ -156,6 +159,7 @@ pub(crate) fn render<'a>(
         event_type: payload.event.as_ref().map(|e| e.event_type.as_str()),
         event_id: payload.event.as_ref().map(|e| tokens.format_id(e.id)),
         tenant: payload.event.as_ref().and_then(|e| e.tenant.as_deref()),
+        ordering_key: payload.ordering_key.as_deref(),
         resent_from: payload.resent_from.map(|id| tokens.format_id(id)),
         delivered_at: (view.state == crate::spool::MessageState::Delivered)
             .then(|| format_rfc3339(m.visible_at)),

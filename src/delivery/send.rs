@@ -70,6 +70,9 @@ pub(super) async fn send(
         let from = shared.engine.tokens().format_id(from);
         put(&mut headers, "spooler-resent-from", &from);
     }
+    if let Some(key) = &d.payload.ordering_key {
+        put(&mut headers, "spooler-ordering-key", key);
+    }
     if let Some(event) = &d.payload.event {
         put(&mut headers, "spooler-event-type", &event.event_type);
         let event_id = shared.engine.tokens().format_id(event.id);

@@ -24,8 +24,6 @@ pub struct EventRequest {
     /// Content type and body; `request` and `event` are ignored.
     pub payload: Payload,
     pub dedup_key: Option<String>,
-    /// Its `orderingKey`: each delivery's in its queue.
-    pub ordering_key: Option<String>,
     /// The headers it was published with (lower-case names): what a
     /// subscription's content filter reads beside the payload. Not kept.
     pub headers: Map<String, Value>,
@@ -150,7 +148,7 @@ impl Engine {
                         .iter()
                         .map(|(q, id)| (Cow::Owned(q.clone()), *id))
                         .collect(),
-                    ordering_key: request.ordering_key.clone().map(Cow::Owned),
+                    ordering_key: request.payload.ordering_key.clone().map(Cow::Owned),
                 }),
             };
             self.check_memory(&core, &record)?;
@@ -220,7 +218,7 @@ fn fingerprint(request: &EventRequest) -> u64 {
     hash.update((request.event_type.len() as u64).to_le_bytes());
     hash.update(request.event_type.as_bytes());
     hash.update(&request.payload.body);
-    if let Some(key) = &request.ordering_key {
+    if let Some(key) = &request.payload.ordering_key {
         hash.update(b"\0ordering key\0");
         hash.update(key.as_bytes());
     }

@@ -86,7 +86,14 @@ impl Engine {
                 .spool
                 .get(queue, id, now)
                 .map_err(|e| self.message_error(queue, id, e))?;
-            if view.state != MessageState::Delayed || queue.ends_with(FAILED_SUFFIX) {
+            // A held message may wait for its delay too: retrying it
+            // ends the delay, and its key still lets it go in turn.
+            let delayed = match view.state {
+                MessageState::Delayed => true,
+                MessageState::Held => view.message.visible_at > now,
+                _ => false,
+            };
+            if !delayed || queue.ends_with(FAILED_SUFFIX) {
                 return Err(MessageError::NotDelayed {
                     queue: queue.to_owned(),
                     id: self.inner.tokens.format_id(id),

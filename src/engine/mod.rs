@@ -172,9 +172,6 @@ pub struct SendRequest {
     pub payload: Payload,
     pub delay_ms: u64,
     pub dedup_key: Option<String>,
-    /// `Spooler-Ordering-Key`: checked by the caller
-    /// (`spool::state::keys::ordering_key_problem`).
-    pub ordering_key: Option<String>,
 }
 
 /// A message leased to a push queue's worker: the lease as the engine

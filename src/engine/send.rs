@@ -89,7 +89,7 @@ impl Engine {
                 queue: Cow::Owned(queue.to_owned()),
                 visible_at: now + request.delay_ms as i64,
                 dedup_hash: dedup.as_ref().map(|d| d.1),
-                ordering_key: request.ordering_key.clone().map(Cow::Owned),
+                ordering_key: request.payload.ordering_key.clone().map(Cow::Owned),
             }),
         };
         let reply = Reply::Send {

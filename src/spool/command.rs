@@ -170,6 +170,9 @@ pub struct Payload {
     /// How many spoold deliveries the message came through
     /// (`Spooler-Hops`, `api/hops.rs`): its own deliveries say one more.
     pub hops: u8,
+    /// The ordering key the message was sent with (docs/contract.md §2,
+    /// "Ordered delivery per key"): shown by peek, receive and delivery.
+    pub ordering_key: Option<String>,
     /// Shared, not copied: the HTTP layer's buffer goes straight into the
     /// journal record, and a delivery attempt clones a reference.
     pub body: Bytes,

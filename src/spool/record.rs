@@ -640,6 +640,7 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
             resent_from: Some(from),
             trace: None,
             hops,
+            ordering_key: None,
             body,
         });
     }
@@ -652,6 +653,14 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
         } else {
             0
         };
+        if flags & EVENT_HAS_FINGERPRINT != 0 {
+            r.u64()?;
+        }
+        let ordering_key = if flags & EVENT_HAS_ORDERING != 0 {
+            Some(r.str16()?.to_owned())
+        } else {
+            None
+        };
         return Ok(Payload {
             content_type,
             request: None,
@@ -663,6 +672,7 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
             resent_from: None,
             trace: None,
             hops,
+            ordering_key,
             body,
         });
     }
@@ -684,6 +694,11 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
     } else {
         0
     };
+    let ordering_key = if flags & ENQUEUE_HAS_ORDERING != 0 {
+        Some(r.str16()?.to_owned())
+    } else {
+        None
+    };
     Ok(Payload {
         content_type,
         request,
@@ -691,6 +706,7 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
         resent_from: None,
         trace,
         hops,
+        ordering_key,
         body,
     })
 }
@@ -808,13 +824,14 @@ mod tests {
             event: None,
             resent_from: None,
             trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
-            hops: 0,
+            hops: 2,
+            ordering_key: Some("acct-7".into()),
             body: Bytes::from_static(b"{\"a\":1}"),
         };
         let record = Record {
             at: 5,
             command: Command::Enqueue(EnqueueMeta {
-                ordering_key: None,
+                ordering_key: Some(Cow::Borrowed("acct-7")),
                 id: MessageId(42),
                 queue: Cow::Borrowed("billing"),
                 visible_at: 6,
@@ -836,11 +853,15 @@ mod tests {
             resent_from: None,
             trace: None,
             hops: 0,
+            ordering_key: None,
             body: Bytes::from_static(b"{\"invoice\":7}"),
         };
         for tenant in [None, Some(Cow::Borrowed("cus_42"))] {
+            // The tenant's event carries an ordering key, after its
+            // fingerprint.
+            let ordering_key = tenant.as_ref().map(|_| Cow::Borrowed("acct-7"));
             let meta = EventMeta {
-                ordering_key: None,
+                ordering_key: ordering_key.clone(),
                 id: MessageId(10),
                 event_type: Cow::Borrowed("invoice.paid"),
                 tenant: tenant.clone(),
@@ -866,6 +887,7 @@ mod tests {
             assert_eq!(tag.id, MessageId(10));
             assert_eq!(tag.event_type, "invoice.paid");
             assert_eq!(tag.tenant.as_deref(), tenant.as_deref());
+            assert_eq!(read.ordering_key.as_deref(), ordering_key.as_deref());
         }
     }
 

@@ -264,6 +264,7 @@ mod tests {
             resent_from: None,
             trace: None,
             hops: 0,
+            ordering_key: None,
             body: Bytes::copy_from_slice(body.as_bytes()),
         }
     }

@@ -31,6 +31,7 @@ async fn send_receive_ack_reads_the_payload_back_from_disk() {
             resent_from: None,
             trace: None,
             hops: 0,
+            ordering_key: Some("acct-1".into()),
             body: b"{\"n\":1}".to_vec().into(),
         },
         ..SendRequest::default()

@@ -25,10 +25,10 @@ fn event(n: usize) -> EventRequest {
             resent_from: None,
             trace: None,
             hops: 0,
+            ordering_key: None,
             body: format!("{{\"n\": {n}}}").into_bytes().into(),
         },
         dedup_key: None,
-        ordering_key: None,
         headers: Default::default(),
     }
 }

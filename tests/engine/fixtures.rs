@@ -273,7 +273,6 @@ async fn the_last_spool_before_events_is_read_written_and_read_again() {
                 "orders",
                 SendRequest {
                     dedup_key: Some("key-1".into()),
-                    ordering_key: None,
                     ..common::body("again")
                 },
             )
@@ -503,7 +502,6 @@ async fn a_spool_with_events_and_history_is_read_written_and_read_again() {
             tenant: Some("cus_42".into()),
             payload: common::body("paid again").payload,
             dedup_key: Some(dedup_key.into()),
-            ordering_key: None,
             headers: Default::default(),
         };
         // Keys belong to their tenant since issue 38: the fixture's key,

@@ -35,7 +35,8 @@ use spoold::engine::{
 };
 use spoold::spool::OnExpire;
 use spoold::spool::{
-    ContentFilter, DeadLetterFilter, FailReason, MessageId, QueueSettings, SpoolState, StatusMatch,
+    ContentFilter, DeadLetterFilter, FailReason, MessageId, Payload, QueueSettings, SpoolState,
+    StatusMatch,
 };
 use spoold::spool::{Ordering, OrderingOnFailure};
 use spoold::testing::FailInfo;
@@ -1011,9 +1012,11 @@ impl World {
         let request = EventRequest {
             event_type: event_type.clone(),
             tenant: None,
-            payload: body(&text).payload,
+            payload: Payload {
+                ordering_key: okey.map(ordering_key),
+                ..body(&text).payload
+            },
             dedup_key: key.map(|k| format!("ev-{k}")),
-            ordering_key: okey.map(ordering_key),
             headers: [("x-region".to_owned(), serde_json::json!(region))]
                 .into_iter()
                 .collect(),
@@ -1067,12 +1070,12 @@ impl World {
     ) {
         let now = self.now();
         let text = self.model.new_body();
-        let request = SendRequest {
+        let mut request = SendRequest {
             delay_ms,
             dedup_key: key.map(|k| format!("key-{k}")),
-            ordering_key: okey.map(ordering_key),
             ..body(&text)
         };
+        request.payload.ordering_key = okey.map(ordering_key);
         let out = self.engine.send(queue, request).await;
         let Some(settings) = self.model.settings(queue).cloned() else {
             assert!(
@@ -1621,7 +1624,6 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         tenant: None,
                         payload: body(&text).payload,
                         dedup_key: None,
-                        ordering_key: None,
                         headers: Default::default(),
                     };
                     let event = tokio::spawn(async move { engine.publish(request).await });

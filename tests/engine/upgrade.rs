@@ -78,7 +78,6 @@ async fn a_format_1_spool_is_upgraded_at_start_up_with_everything_it_held() {
             "orders",
             SendRequest {
                 dedup_key: Some("key-1".into()),
-                ordering_key: None,
                 ..common::body("again")
             },
         )

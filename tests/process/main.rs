@@ -33,6 +33,7 @@ mod full_disk;
 mod helm;
 mod limits;
 mod metrics;
+mod ordering;
 mod push_delivery;
 mod readme;
 mod refusals_and_secrets;

@@ -65,10 +65,13 @@ async fn the_quick_start_runs_as_written() {
     assert_eq!(orders["stats"]["nackedTotal"], 1, "{orders}");
     let billing = spoold.api().get_json("/v1/queues/billing").await;
     assert_eq!(billing["stats"]["sentTotal"], 1, "{billing}");
-    // The webhooks example: the event reached the audit queue, and the
-    // endpoint (deleted at the end) took it too.
+    // The webhooks example: both events (the second with an ordering
+    // key) reached the audit queue, and the endpoint (deleted at the end)
+    // took them too.
     let audit = spoold.api().get_json("/v1/queues/audit").await;
-    assert_eq!(audit["stats"]["sentTotal"], 1, "{audit}");
+    assert_eq!(audit["stats"]["sentTotal"], 2, "{audit}");
+    let peeked = spoold.api().get_json("/v1/queues/audit/messages").await;
+    assert_eq!(peeked["messages"][1]["orderingKey"], "acct-9", "{peeked}");
     assert_eq!(audit["settings"]["events"], serde_json::json!([">"]));
     assert_eq!(spoold.stop(), 0);
 }

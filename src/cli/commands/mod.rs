@@ -61,11 +61,11 @@ pub async fn send(
     queue: &str,
     data: Option<String>,
     content_type: &str,
-    key: Option<&str>,
+    keys: ops::Keys<'_>,
     out: &mut impl Write,
 ) -> Result<(), OpsError> {
     let body = body(data)?;
-    let id = ops::send(target, queue, body, content_type, key).await?;
+    let id = ops::send(target, queue, body, content_type, keys).await?;
     writeln!(out, "{id}")?;
     Ok(())
 }

@@ -17,7 +17,7 @@ pub struct Event<'a> {
     pub tenant: Option<&'a str>,
     pub payload: Vec<u8>,
     pub content_type: &'a str,
-    pub key: Option<&'a str>,
+    pub keys: super::Keys<'a>,
 }
 
 /// The answer: the event's id and one message per subscribing queue.
@@ -51,9 +51,7 @@ pub async fn events_send(
     if let Some(tenant) = event.tenant {
         request = request.header("Spooler-Tenant", tenant);
     }
-    if let Some(k) = event.key {
-        request = request.header("Idempotency-Key", k);
-    }
+    let request = event.keys.on(request);
     let answer: Value = target.answer(request).await?;
     if json {
         return json_lines(out, &[answer]);

@@ -54,7 +54,7 @@ pub use events::{Event, events_send};
 pub use filters::{DeadLetterArgs, HistoryArgs, SearchArgs};
 pub use history::{history_list, history_resend, history_show};
 pub use queues::{QueueAction, queue_action, queue_stats, queues};
-pub use send::send;
+pub use send::{Keys, send};
 pub use settings::{queue_set, settings_patch};
 pub use tail::{TailEnd, tail};
 

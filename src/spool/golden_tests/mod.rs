@@ -564,6 +564,7 @@ fn records() -> Vec<Golden> {
         )
         .carrying(Payload {
             hops: 3,
+            ordering_key: Some("cus_42".into()),
             ..text("in order")
         }),
         golden(
@@ -578,7 +579,10 @@ fn records() -> Vec<Golden> {
                 }
             }),
         )
-        .carrying(event_payload(None)),
+        .carrying(Payload {
+            ordering_key: Some("cus_42".into()),
+            ..event_payload(None)
+        }),
     ]
 }
 

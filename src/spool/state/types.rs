@@ -121,6 +121,9 @@ pub enum MessageState {
     Visible,
     Delayed,
     Leased,
+    /// Waiting behind an earlier message of its ordering key (an ordered
+    /// queue), whatever its delay.
+    Held,
     /// In the queue's history: delivered (acked).
     Delivered,
 }
@@ -131,6 +134,7 @@ impl MessageState {
             MessageState::Visible => "visible",
             MessageState::Delayed => "delayed",
             MessageState::Leased => "leased",
+            MessageState::Held => "held",
             MessageState::Delivered => "delivered",
         }
     }

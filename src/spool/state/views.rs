@@ -145,6 +145,8 @@ impl Spool {
     pub(super) fn view(q: &Queue, id: MessageId, message: &Message, now: Millis) -> MessageView {
         let state = if q.leases.contains_key(&id) {
             MessageState::Leased
+        } else if q.is_held(id) {
+            MessageState::Held
         } else if message.visible_at > now {
             MessageState::Delayed
         } else {
