@@ -34,6 +34,7 @@ level = "info"
 [queues.hooks]
 destination = "http://127.0.0.1:${SINK_PORT:-9}/in"
 concurrency = 64
+ordering = "${HOOKS_ORDERING:-none}"
 TOML
 }
 
@@ -121,7 +122,7 @@ push_once() {
   dir=$(fresh push true)
   out=$work/push.out
   "$load_bin" --url "http://127.0.0.1:$PORT" --queue hooks --messages "$PUSH_MESSAGES" push \
-    --sink "127.0.0.1:$SINK_PORT" ${rate:+--rate "$rate"} >"$out" &
+    --sink "127.0.0.1:$SINK_PORT" ${rate:+--rate "$rate"} --ordering-keys "${PUSH_KEYS:-0}" >"$out" &
   local load_pid=$!
   pids+=("$load_pid")
   sleep 0.3

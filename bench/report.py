@@ -434,6 +434,32 @@ def report(rows):
                        f"| {r.get('p50_ms')} / {r.get('p99_ms')} | {r.get('events_per_s')} | {r.get('vs_none')} |")
         out.append("")
 
+    orders = by.get("ordering", [])
+    if section(out, "Ordered push beside unordered (trials interleaved)", orders, "ordering",
+               "`examples/load.rs push` on the `hooks` push queue (concurrency 64) as the push section "
+               "runs it: unordered without keys; `ordering = \"per_key\"` with 10 000 keys (message "
+               "`i` has key `k{i % N}`: each key's bookkeeping, every message in flight at once as "
+               "unordered); and with 64 keys (as many as the queue's concurrency: each key waits for "
+               "its previous delivery's answer). Medians of the trials.",
+               "| ordering | keys | delivered/s | × unordered | spoold CPU µs per message | × unordered | p99 202 → arrival, ms |",
+               "|---|---:|---:|---:|---:|---:|---:|"):
+        shapes = []
+        for r in orders:
+            shape = (r.get("ordering"), r.get("keys"))
+            if shape not in shapes:
+                shapes.append(shape)
+        base = {}
+        for ordering, keys in shapes:
+            rs = [r for r in orders if (r.get("ordering"), r.get("keys")) == (ordering, keys)]
+            rate = num(median(rs, "push_delivered_per_s").get("push_delivered_per_s"))
+            cpu = num(median(rs, "push_cpu_us_per_msg").get("push_cpu_us_per_msg"))
+            p99 = median(rs, "push_p99_ms").get("push_p99_ms")
+            if ordering == "none":
+                base = {"rate": rate, "cpu": cpu}
+            out.append(f"| {ordering} | {keys} | {rate:.0f} | {fmt_ratio(rate / base.get('rate', float('nan')))} "
+                       f"| {cpu:.0f} | {fmt_ratio(cpu / base.get('cpu', float('nan')))} | {p99} |")
+        out.append("")
+
     allocs = by.get("alloc", [])
     if section(out, "Allocators, side by side (trials interleaved)", allocs, "alloc",
                "`jemalloc` is the default build; `glibc-tuned` is glibc with "

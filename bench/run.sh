@@ -44,6 +44,9 @@
 #             queues subscribed to `order.>`, 3 000 events one after
 #             another, with no filter, with a filter on each that every
 #             event passes, and with filters that half the queues pass
+#   ordering  ordered delivery's cost: push as the push section runs it,
+#             on an unordered queue, then on one with ordering = "per_key"
+#             and 10 000 keys, then 64 keys (the queue's concurrency)
 #   alloc     the allocators side by side: jemalloc (the default), glibc,
 #             glibc with a larger tcache and heap top pad, mimalloc (two more
 #             release builds)
@@ -80,7 +83,7 @@ REDIS_PORT=${REDIS_PORT:-18788}
 SINK_PORT=${SINK_PORT:-18789}
 BULLMQ_REDIS_PORT=${BULLMQ_REDIS_PORT:-18790}
 SKIP=${SKIP:-}
-ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints search alloc}
+ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints search filters ordering alloc}
 ENDPOINT_QUEUES=${ENDPOINT_QUEUES:-100000}
 ENDPOINTS_BEFORE=${ENDPOINTS_BEFORE:-}
 ENDPOINTS_BEFORE_QUEUES=${ENDPOINTS_BEFORE_QUEUES:-10000}
@@ -525,6 +528,16 @@ run_section search && { echo "== search pages beside /healthz; fan-out memory pe
 run_section filters && { echo "== content filters beside the same fan-out without them" >&2
   python3 bench/filters.py "$spoold_bin" | grep RESULT | sed 's/^RESULT //' | while read -r line; do
     result "$line"
+  done
+}
+
+run_section ordering && { echo "== ordered push beside unordered ($TRIALS trials, interleaved)" >&2
+  for trial in $(seq 1 "$TRIALS"); do
+    for shape in "none 0" "per_key 10000" "per_key 64"; do
+      read -r ordering keys <<<"$shape"
+      line=$(HOOKS_ORDERING=$ordering PUSH_KEYS=$keys push_once "$spoold_bin")
+      result "ordering trial=$trial ordering=$ordering keys=$keys $line"
+    done
   done
 }
 

@@ -40,6 +40,10 @@ struct Args {
     /// Body size in bytes.
     #[arg(long, global = true, default_value_t = 1024)]
     body: usize,
+    /// Give message `i` the ordering key `k{i % N}` (`Spooler-Ordering-Key`);
+    /// 0: no key.
+    #[arg(long, global = true, default_value_t = 0)]
+    ordering_keys: usize,
     #[command(subcommand)]
     command: Mode,
 }
@@ -174,6 +178,7 @@ async fn send_all(
     let next = Arc::new(AtomicUsize::new(0));
     let payload = Bytes::from(vec![b'x'; args.body]);
     let n = args.messages;
+    let keys = args.ordering_keys;
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
             let (authority, path, next, payload) = (
@@ -201,12 +206,14 @@ async fn send_all(
                         }
                         None => epoch.elapsed().as_nanos() as u64,
                     };
-                    let request = Request::post(&path)
+                    let mut request = Request::post(&path)
                         .header(HOST, &authority)
                         .header(CONTENT_TYPE, "application/octet-stream")
-                        .header(SENT_HEADER, issued)
-                        .body(Full::new(payload.clone()))
-                        .unwrap();
+                        .header(SENT_HEADER, issued);
+                    if keys > 0 {
+                        request = request.header("spooler-ordering-key", format!("k{}", i % keys));
+                    }
+                    let request = request.body(Full::new(payload.clone())).unwrap();
                     alongside(conn.as_mut(), sender.ready()).await.unwrap();
                     let response = alongside(conn.as_mut(), sender.send_request(request))
                         .await

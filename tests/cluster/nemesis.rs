@@ -47,6 +47,12 @@
 //!   the primary after it was cut from both followers (plus its leader
 //!   lease of `election_timeout / 2` and a margin): must be 0;
 //! - duplicates: counted, allowed;
+//! - ordering keys (`jobs` is `ordering = "per_key"`, and half the sends
+//!   carry one of a few keys): two messages of one key leased at once by
+//!   one primary (the second leased after the first's lease was answered,
+//!   and answered before the first was settled, both under one term), or
+//!   a message of a key leased after a later one of its key was already
+//!   out (an inversion): must be 0;
 //! - at the end, every replica holds the same state (the digest of
 //!   `GET /v1/cluster?digest=true` at the same applied index).
 //!
@@ -98,6 +104,57 @@ struct History {
     /// they reached it after it lost its majority.
     isolated_tried: usize,
     isolated_acknowledged: Vec<String>,
+    /// Every lease of a message with an ordering key.
+    keyed: Vec<KeyedLease>,
+}
+
+/// A lease of a message with an ordering key, as the client saw it.
+struct KeyedLease {
+    key: String,
+    /// Ids sort in journal order.
+    id: String,
+    term: u64,
+    asked: Instant,
+    answered: Instant,
+    /// When its ack or nack was sent (never: it is held still).
+    settled: Option<Instant>,
+}
+
+/// Of the keyed leases, the pairs that broke the key's order: two of a
+/// key out at once under one primary, or an earlier one out after a
+/// later one.
+fn order_violations(leases: &[KeyedLease]) -> Vec<String> {
+    let mut found = Vec::new();
+    for a in leases {
+        for b in leases {
+            if a.key != b.key || a.id == b.id {
+                continue;
+            }
+            let held = a.settled.is_none_or(|settled| b.answered < settled);
+            if a.term == b.term && a.answered < b.asked && held {
+                found.push(format!("{}: {} and {} out at once", a.key, a.id, b.id));
+            }
+            if b.id < a.id && a.answered < b.asked {
+                found.push(format!("{}: {} out after {}", a.key, b.id, a.id));
+            }
+        }
+    }
+    found
+}
+
+/// Records a lease of a keyed message (`m` as a batch shows it): its
+/// index in the history's keyed leases.
+fn note_keyed(h: &mut History, m: &Value, asked: Instant) -> Option<usize> {
+    let key = m["orderingKey"].as_str()?;
+    h.keyed.push(KeyedLease {
+        key: key.to_owned(),
+        id: m["id"].as_str()?.to_owned(),
+        term: token_term(m["leaseToken"].as_str()?),
+        asked,
+        answered: Instant::now(),
+        settled: None,
+    });
+    Some(h.keyed.len() - 1)
 }
 
 impl History {
@@ -129,15 +186,17 @@ async fn send(
     path: &str,
     tag: &str,
     ok: StatusCode,
+    ordering_key: Option<String>,
 ) -> bool {
     history.lock().unwrap().attempted.insert(tag.to_owned());
-    let Ok(r) = client
+    let mut request = client
         .post(format!("{base}{path}"))
         .header("content-type", "text/plain")
-        .body(tag.to_owned())
-        .send()
-        .await
-    else {
+        .body(tag.to_owned());
+    if let Some(key) = ordering_key {
+        request = request.header("spooler-ordering-key", key);
+    }
+    let Ok(r) = request.send().await else {
         return false;
     };
     if r.status() != ok {
@@ -162,7 +221,7 @@ async fn sender(
     w: usize,
     stop: Arc<Mutex<bool>>,
 ) {
-    for n in 0.. {
+    for n in 0u64.. {
         if *stop.lock().unwrap() {
             return;
         }
@@ -175,6 +234,7 @@ async fn sender(
             "/v1/queues/jobs/messages",
             &tag,
             StatusCode::CREATED,
+            n.is_multiple_of(2).then(|| format!("k{}", n % 6)),
         )
         .await;
         if n % 8 == 0 {
@@ -187,6 +247,7 @@ async fn sender(
                 "/v1/forward/hooks/in",
                 &tag,
                 StatusCode::ACCEPTED,
+                None,
             )
             .await;
         }
@@ -240,14 +301,15 @@ async fn receiver(
         for m in messages {
             let tag = m["body"].as_str().unwrap().to_owned();
             let retry = m["retryCount"].as_u64().unwrap() as u32;
-            {
+            let keyed = {
                 let mut h = history.lock().unwrap();
                 let nacks = h.nacks_of(&tag);
                 h.received
                     .entry(tag.clone())
                     .or_default()
                     .push((asked, retry, nacks));
-            }
+                note_keyed(&mut h, &m, asked)
+            };
             let token = m["leaseToken"].as_str().unwrap();
             let nack = !drain && rand::random::<u64>().is_multiple_of(8);
             if nack {
@@ -259,12 +321,29 @@ async fn receiver(
                     .or_default() += 1;
             }
             let verb = if nack { "nack" } else { "ack" };
+            if let Some(i) = keyed {
+                history.lock().unwrap().keyed[i].settled = Some(Instant::now());
+            }
             let base = pick(&bases).to_owned();
-            let answer = client
+            let mut answer = client
                 .post(format!("{base}/v1/queues/jobs/leases/{token}/{verb}"))
                 .send()
                 .await
                 .map(|r| r.status());
+            // Draining, an ack that did not land is tried again: a lease
+            // left behind holds its ordering key for the whole lease.
+            for _ in 0..20 {
+                if !drain || matches!(answer, Ok(StatusCode::NO_CONTENT | StatusCode::CONFLICT)) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let base = pick(&bases).to_owned();
+                answer = client
+                    .post(format!("{base}/v1/queues/jobs/leases/{token}/{verb}"))
+                    .send()
+                    .await
+                    .map(|r| r.status());
+            }
             let mut h = history.lock().unwrap();
             if nack {
                 *h.nacks_in_flight.get_mut(&tag).expect("counted above") -= 1;
@@ -355,6 +434,7 @@ async fn isolated_client(
             "/v1/queues/jobs/messages",
             &tag,
             StatusCode::CREATED,
+            None,
         )
         .await;
         {
@@ -410,6 +490,7 @@ async fn first_201(
             "/v1/queues/jobs/messages",
             &tag,
             StatusCode::CREATED,
+            None,
         )
         .await
         {
@@ -425,7 +506,12 @@ async fn first_201(
 
 /// Leases one message at the primary and keeps its token, to ack it after
 /// the next fault.
-async fn take_token(client: &Client, base: &str, history: &Shared) -> Option<(String, String)> {
+async fn take_token(
+    client: &Client,
+    base: &str,
+    history: &Shared,
+) -> Option<(String, String, Option<usize>)> {
+    let asked = Instant::now();
     let r = client
         .post(format!("{base}/v1/queues/jobs/receive-batch?max=1"))
         .send()
@@ -441,7 +527,8 @@ async fn take_token(client: &Client, base: &str, history: &Shared) -> Option<(St
         .entry(tag.clone())
         .or_default()
         .push((Instant::now(), retry, nacks));
-    Some((tag, m["leaseToken"].as_str()?.to_owned()))
+    let keyed = note_keyed(&mut h, &m, asked);
+    Some((tag, m["leaseToken"].as_str()?.to_owned(), keyed))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -453,7 +540,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         .unwrap();
     let (sink, sink_url) = Sink::start().await;
     let tables = format!(
-        "[queues.jobs]\nlease_timeout = \"10m\"\nmax_retries = 1000\n\n\
+        "[queues.jobs]\nlease_timeout = \"10m\"\nmax_retries = 1000\nordering = \"per_key\"\n\n\
          [queues.hooks]\ndestination = \"{sink_url}\"\nconcurrency = 4\nmax_retries = 1000\n\
          backoff = {{ initial = \"50ms\", max = \"200ms\" }}\n"
     );
@@ -633,7 +720,10 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         // The token taken before the fault: stale if the primary changed.
         let now = cluster.primary(Duration::from_secs(20)).await;
         let term = cluster.status(now).await.unwrap()["term"].as_u64().unwrap();
-        if let Some((tag, token)) = held {
+        if let Some((tag, token, keyed)) = held {
+            if let Some(i) = keyed {
+                history.lock().unwrap().keyed[i].settled = Some(Instant::now());
+            }
             let r = client
                 .post(format!("{}/v1/queues/jobs/leases/{token}/ack", bases[now]))
                 .send()
@@ -720,6 +810,15 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         "the replicas' states differ: {digests:?}"
     );
 
+    // What the queue holds at the end: told if anything was lost.
+    let jobs: Option<Value> = match client
+        .get(format!("{}/v1/queues/jobs", bases[0]))
+        .send()
+        .await
+    {
+        Ok(r) => r.json().await.ok(),
+        Err(_) => None,
+    };
     let h = history.lock().unwrap();
     let forwards: BTreeSet<&String> = h
         .acknowledged
@@ -772,6 +871,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
                 .map(move |(_, retry, nacks)| format!("{t}: retry {retry} after {nacks} nacks"))
         })
         .collect();
+    let out_of_order = order_violations(&h.keyed);
     let duplicates: usize = h.received.values().map(|v| v.len() - 1).sum::<usize>()
         + delivered.values().map(|n| n - 1).sum::<usize>();
     let mut failovers = h.failovers.clone();
@@ -794,7 +894,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
     eprintln!(
         "cluster nemesis: {} rounds; acknowledged {}, acked {}, nacked {}; lost {}, resurrected {}, \
          unexpected {}, ids reused {}, retry counts raised {}, stale tokens {} checked / {} wrong, \
-         acknowledged by an isolated primary {} of {} tried, \
+         acknowledged by an isolated primary {} of {} tried, keyed leases {} / out of order {}, \
          duplicates {}; failover median {median:?}, worst {worst:?} ({} kills); \
          failover from a blackholed primary median {blackhole_median:?}, worst {blackhole_worst:?} \
          ({} blackholes); failover under a slot flood worst {flood_worst:?} ({} floods)",
@@ -811,11 +911,19 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         h.stale_token_violations.len(),
         h.isolated_acknowledged.len(),
         h.isolated_tried,
+        h.keyed.len(),
+        out_of_order.len(),
         duplicates,
         failovers.len(),
         blackholes.len(),
         floods.len(),
     );
+    if !lost.is_empty() {
+        let keyed = (lost.iter())
+            .filter(|t| t.starts_with("send") && t.ends_with(['0', '2', '4', '6', '8']))
+            .count();
+        eprintln!("lost {} ({keyed} keyed sends); jobs: {jobs:?}", lost.len());
+    }
     assert!(lost.is_empty(), "lost: {lost:?}");
     assert!(resurrected.is_empty(), "resurrected: {resurrected:?}");
     assert!(unexpected.is_empty(), "unexpected: {unexpected:?}");
@@ -831,5 +939,7 @@ async fn nemesis_loses_nothing_resurrects_nothing_and_raises_no_retry_count() {
         "an isolated primary acknowledged: {:?}",
         h.isolated_acknowledged
     );
+    assert!(out_of_order.is_empty(), "out of order: {out_of_order:?}");
     assert!(h.acknowledged.len() > 100, "too little traffic to judge");
+    assert!(h.keyed.len() > 50, "too few keyed leases to judge");
 }
