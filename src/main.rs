@@ -230,6 +230,21 @@ enum QueueCommand {
     Probe { queue: String },
     /// Close the circuit breaker without a probe: delivery resumes.
     CloseBreaker { queue: String },
+    /// Rotate a push queue's signing secret: prints the new one (shown
+    /// this once); the old one signs beside it for the overlap.
+    RotateSecret {
+        queue: String,
+        /// The new secret (whsec_ and base64); generated without it.
+        #[arg(long)]
+        secret: Option<String>,
+        /// How long the old secret keeps signing (default 24h; 0s drops
+        /// it at once).
+        #[arg(long, value_parser = spoold::config::parse_duration)]
+        overlap: Option<std::time::Duration>,
+        /// The answer as one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -454,6 +469,16 @@ fn queue(target: &Target, command: QueueCommand) -> anyhow::Result<ExitCode> {
         QueueCommand::Resume { queue } => (queue, ops::QueueAction::Resume),
         QueueCommand::Probe { queue } => (queue, ops::QueueAction::Probe),
         QueueCommand::CloseBreaker { queue } => (queue, ops::QueueAction::CloseBreaker),
+        QueueCommand::RotateSecret {
+            queue,
+            secret,
+            overlap,
+            json,
+        } => {
+            let asked = (secret.as_deref(), overlap.map(|d| d.as_secs_f64()));
+            let rotate = ops::rotate_secret(target, &queue, asked, json, out);
+            return on_server(rotate);
+        }
     };
     on_server(ops::queue_action(target, &queue, action, out))
 }

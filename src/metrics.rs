@@ -30,6 +30,9 @@ pub(crate) const QUEUE_RETRYING: &str = "spoold_queue_retrying_messages";
 pub(crate) const QUEUE_OLDEST_RETRYING_AGE: &str = "spoold_queue_oldest_retrying_age_seconds";
 pub(crate) const QUEUE_PAUSED: &str = "spoold_queue_paused";
 pub(crate) const QUEUE_BREAKER_OPEN: &str = "spoold_queue_breaker_open";
+pub(crate) const QUEUE_SIGNING_SECRETS: &str = "spoold_queue_signing_secrets";
+pub(crate) const QUEUE_PREVIOUS_SECRET_EXPIRY: &str =
+    "spoold_queue_previous_secret_expiry_timestamp_seconds";
 pub(crate) const BUILD_INFO: &str = "spoold_build_info";
 pub(crate) const DELIVERIES: &str = "spoold_deliveries_total";
 pub(crate) const DELIVERY_DURATION: &str = "spoold_delivery_duration_seconds";
@@ -201,6 +204,14 @@ fn describe() {
     describe_gauge!(
         QUEUE_BREAKER_OPEN,
         "1 while a push queue's circuit breaker is open: its destination kept failing, only a probe is sent."
+    );
+    describe_gauge!(
+        QUEUE_SIGNING_SECRETS,
+        "Secrets that sign a push queue's deliveries: 2 while the one a rotation replaced still signs."
+    );
+    describe_gauge!(
+        QUEUE_PREVIOUS_SECRET_EXPIRY,
+        "When the secret a rotation replaced stops signing (Unix seconds); 0 when none signs beside the new one."
     );
     describe_counter!(
         DELIVERIES,

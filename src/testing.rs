@@ -130,7 +130,7 @@ pub fn write_raft_vote(dir: &std::path::Path, term: u64, node_id: u64) -> Result
     crate::cluster::files::write_vote(storage, dir, term, node_id)
 }
 
-/// An ordering key as memory and checkpoints keep it (`spool/state/keys.rs`).
+/// An ordering key as memory and checkpoints keep it (`spool/state/queue/keys.rs`).
 pub fn ordering_key_hash(key: &str) -> u64 {
-    crate::spool::state::keys::key_hash(key)
+    crate::spool::state::key_hash(key)
 }

@@ -248,6 +248,7 @@ impl From<QueueError> for ApiError {
             QueueError::LimitReached { .. } => conflict("queue_limit_reached", message),
             QueueError::FailureQueue { .. } => conflict("failure_queue", message),
             QueueError::NotAFailureQueue { .. } => ApiError::bad_request(message),
+            QueueError::NotPushQueue { .. } => conflict("not_push_queue", message),
             QueueError::Write(w) => w.into(),
         }
     }

@@ -181,6 +181,7 @@ fn request_example(op: &str) -> Option<Value> {
             "payload": {"invoice": "in_1", "amount": 4200},
         }),
         "addMember" => json!({"nodeId": 4, "addr": "spoold-3.spoold:8788"}),
+        "rotateSecret" => json!({"overlapSeconds": 86400}),
         "sendMessage" | "forwardGet" | "forwardPost" | "forwardPut" | "forwardPatch"
         | "forwardDelete" => json!("{\"order\":42}"),
         _ => return None,
@@ -255,6 +256,11 @@ fn response_example(op: &str) -> Option<Value> {
         | "forwardDelete" => stored,
         "listQueues" => json!({"queues": [queue()]}),
         "getQueue" | "putQueue" | "patchQueue" | "closeBreaker" | "probeBreaker" => queue(),
+        "rotateSecret" => json!({
+            "secret": "whsec_bmV3LXNpZ25pbmcta2V5LWJ5dGVzLTMyLWxvbmc=",
+            "signingSecrets": 2,
+            "previousExpiresAt": "2026-12-04T07:13:24.840Z"
+        }),
         "peekMessages" => json!({"messages": [message("visible")], "next": ID}),
         "receiveBatch" => {
             let mut m = message("leased");

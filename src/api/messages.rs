@@ -90,7 +90,7 @@ pub(super) fn checked_ordering_key(
     name: &str,
 ) -> Result<Option<String>, ApiError> {
     match key {
-        Some(k) => match crate::spool::state::keys::ordering_key_problem(&k) {
+        Some(k) => match crate::spool::state::ordering_key_problem(&k) {
             Some(problem) => Err(ApiError::bad_request(format!("{name}: {problem}"))),
             None => Ok(Some(k)),
         },

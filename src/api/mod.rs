@@ -24,6 +24,7 @@ pub(crate) mod rates;
 pub(crate) mod relay;
 pub(crate) mod scrape;
 pub(crate) mod search;
+pub(crate) mod secrets;
 pub(crate) mod settings;
 pub(crate) mod stored;
 pub(crate) mod view;
@@ -280,6 +281,7 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(queues::resume))
         .routes(routes!(queues::probe_breaker))
         .routes(routes!(queues::close_breaker))
+        .routes(routes!(secrets::rotate))
         .routes(routes!(cluster::status))
         .routes(routes!(cluster::add_member))
         .routes(routes!(cluster::remove_member))

@@ -14,8 +14,8 @@ use crate::metrics::{
     LABEL_ROLE, LABEL_STATE, LABEL_VOTER, MEMORY_BYTES, MEMORY_MAX_BYTES, MESSAGES_ACKED,
     MESSAGES_DEDUPLICATED, MESSAGES_EXPIRED, MESSAGES_FAILED, MESSAGES_RETRIED, MESSAGES_SENT,
     PUSH_DISPATCHERS, QUEUE_BREAKER_OPEN, QUEUE_MESSAGES, QUEUE_OLDEST_AGE,
-    QUEUE_OLDEST_RETRYING_AGE, QUEUE_PAUSED, QUEUE_RETRYING, install, process_collector,
-    queue_label,
+    QUEUE_OLDEST_RETRYING_AGE, QUEUE_PAUSED, QUEUE_PREVIOUS_SECRET_EXPIRY, QUEUE_RETRYING,
+    QUEUE_SIGNING_SECRETS, install, process_collector, queue_label,
 };
 use crate::spool::state::{Counters, QueueStats};
 
@@ -32,6 +32,9 @@ struct QueueNumbers {
     oldest_retrying_age_ms: i64,
     paused: u64,
     breaker_open: u64,
+    signing_secrets: u64,
+    /// The earliest a rotated-out secret stops signing.
+    previous_secret_expires_at: Option<i64>,
 }
 
 impl QueueNumbers {
@@ -53,6 +56,10 @@ impl QueueNumbers {
         oldest(&mut self.oldest_retrying_age_ms, st.oldest_retrying_age_ms);
         self.paused += u64::from(st.paused);
         self.breaker_open += u64::from(st.next_probe_at.is_some());
+        self.signing_secrets += st.signing_secrets;
+        self.previous_secret_expires_at = (self.previous_secret_expires_at.into_iter())
+            .chain(st.previous_secret_expires_at)
+            .min();
     }
 }
 
@@ -95,6 +102,9 @@ fn refresh(engine: &Engine) {
         gauge!(QUEUE_OLDEST_RETRYING_AGE, LABEL_QUEUE => q()).set(secs(n.oldest_retrying_age_ms));
         gauge!(QUEUE_PAUSED, LABEL_QUEUE => q()).set(n.paused as f64);
         gauge!(QUEUE_BREAKER_OPEN, LABEL_QUEUE => q()).set(n.breaker_open as f64);
+        gauge!(QUEUE_SIGNING_SECRETS, LABEL_QUEUE => q()).set(n.signing_secrets as f64);
+        let expiry = n.previous_secret_expires_at.map_or(0.0, secs);
+        gauge!(QUEUE_PREVIOUS_SECRET_EXPIRY, LABEL_QUEUE => q()).set(expiry);
     }
 }
 

@@ -191,6 +191,14 @@ pub(crate) struct StatsView {
     /// signature (push queues only).
     #[serde(skip_serializing_if = "Option::is_none")]
     unsigned: Option<bool>,
+    /// How many secrets sign each delivery: 2 while a rotated-out secret
+    /// signs beside the new one (push queues only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signing_secrets: Option<u64>,
+    /// When the secret a rotation replaced stops signing (RFC 3339; only
+    /// while it signs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    previous_secret_expires_at: Option<String>,
 }
 
 pub(crate) fn render_stats(st: &QueueStats, settings: &QueueSettings) -> StatsView {
@@ -217,6 +225,9 @@ pub(crate) fn render_stats(st: &QueueStats, settings: &QueueSettings) -> StatsVi
         deliveries_total: push.then_some(c.deliveries),
         delivery_failures_total: push.then_some(c.delivery_failures),
         unsigned: push.then_some(settings.signing_secret.is_none()),
+        signing_secrets: push.then_some(st.signing_secrets),
+        previous_secret_expires_at: (st.previous_secret_expires_at)
+            .map(crate::time::format_rfc3339),
     }
 }
 
@@ -378,6 +389,12 @@ impl SettingsBody {
                 dropped.join(", ")
             ));
         }
+        // A rotated-out secret stays while the secret is kept, and goes
+        // with it when the body sets or clears it.
+        let previous_rotated = match &self.signing_secret {
+            None => previous.and_then(|p| p.previous_secret.clone()),
+            Some(_) => None,
+        };
         let d = QueueSettings::default();
         let b = Backoff::default();
         let backoff = self.backoff.unwrap_or_default();
@@ -432,6 +449,7 @@ impl SettingsBody {
             history_max_bytes: self.history_max_bytes.unwrap_or(d.history_max_bytes),
             ordering: self.ordering.unwrap_or(d.ordering),
             ordering_on_failure: self.ordering_on_failure.unwrap_or(d.ordering_on_failure),
+            previous_secret: previous_rotated,
         };
         Ok((settings, warnings))
     }

@@ -280,6 +280,8 @@ impl QueueConfig {
             history_max_bytes: self.history_max_bytes.unwrap_or(d.history_max_bytes),
             ordering: self.ordering.unwrap_or(d.ordering),
             ordering_on_failure: self.ordering_on_failure.unwrap_or(d.ordering_on_failure),
+            // Rotation is for API-managed queues: the file owns its secret.
+            previous_secret: None,
         }
     }
 }

@@ -81,9 +81,10 @@ pub(super) async fn send(
             put(&mut headers, "spooler-tenant", tenant);
         }
     }
-    if let Some(secrets) = &settings.signing_secret {
-        let timestamp = shared.engine_now_ms().div_euclid(1000);
-        let signature = signature_header(secrets, id, timestamp, &d.payload.body)?;
+    let now_ms = shared.engine_now_ms();
+    if let Some(secrets) = settings.signing_secrets(now_ms) {
+        let timestamp = now_ms.div_euclid(1000);
+        let signature = signature_header(&secrets, id, timestamp, &d.payload.body)?;
         put(&mut headers, "webhook-id", id);
         put(&mut headers, "webhook-timestamp", &timestamp.to_string());
         put(&mut headers, "webhook-signature", &signature);

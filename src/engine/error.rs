@@ -234,6 +234,10 @@ pub enum QueueError {
     )]
     NotAFailureQueue { queue: String },
 
+    /// Signing is for a push queue's deliveries.
+    #[error("{queue} has no destination: its deliveries are not signed")]
+    NotPushQueue { queue: String },
+
     #[error(transparent)]
     Write(#[from] WriteError),
 }

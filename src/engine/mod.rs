@@ -43,6 +43,7 @@ pub(crate) mod rebuild;
 mod replay;
 pub(crate) mod replicated;
 pub(crate) mod rules;
+mod secrets;
 mod send;
 pub(crate) mod settle;
 mod sink;
@@ -68,6 +69,7 @@ pub use events::{EventOutcome, EventRequest};
 pub use history::{HISTORY_SCAN_MAX, HistoryItem, HistoryPage, HistoryQuery};
 pub use queues::BulkOutcome;
 pub use rules::{Origin, Policy};
+pub use secrets::Rotation;
 use sink::Entry;
 use token::Tokens;
 

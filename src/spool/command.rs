@@ -221,6 +221,13 @@ pub enum Command<'a> {
         from: MessageId,
         visible_at: Millis,
     },
+    /// A rotated-out signing secret's overlap ended: `queue` stops
+    /// signing with it, if it is still the one that ends at `expires_at`
+    /// (a later rotation or `PUT` may have replaced it).
+    SecretExpire {
+        queue: Cow<'a, str>,
+        expires_at: Millis,
+    },
     /// Forgets delivered messages of `queue`'s history (past its
     /// retention).
     HistoryDrop {

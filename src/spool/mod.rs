@@ -31,7 +31,7 @@ pub(crate) use command::{Command, EnqueueMeta, Record};
 pub use command::{FailReason, MessageId, Payload, StoredRequest};
 pub use content_filter::ContentFilter;
 pub use filter::{DeadLetterFilter, Selection, StatusMatch};
-pub use queue::{OnExpire, Ordering, OrderingOnFailure, QueueSettings};
+pub use queue::{OnExpire, Ordering, OrderingOnFailure, PreviousSecret, QueueSettings};
 pub use state::SpoolState;
 pub(crate) use state::{Applied, Leased, Spool, SpoolError};
 pub use state::{Delivered, MessageState, MessageView, QueueStats};

@@ -142,6 +142,21 @@ pub struct QueueSettings {
     pub ordering: Ordering,
     #[serde(skip_serializing_if = "OrderingOnFailure::is_release")]
     pub ordering_on_failure: OrderingOnFailure,
+    /// The secret a rotation replaced, signing beside `signing_secret`
+    /// until it expires (docs/contract.md §5, "Secret rotation"). Set by a
+    /// rotation only, never by a file or a `PUT`; left out of the JSON when
+    /// unset, as records before rotation were written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_secret: Option<PreviousSecret>,
+}
+
+/// A signing secret on its way out: it signs until `expires_at`, and then
+/// the timer journals the queue without it (`spool/state/timers.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviousSecret {
+    pub secret: String,
+    /// Milliseconds since the epoch.
+    pub expires_at: i64,
 }
 
 impl Default for QueueSettings {
@@ -171,6 +186,7 @@ impl Default for QueueSettings {
             history_max_bytes: limits::HISTORY_BYTES_DEFAULT,
             ordering: Ordering::None,
             ordering_on_failure: OrderingOnFailure::Release,
+            previous_secret: None,
         }
     }
 }
@@ -178,6 +194,30 @@ impl Default for QueueSettings {
 impl QueueSettings {
     pub fn is_push(&self) -> bool {
         self.destination.is_some()
+    }
+
+    /// The secrets that sign an attempt at `now`, space-separated: the
+    /// queue's own, and a rotated-out one until it expires.
+    pub fn signing_secrets(&self, now: i64) -> Option<std::borrow::Cow<'_, str>> {
+        let current = self.signing_secret.as_deref()?;
+        Some(match self.live_previous_secret(now) {
+            Some(previous) => format!("{current} {}", previous.secret).into(),
+            None => current.into(),
+        })
+    }
+
+    /// The rotated-out secret, while it still signs.
+    pub fn live_previous_secret(&self, now: i64) -> Option<&PreviousSecret> {
+        self.previous_secret
+            .as_ref()
+            .filter(|p| p.expires_at > now && self.signing_secret.is_some())
+    }
+
+    /// How many secrets sign at `now` (each of a space-separated list
+    /// counts).
+    pub fn signing_secret_count(&self, now: i64) -> usize {
+        self.signing_secrets(now)
+            .map_or(0, |s| s.split_whitespace().count())
     }
 }
 
@@ -460,6 +500,10 @@ impl QueueSettings {
         use limits::*;
         if let Some(secret) = &self.signing_secret {
             signing_secret_ok(secret).map_err(|p| SettingsError::new(Field::SigningSecret, p))?;
+        }
+        if let Some(previous) = &self.previous_secret {
+            signing_secret_ok(&previous.secret)
+                .map_err(|p| SettingsError::new(Field::SigningSecret, p))?;
         }
         let statuses = &self.permanent_failure_statuses;
         if statuses.len() > PERMANENT_STATUSES || statuses.iter().any(|s| !(100..=599).contains(s))

@@ -48,6 +48,8 @@ pub mod kind {
     pub const RESEND: u8 = 19;
     /// Delivered messages forgotten from a queue's history.
     pub const HISTORY_DROP: u8 = 20;
+    /// A rotated-out signing secret's overlap ended.
+    pub const SECRET_EXPIRE: u8 = 21;
 }
 
 /// An enqueue's flags: it carries a dedup key hash; a stored request.
@@ -91,6 +93,7 @@ impl Record<'_> {
             Command::Event(_) => kind::EVENT,
             Command::Resend { .. } => kind::RESEND,
             Command::HistoryDrop { .. } => kind::HISTORY_DROP,
+            Command::SecretExpire { .. } => kind::SECRET_EXPIRE,
             Command::Ack { .. } => kind::ACK,
             Command::Retry { .. } => kind::RETRY,
             Command::Fail { .. } => kind::FAIL,
@@ -256,6 +259,10 @@ impl Record<'_> {
                     put_u64(out, id.0);
                 }
             }
+            Command::SecretExpire { queue, expires_at } => {
+                put_str16(out, queue);
+                put_i64(out, *expires_at);
+            }
             Command::Ack { queue, id }
             | Command::Expire { queue, id }
             | Command::Cancel { queue, id } => {
@@ -405,6 +412,10 @@ impl Record<'_> {
                 }
                 Command::HistoryDrop { queue, ids }
             }
+            kind::SECRET_EXPIRE => Command::SecretExpire {
+                queue: Cow::Borrowed(r.str16()?),
+                expires_at: r.i64()?,
+            },
             kind::ACK => Command::Ack {
                 queue: Cow::Borrowed(r.str16()?),
                 id: r.id()?,

@@ -532,3 +532,81 @@ async fn a_record_past_the_record_bound_is_refused_and_the_journal_goes_on() {
     let ids: Vec<_> = engine.all_messages().into_iter().map(|m| m.1).collect();
     assert_eq!(ids, vec![kept.id]);
 }
+
+/// Secret rotation (docs/contract.md §5): the replaced secret signs until
+/// its overlap ends, survives compaction and a restart meanwhile, and the
+/// timer's journaled end drops it, as a restart reads it; a later
+/// rotation's secret is not dropped by an earlier one's end.
+#[tokio::test]
+async fn a_rotated_out_secret_signs_until_its_overlap_ends_through_compaction_and_restart() {
+    const FIRST: &str = "whsec_Zmlyc3Qtc2VjcmV0LWtleS1ieXRlcw==";
+    const SECOND: &str = "whsec_c2Vjb25kLXNlY3JldC1rZXktYnl0ZXM=";
+    let sim = SimStorage::new();
+    let clock = ManualClock::new(START_MS);
+    let engine = open(&sim, &clock).await.unwrap();
+    let settings = QueueSettings {
+        destination: Some("http://127.0.0.1:9/".into()),
+        signing_secret: Some(FIRST.into()),
+        ..QueueSettings::default()
+    };
+    make_queue(&engine, "hooks", settings).await;
+    let rotation = engine
+        .rotate_secret("hooks", Some(SECOND.into()), 60_000)
+        .await
+        .unwrap();
+    assert_eq!(rotation.signing_secrets, 2);
+    assert_eq!(rotation.previous_expires_at, Some(START_MS + 60_000));
+    let signing = |engine: &spoold::engine::Engine, now: i64| {
+        let (s, _) = engine.queue_settings("hooks").unwrap();
+        s.signing_secrets(now).map(|s| s.into_owned())
+    };
+    assert_eq!(
+        signing(&engine, START_MS).as_deref(),
+        Some(format!("{SECOND} {FIRST}").as_str())
+    );
+    engine.compact_all(true).await.unwrap();
+    drop(engine);
+    let engine = open(&sim, &clock).await.unwrap();
+    assert_eq!(engine.stats("hooks").unwrap().signing_secrets, 2);
+
+    // Its end: not before it is due, then once, journaled.
+    clock.advance_ms(59_999);
+    assert_eq!(engine.run_due().await, 0);
+    clock.advance_ms(1);
+    assert_eq!(engine.stats("hooks").unwrap().signing_secrets, 1);
+    assert_eq!(engine.run_due().await, 1);
+    assert_eq!(engine.run_due().await, 0);
+    let (settings, _) = engine.queue_settings("hooks").unwrap();
+    assert_eq!(settings.previous_secret, None);
+    drop(engine);
+    let engine = open(&sim, &clock).await.unwrap();
+    assert_eq!(signing(&engine, START_MS + 60_000).as_deref(), Some(SECOND));
+    assert_eq!(
+        engine.stats("hooks").unwrap().previous_secret_expires_at,
+        None
+    );
+
+    // A rotation with no overlap drops the old secret at once; one that
+    // a second rotation replaced is dropped by that rotation, not by the
+    // first one's end.
+    let third = engine.rotate_secret("hooks", None, 0).await.unwrap();
+    assert!(third.secret.starts_with("whsec_"));
+    assert_eq!(
+        (third.signing_secrets, third.previous_expires_at),
+        (1, None)
+    );
+    engine.rotate_secret("hooks", None, 10_000).await.unwrap();
+    clock.advance_ms(5_000);
+    let last = engine.rotate_secret("hooks", None, 10_000).await.unwrap();
+    clock.advance_ms(5_000);
+    assert_eq!(
+        engine.run_due().await,
+        0,
+        "the first overlap's secret already went"
+    );
+    assert_eq!(engine.stats("hooks").unwrap().signing_secrets, 2);
+    assert_eq!(
+        engine.stats("hooks").unwrap().previous_secret_expires_at,
+        last.previous_expires_at
+    );
+}

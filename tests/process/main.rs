@@ -37,6 +37,7 @@ mod ordering;
 mod push_delivery;
 mod readme;
 mod refusals_and_secrets;
+mod secret_rotation;
 mod security;
 mod signals_and_hangups;
 mod syscall_faults;

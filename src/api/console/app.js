@@ -147,6 +147,10 @@ function stateOf(stats) {
   if (stats.unsigned) {
     pills.push(el("span", { class: "pill warn", title: "no signing secret: deliveries carry no webhook-signature" }, "unsigned"));
   }
+  if (stats.previousSecretExpiresAt) {
+    pills.push(el("span", { class: "pill", title: "a rotated-out secret signs beside the new one until then" },
+      `${stats.signingSecrets} secrets sign · old one until ${new Date(stats.previousSecretExpiresAt).toLocaleString()}`));
+  }
   return pills;
 }
 

@@ -215,6 +215,7 @@ fn busy_settings() -> QueueSettings {
     QueueSettings {
         ordering: crate::spool::queue::Ordering::None,
         ordering_on_failure: crate::spool::queue::OrderingOnFailure::Release,
+        previous_secret: None,
         lease_timeout_ms: 45_000,
         max_retries: 5,
         retention_ms: 3 * 86_400_000,
@@ -504,6 +505,29 @@ fn records() -> Vec<Golden> {
         )
         .carrying(resent(None, Some(tag(Some("cus_42"))))),
         golden(
+            "queue-upsert-rotated",
+            "queue upsert (1): \"hooks\" after a secret rotation, the replaced secret signing until 1 700 000 000 000 ms (the settings JSON's previous_secret)",
+            Command::QueueUpsert {
+                name: "hooks".into(),
+                settings: Box::new(QueueSettings {
+                    previous_secret: Some(crate::spool::PreviousSecret {
+                        secret: "whsec_b2xkLXNlY3JldA==".into(),
+                        expires_at: 1_700_000_000_000,
+                    }),
+                    ..busy_settings()
+                }),
+                managed_by_config: false,
+            },
+        ),
+        golden(
+            "secret-expire",
+            "secret expire (21): \"orders\"'s replaced secret, the one that ends at 1 700 000 000 000 ms",
+            Command::SecretExpire {
+                queue: orders(),
+                expires_at: 1_700_000_000_000,
+            },
+        ),
+        golden(
             "history-drop",
             "history drop (20): messages 7 and 9 of \"orders\"",
             Command::HistoryDrop {
@@ -624,7 +648,7 @@ fn every_record_layout_reads_its_golden_bytes_and_writes_them() {
     let kinds: BTreeSet<u8> = file.values().map(|(kind, _)| *kind).collect();
     assert_eq!(
         kinds,
-        (1..=20).collect(),
+        (1..=21).collect(),
         "every record kind has golden bytes"
     );
 }

@@ -6,7 +6,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::Spool;
-use super::keys::{Leaving, key_hash};
+use super::queue::Leaving;
+use super::queue::keys::key_hash;
 use super::queue::{Queue, QueueId};
 use super::types::{Applied, Delivered, EventSeen, Message};
 use crate::journal::RecordLoc;
@@ -75,6 +76,7 @@ impl Spool {
             | Command::Attempt { queue, .. }
             | Command::DedupKey { queue, .. }
             | Command::HistoryDrop { queue, .. }
+            | Command::SecretExpire { queue, .. }
             | Command::QueueDelete { name: queue } => mark(queue),
             Command::QueuePause { .. }
             | Command::Epoch { .. }
@@ -136,6 +138,9 @@ impl Spool {
                 self.apply_enqueue(&meta, at, loc)
             }
             Command::Ack { queue, id } => self.apply_ack(queue, *id, at),
+            Command::SecretExpire { queue, expires_at } => {
+                self.apply_secret_expire(queue, *expires_at)
+            }
             Command::HistoryDrop { queue, ids } => {
                 let n = self.drop_history(queue, ids);
                 Applied::Count(n)
@@ -185,6 +190,20 @@ impl Spool {
                 id,
             } => self.apply_dedup_key(queue, *hash, *first_at, *id),
         }
+    }
+
+    /// The rotated-out secret that ends at `expires_at` stops signing (one
+    /// that a later rotation put there stays).
+    fn apply_secret_expire(&mut self, name: &str, expires_at: Millis) -> Applied {
+        let Some(q) = self.queue_mut(name) else {
+            return Applied::Missing;
+        };
+        if (q.settings.previous_secret.as_ref()).is_some_and(|p| p.expires_at == expires_at) {
+            let mut settings = (*q.settings).clone();
+            settings.previous_secret = None;
+            q.settings = settings.into();
+        }
+        Applied::Done
     }
 
     pub(super) fn apply_pause(&mut self, name: &str, paused: bool) -> Applied {

@@ -21,7 +21,6 @@ use crate::time::Millis;
 
 mod apply;
 pub(crate) mod fresh;
-pub(crate) mod keys;
 pub(crate) mod leases;
 pub(crate) mod memory;
 mod plain;
@@ -33,6 +32,9 @@ mod views;
 
 pub use plain::{DedupEntry, EventKeyEntry, MessageEntry, QueueEntry, QueueState, SpoolState};
 pub(crate) use queue::Queue;
+#[cfg(feature = "testing")]
+pub(crate) use queue::keys::key_hash;
+pub(crate) use queue::keys::ordering_key_problem;
 use queue::{FailureSettings, QueueId};
 pub(crate) use types::{Applied, AttemptEffect, BreakerTurn, EventSeen, Leased, SpoolError};
 pub(crate) use types::{Counters, Message};

@@ -34,7 +34,7 @@ pub struct MessageEntry {
     pub shared: bool,
     pub attempts: Option<RecordLoc>,
     pub failure: Option<FailInfo>,
-    /// Its ordering key's hash (`state/keys.rs`).
+    /// Its ordering key's hash (`state/queue/keys.rs`).
     pub ordering_key: Option<u64>,
 }
 

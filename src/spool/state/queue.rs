@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::fresh::{Fresh, FreshEvents};
-use super::keys::{Keys, Leaving};
 use super::plain::MessageEntry;
 use super::types::{Breaker, Counters, Delivered, Lease, Message};
 use crate::journal::RecordLoc;
@@ -17,6 +16,10 @@ use crate::spool::command::{Command, FailReason, MessageId};
 use crate::spool::filter::{DeadLetterFilter, Selection};
 use crate::spool::queue::QueueSettings;
 use crate::time::Millis;
+use keys::Keys;
+pub(in crate::spool::state) use keys::Leaving;
+
+pub(super) mod keys;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) struct QueueId(pub(super) u32);
@@ -123,6 +126,7 @@ impl Queue {
             && self.leases.is_empty()
             && self.dedup_order.is_empty()
             && self.history.is_empty()
+            && self.settings.previous_secret.is_none()
     }
 
     /// A message joins the queue (its key, if any, joined first): in

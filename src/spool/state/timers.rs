@@ -27,6 +27,16 @@ impl Spool {
                 self.busy.remove(&qid);
                 continue;
             }
+            // A rotated-out secret past its overlap: journaled once, the
+            // timer waiting for its record before the next tick.
+            if let Some(previous) = &q.settings.previous_secret
+                && previous.expires_at <= now
+            {
+                out.push(Command::SecretExpire {
+                    queue: Cow::Owned(q.name.clone()),
+                    expires_at: previous.expires_at,
+                });
+            }
             let expired: Vec<MessageId> = q
                 .lease_expiry
                 .range(..=(now, MessageId(u64::MAX)))
@@ -141,7 +151,8 @@ impl Spool {
                     .history_order
                     .first()
                     .map(|&(t, _)| t + q.settings.history_retention_ms as i64);
-                [lease, retention, delayed, history]
+                let secret = (q.settings.previous_secret.as_ref()).map(|p| p.expires_at);
+                [lease, retention, delayed, history, secret]
             })
             .flatten()
             .min()

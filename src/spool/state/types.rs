@@ -161,6 +161,10 @@ pub struct QueueStats {
     pub paused: bool,
     /// While the circuit breaker is open: when its next probe is due.
     pub next_probe_at: Option<Millis>,
+    /// How many secrets sign its deliveries now, and when the one a
+    /// rotation replaced stops (docs/contract.md §5, "Secret rotation").
+    pub signing_secrets: u64,
+    pub previous_secret_expires_at: Option<Millis>,
 }
 
 /// An event remembered by its idempotency key: what a repeat answers.

@@ -139,6 +139,9 @@ impl Spool {
                 .map(|id| now - q.messages[id].enqueued_at),
             paused: q.paused,
             next_probe_at: q.breaker.next_probe,
+            signing_secrets: q.settings.signing_secret_count(now) as u64,
+            previous_secret_expires_at: (q.settings.live_previous_secret(now))
+                .map(|p| p.expires_at),
         })
     }
 

@@ -20,8 +20,8 @@
 
 use std::collections::BTreeSet;
 
-use super::Spool;
-use super::queue::{IdMap, Queue, QueueId};
+use super::super::Spool;
+use super::{IdMap, Queue, QueueId};
 use crate::spool::command::MessageId;
 use crate::spool::queue::{Ordering, OrderingOnFailure};
 
@@ -53,7 +53,7 @@ pub(crate) fn key_hash(key: &str) -> u64 {
 
 /// One queue's keyed messages.
 #[derive(Debug, Default)]
-pub(super) struct Keys {
+pub(in crate::spool::state) struct Keys {
     /// The key of each message here that has one.
     of: IdMap<MessageId, u64>,
     /// Each key's messages here, and its out.
@@ -75,11 +75,11 @@ struct KeyLine {
 }
 
 impl Keys {
-    pub(super) fn len(&self) -> usize {
+    pub(in crate::spool::state) fn len(&self) -> usize {
         self.of.len()
     }
 
-    pub(super) fn lines(&self) -> usize {
+    pub(in crate::spool::state) fn lines(&self) -> usize {
         self.lines.len()
     }
 
@@ -92,7 +92,7 @@ impl Keys {
 
 /// What a message leaving its queue does to its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Leaving {
+pub(in crate::spool::state) enum Leaving {
     /// For good, or to another queue (its key goes with it).
     Gone,
     /// Back in line at once (a retry): it stays its key's out.
@@ -101,7 +101,7 @@ pub(super) enum Leaving {
 
 impl Queue {
     /// Whether this queue hands out one message of a key at a time.
-    pub(super) fn ordered(&self) -> bool {
+    pub(in crate::spool::state) fn ordered(&self) -> bool {
         self.settings.ordering == Ordering::PerKey && !self.is_failure_queue()
     }
 
@@ -110,7 +110,7 @@ impl Queue {
     }
 
     /// Message `id` (not yet inserted) carries `key`.
-    pub(super) fn join_key(&mut self, id: MessageId, key: u64) {
+    pub(in crate::spool::state) fn join_key(&mut self, id: MessageId, key: u64) {
         let keys = self.keys.get_or_insert_with(Box::default);
         keys.of.insert(id, key);
         keys.lines.entry(key).or_default().members.insert(id);
@@ -119,7 +119,11 @@ impl Queue {
 
     /// Message `id` leaves (`take`): its key forgets it, unless it is
     /// `Returning`. Its key, for a message that moves on with it.
-    pub(super) fn leave_key(&mut self, id: MessageId, leaving: Leaving) -> Option<u64> {
+    pub(in crate::spool::state) fn leave_key(
+        &mut self,
+        id: MessageId,
+        leaving: Leaving,
+    ) -> Option<u64> {
         let keys = self.keys.as_mut()?;
         let key = *keys.of.get(&id)?;
         keys.mark(key);
@@ -143,7 +147,7 @@ impl Queue {
 
     /// Whether message `id` waits behind another of its key (and so stays
     /// out of line).
-    pub(super) fn is_held(&self, id: MessageId) -> bool {
+    pub(in crate::spool::state) fn is_held(&self, id: MessageId) -> bool {
         if !self.ordered() {
             return false;
         }
@@ -159,7 +163,11 @@ impl Queue {
     /// Puts message `id` back in line at `visible_at`, or, if its key holds
     /// it, marks the key to settle (a lease that ended, a reservation
     /// undone).
-    pub(super) fn line_up(&mut self, id: MessageId, visible_at: crate::time::Millis) {
+    pub(in crate::spool::state) fn line_up(
+        &mut self,
+        id: MessageId,
+        visible_at: crate::time::Millis,
+    ) {
         if self.is_held(id) {
             let key = self.key_of(id).expect("held: keyed");
             self.keys.as_mut().expect("keyed").mark(key);
@@ -253,7 +261,7 @@ impl Queue {
 impl Spool {
     /// Settles the dirty keys of queue `qid` and of its failure queue (a
     /// change there may block or free a key here).
-    pub(super) fn settle_keys(&mut self, qid: QueueId) {
+    pub(in crate::spool::state) fn settle_keys(&mut self, qid: QueueId) {
         let Some(q) = self.queues.get(&qid) else {
             return;
         };
@@ -297,7 +305,7 @@ impl Spool {
     /// After a change of `ordering` or `ordering_on_failure`: every key of
     /// queue `qid` settled anew (or, unordered now, every keyed message in
     /// line).
-    pub(super) fn reorder_keys(&mut self, qid: QueueId) {
+    pub(in crate::spool::state) fn reorder_keys(&mut self, qid: QueueId) {
         let Some(q) = self.queues.get_mut(&qid) else {
             return;
         };
