@@ -59,6 +59,16 @@ impl Engine {
                 problem,
             });
         }
+        if is_operational(&request.event_type) {
+            return Err(EventError::Invalid {
+                field: "type",
+                problem: format!(
+                    "{:?}: types under \"spoold.\" are spoold's own operational events; a \
+                     client may not publish them",
+                    request.event_type
+                ),
+            });
+        }
         if let Some(problem) = request.tenant.as_deref().and_then(tenant_problem) {
             return Err(EventError::Invalid {
                 field: "tenant",
@@ -177,6 +187,12 @@ impl Engine {
     pub fn subscribers(&self, event_type: &str, tenant: Option<&str>) -> Vec<String> {
         self.core().spool.subscribers(event_type, tenant)
     }
+}
+
+/// Whether `event_type` is one of spoold's own (`spoold.…`, docs/contract.md
+/// §4): a client may subscribe to them, never publish them.
+fn is_operational(event_type: &str) -> bool {
+    event_type.split('.').next() == Some("spoold")
 }
 
 /// The names of the subscribers of `queues` whose content filter (if

@@ -401,6 +401,13 @@ async fn bad_events_and_subscriptions_are_refused_naming_the_field() {
     refused(json!({"type": "", "payload": 1}), "type").await;
     refused(json!({"type": "a".repeat(256), "payload": 1}), "type").await;
     refused(json!({"type": "invoice.*", "payload": 1}), "type").await;
+    // spoold's own operational events: subscribed to, never published.
+    refused(
+        json!({"type": "spoold.message.failed", "payload": 1}),
+        "spoold's own",
+    )
+    .await;
+    refused(json!({"type": "spoold", "payload": 1}), "spoold's own").await;
     refused(
         json!({"type": "a", "tenant": "no spaces", "payload": 1}),
         "tenant",
