@@ -57,6 +57,7 @@ pub(crate) const CLUSTER_SNAPSHOT_BYTES: &str = "spoold_cluster_snapshot_receive
 pub(crate) const CLUSTER_SNAPSHOTS_INSTALLED: &str = "spoold_cluster_snapshots_installed_total";
 const EVENTS_TOTAL: &str = "spoold_events_total";
 const EVENT_DELIVERIES_FILTERED: &str = "spoold_event_deliveries_filtered_total";
+const OPERATIONAL_EVENTS: &str = "spoold_operational_events_total";
 pub(crate) const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
 pub(crate) const LIMIT_REACHED: &str = "spoold_limit_reached_total";
 
@@ -309,6 +310,11 @@ fn describe() {
         "Push queues with a running dispatcher (those with messages); an idle push queue has none."
     );
     describe_counter!(
+        OPERATIONAL_EVENTS,
+        Unit::Count,
+        "spoold's own operational events (spoold.*), by kind and outcome: published, no_subscribers, failed, dropped (the publisher was 1024 behind), past_hop_bound."
+    );
+    describe_counter!(
         EVENT_DELIVERIES_FILTERED,
         Unit::Count,
         "Deliveries of events that a queue's content filter kept out (the queue's patterns took the type)."
@@ -428,6 +434,11 @@ pub(crate) fn count_event(outcome: &'static str) {
 /// Deliveries of one event that content filters kept out.
 pub(crate) fn count_filtered(deliveries: usize) {
     counter!(EVENT_DELIVERIES_FILTERED).increment(deliveries as u64);
+}
+
+/// An operational event of `kind` (after `spoold.`) and what became of it.
+pub(crate) fn count_operational(kind: &'static str, outcome: &'static str) {
+    counter!(OPERATIONAL_EVENTS, "kind" => kind, LABEL_OUTCOME => outcome).increment(1);
 }
 
 /// Replicated mode: a received snapshot was installed.

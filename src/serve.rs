@@ -522,6 +522,8 @@ async fn reconcile_at_start(
 /// stopped by hand ([`stop_serving`]); the others end with the engine.
 struct Background {
     _timer: JoinHandle<()>,
+    /// spoold's own events (`engine/operational.rs`).
+    _operational: Option<JoinHandle<()>>,
     _rates: JoinHandle<()>,
     _compactor: JoinHandle<()>,
     stop_delivery: watch::Sender<bool>,
@@ -533,6 +535,7 @@ impl Background {
         let (stop_delivery, delivery_stop) = watch::channel(false);
         Background {
             _timer: engine.spawn_timer(),
+            _operational: engine.spawn_operational(),
             _rates: engine.spawn_rates(),
             _compactor: engine
                 .spawn_compactor(Duration::from_millis(config.spool.compaction_interval_ms)),

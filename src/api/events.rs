@@ -15,7 +15,7 @@ use super::messages::{
 };
 use super::openapi::Refused;
 use super::{AppState, read_body};
-use crate::engine::{EventError, EventOutcome, EventRequest};
+use crate::engine::{EventError, EventOutcome, EventRequest, Publisher};
 use crate::spool::Payload;
 
 /// A JSON event: `{"type", "tenant"?, "orderingKey"?, "payload"}`.
@@ -98,6 +98,7 @@ pub(crate) async fn publish(
             },
             dedup_key,
             headers: filter_headers(headers),
+            publisher: Publisher::Client,
         },
         None => {
             if header_str(headers, "spooler-tenant")?.is_some()
@@ -130,6 +131,7 @@ pub(crate) async fn publish(
                 },
                 dedup_key,
                 headers: filter_headers(headers),
+                publisher: Publisher::Client,
             }
         }
     };

@@ -16,8 +16,7 @@ use crate::metrics::{Limit, limit_reached};
 
 /// The header.
 pub(crate) const SPOOLER_HOPS: &str = "spooler-hops";
-/// Most spoold deliveries a message may have come through.
-pub(crate) const HOPS_MAX: u8 = 8;
+pub(crate) use crate::spool::command::HOPS_MAX;
 
 /// The hop count a request carries (0 without the header); `508
 /// loop_detected` past [`HOPS_MAX`], `400` when it is not a count.

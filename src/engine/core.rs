@@ -332,6 +332,9 @@ pub(super) struct Shared {
     /// What records appended but not yet applied will add to the state's
     /// memory (`spool::state::memory::record_cost`).
     pub in_flight_memory: AtomicU64,
+    /// What spoold tells about itself, on its way to the operational
+    /// events' publisher (`operational.rs`).
+    pub notes: super::operational::Notes,
 }
 
 impl Shared {

@@ -13,6 +13,7 @@ use super::write::closed;
 use crate::spool::command::EventMeta;
 use crate::spool::content_filter::FILTER_PAYLOAD_BYTES_MAX;
 use crate::spool::event::{event_type_problem, tenant_problem};
+use crate::spool::queue::origin_queue_name;
 use crate::spool::state::Queue;
 use crate::spool::{Command, MessageId, Payload, Record};
 
@@ -27,6 +28,20 @@ pub struct EventRequest {
     /// The headers it was published with (lower-case names): what a
     /// subscription's content filter reads beside the payload. Not kept.
     pub headers: Map<String, Value>,
+    /// Who publishes it: a client, or spoold itself.
+    pub publisher: Publisher,
+}
+
+/// Who publishes an event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Publisher {
+    /// A client (`POST /v1/events`): may not use spoold's own types.
+    #[default]
+    Client,
+    /// spoold's own operational event (`operational.rs`): of a type under
+    /// `spoold.`, and never delivered to the queue it describes (`about`)
+    /// nor to that queue's failure queue.
+    Spoold { about: Option<String> },
 }
 
 /// The engine's answer to an event.
@@ -59,7 +74,12 @@ impl Engine {
                 problem,
             });
         }
-        if is_operational(&request.event_type) {
+        let ours = matches!(request.publisher, Publisher::Spoold { .. });
+        debug_assert!(
+            !ours || is_operational(&request.event_type),
+            "bug: spoold publishes its own types only"
+        );
+        if is_operational(&request.event_type) && !ours {
             return Err(EventError::Invalid {
                 field: "type",
                 problem: format!(
@@ -75,7 +95,10 @@ impl Engine {
                 problem,
             });
         }
-        if self.is_full_for(request.payload.stored_bytes()) {
+        // Told that the spool is nearly full, an operator must hear it even
+        // once it is full: that one small event may use the headroom.
+        let warns_of_full = ours && request.event_type == super::operational::NEAR_FULL_TYPE;
+        if !warns_of_full && self.is_full_for(request.payload.stored_bytes()) {
             return Err(EventError::SpoolFull {
                 journal_bytes: self.journal_bytes(),
                 max_bytes: self.inner.max_bytes,
@@ -134,6 +157,11 @@ impl Engine {
                     subscribers: queues.len(),
                     max: policy.max_event_subscribers,
                 });
+            }
+            let mut queues = queues;
+            if let Publisher::Spoold { about: Some(about) } = &request.publisher {
+                let base = origin_queue_name(about);
+                queues.retain(|q| q.name != base && origin_queue_name(&q.name) != base);
             }
             let matched = queues.len();
             let queues = kept_by_filters(queues, &request);

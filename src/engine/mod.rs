@@ -37,6 +37,7 @@ mod history;
 mod lease;
 mod messages;
 mod open;
+pub(crate) mod operational;
 mod queues;
 pub mod rates;
 pub(crate) mod rebuild;
@@ -65,7 +66,7 @@ pub use core::SendOutcome;
 pub use error::{
     EventError, LeaseError, MessageError, QueueError, ReadError, SendError, SettleError, WriteError,
 };
-pub use events::{EventOutcome, EventRequest};
+pub use events::{EventOutcome, EventRequest, Publisher};
 pub use history::{HISTORY_SCAN_MAX, HistoryItem, HistoryPage, HistoryQuery};
 pub use queues::BulkOutcome;
 pub use rules::{Origin, Policy};
@@ -322,18 +323,28 @@ impl Engine {
     /// counts in full (without this a 200 MiB body was taken when 2 MiB
     /// were left, and the journal passed `max_bytes` by the record bound).
     pub(crate) fn is_full_for(&self, incoming: u64) -> bool {
-        let seg = self.inner.segment_bytes;
-        let active_growth = seg.saturating_sub(self.inner.journal.active_file_bytes());
+        let active_growth = self
+            .inner
+            .segment_bytes
+            .saturating_sub(self.inner.journal.active_file_bytes());
         let own_segment = if incoming > active_growth {
             incoming
         } else {
             0
         };
+        self.disk_accounted().saturating_add(own_segment) > self.inner.max_bytes
+    }
+
+    /// The journal's bytes as `max_bytes` counts them: the files, the
+    /// active segment at its full size, and the headroom. New messages are
+    /// refused once it would pass `max_bytes` (`spoold.spool.near_full`
+    /// warns at 90 %, `operational.rs`).
+    pub fn disk_accounted(&self) -> u64 {
+        let seg = self.inner.segment_bytes;
+        let active_growth = seg.saturating_sub(self.inner.journal.active_file_bytes());
         self.journal_bytes()
             .saturating_add(active_growth)
             .saturating_add(headroom_bytes(seg))
-            .saturating_add(own_segment)
-            > self.inner.max_bytes
     }
 
     /// What the state holds in memory as accounted (with what records in

@@ -334,6 +334,7 @@ fn start_engine(
         poisoned,
         arrivals,
         in_flight_memory: Default::default(),
+        notes: Default::default(),
     });
     let reader = SegmentReader::new(claimed.storage.clone(), &claimed.dir, claimed.identity.salt);
     let journal = start_journal(

@@ -11,6 +11,7 @@ use super::Engine;
 use super::core::Reply;
 use super::error::{ReadError, SettleError, WriteError};
 use super::lease::settle_error;
+use super::operational;
 use super::token::LeaseToken;
 use super::write::closed;
 use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};
@@ -71,9 +72,16 @@ impl Engine {
     /// closes it. Whoever waits on the queue looks again: its dispatcher
     /// and probe (`delivery/worker.rs`) wait for this, not for a timer.
     pub fn set_breaker(&self, queue: &str, next_probe: Option<Millis>) {
-        let mut core = self.core();
-        core.spool.set_breaker(queue, next_probe);
-        core.wake_all(queue);
+        let was_open = {
+            let mut core = self.core();
+            let was_open = (core.spool.queue(queue)).map(|q| q.breaker.next_probe.is_some());
+            core.spool.set_breaker(queue, next_probe);
+            core.wake_all(queue);
+            was_open
+        };
+        if was_open.is_some_and(|was| was != next_probe.is_some()) {
+            self.tell(operational::breaker(queue, next_probe, self.clock_ms()));
+        }
     }
 
     /// What a push queue's dispatcher or probe waits on: woken when the
@@ -198,6 +206,10 @@ impl Engine {
                 core.release(&undo);
                 return Err(e.into());
             }
+        }
+        if breaker == BreakerTurn::Opened {
+            let next_probe = self.breaker(queue);
+            self.tell(operational::breaker(queue, next_probe, self.clock_ms()));
         }
         Ok(SettleWait {
             settled,

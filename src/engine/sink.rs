@@ -180,6 +180,9 @@ pub(super) fn apply(
     }
     if applied != Applied::Missing {
         announce(shared, &record.command);
+        if let Some(note) = super::operational::of_command(&record.command, record.at) {
+            shared.notes.tell(note);
+        }
     }
     core.note_file(loc.file);
     core.note_active(&record.command);

@@ -155,6 +155,11 @@ pub struct AttemptInfo {
 /// Attempts kept per message (docs/contract.md §3: "the last 10").
 pub(crate) const ATTEMPTS_KEPT: usize = 10;
 
+/// Most spoold deliveries a message may have come through: more is a
+/// loop (`api/hops.rs` refuses it with `508`; an operational event past it
+/// is not published, `engine/operational.rs`).
+pub(crate) const HOPS_MAX: u8 = 8;
+
 /// What stays on disk: read back by receive and peek.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Payload {
@@ -169,6 +174,7 @@ pub struct Payload {
     pub trace: Option<String>,
     /// How many spoold deliveries the message came through
     /// (`Spooler-Hops`, `api/hops.rs`): its own deliveries say one more.
+    /// At most [`HOPS_MAX`].
     pub hops: u8,
     /// The ordering key the message was sent with (docs/contract.md §2,
     /// "Ordered delivery per key"): shown by peek, receive and delivery.

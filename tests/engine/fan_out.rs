@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::common::*;
-use spoold::engine::{Engine, EventError, EventRequest, SendError, WriteError};
+use spoold::engine::{Engine, EventError, EventRequest, Publisher, SendError, WriteError};
 use spoold::spool::{DeadLetterFilter, Payload, QueueSettings};
 use spoold::testing::SimStorage;
 use spoold::time::ManualClock;
@@ -30,6 +30,7 @@ fn event(n: usize) -> EventRequest {
         },
         dedup_key: None,
         headers: Default::default(),
+        publisher: Publisher::Client,
     }
 }
 

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use spoold::engine::{Engine, EngineOptions, EventRequest, HistoryQuery, SendRequest};
+use spoold::engine::{Engine, EngineOptions, EventRequest, HistoryQuery, Publisher, SendRequest};
 use spoold::spool::{DeadLetterFilter, FailReason, MessageId, OnExpire, QueueSettings};
 use spoold::time::ManualClock;
 
@@ -503,6 +503,7 @@ async fn a_spool_with_events_and_history_is_read_written_and_read_again() {
             payload: common::body("paid again").payload,
             dedup_key: Some(dedup_key.into()),
             headers: Default::default(),
+            publisher: Publisher::Client,
         };
         // Keys belong to their tenant since issue 38: the fixture's key,
         // hashed without its tenant, is not this tenant's (a repeat inside

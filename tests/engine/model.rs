@@ -30,8 +30,8 @@ use std::time::Duration;
 use crate::common::*;
 use proptest::prelude::*;
 use spoold::engine::{
-    BulkOutcome, Engine, EventError, EventRequest, LeaseError, MessageError, Origin, QueueError,
-    SendError, SendRequest, SettleError, WriteError,
+    BulkOutcome, Engine, EventError, EventRequest, LeaseError, MessageError, Origin, Publisher,
+    QueueError, SendError, SendRequest, SettleError, WriteError,
 };
 use spoold::spool::OnExpire;
 use spoold::spool::{
@@ -1020,6 +1020,7 @@ impl World {
             headers: [("x-region".to_owned(), serde_json::json!(region))]
                 .into_iter()
                 .collect(),
+            publisher: Publisher::Client,
         };
         let out = self.engine.publish(request).await;
         if let Some((_, _, id, deliveries, _)) = &first {
@@ -1625,6 +1626,7 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                         payload: body(&text).payload,
                         dedup_key: None,
                         headers: Default::default(),
+                        publisher: Publisher::Client,
                     };
                     let event = tokio::spawn(async move { engine.publish(request).await });
                     for (text, task) in tasks {

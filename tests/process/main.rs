@@ -33,6 +33,7 @@ mod full_disk;
 mod helm;
 mod limits;
 mod metrics;
+mod operational_events;
 mod ordering;
 mod push_delivery;
 mod readme;

@@ -158,6 +158,23 @@ impl Spool {
             .min()
     }
 
+    /// The rotated-out secrets that stop signing after `now` and by
+    /// `until`: their queue and end (`engine/operational.rs` warns of them).
+    pub(crate) fn previous_secrets_ending(
+        &self,
+        now: Millis,
+        until: Millis,
+    ) -> Vec<(String, Millis)> {
+        self.busy
+            .iter()
+            .filter_map(|qid| self.queues.get(qid))
+            .filter_map(|q| {
+                let end = q.settings.previous_secret.as_ref()?.expires_at;
+                (now < end && end <= until).then(|| (q.name.clone(), end))
+            })
+            .collect()
+    }
+
     /// When the next delayed message of `queue` becomes visible.
     pub(crate) fn next_visible_at(&self, queue: &str, now: Millis) -> Option<Millis> {
         let q = self.queue(queue)?;
