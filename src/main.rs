@@ -127,6 +127,19 @@ enum Command {
         #[command(subcommand)]
         command: HistoryCommand,
     },
+    /// A queue's delivery log: pending, retrying, failed and delivered
+    /// messages together, newest first, with attempts and last status.
+    Deliveries {
+        queue: String,
+        #[command(flatten)]
+        filter: ops::HistoryArgs,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// One JSON object per delivery, one per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Events: publish one to every queue that subscribes to its type.
     Events {
         #[command(subcommand)]
@@ -433,6 +446,15 @@ fn dispatch(command: Command, target: &Target) -> anyhow::Result<ExitCode> {
             &mut stdout(),
         )),
         Command::History { command } => history(target, command),
+        Command::Deliveries {
+            queue,
+            filter,
+            limit,
+            json,
+        } => {
+            let out = &mut stdout();
+            on_server(ops::deliveries(target, &queue, &filter, limit, json, out))
+        }
         Command::Events { command } => events(target, command),
         Command::Dlq { command } => dlq(target, command),
         Command::Cluster { command } => cluster(target, command),

@@ -271,6 +271,21 @@ fn response_example(op: &str) -> Option<Value> {
         "getMessage" => message("visible"),
         "getDelivered" => message("delivered"),
         "listHistory" => json!({"messages": [message("delivered")], "scanned": 1, "unsearched": 0}),
+        "listDeliveries" => {
+            let mut failed = message("visible");
+            failed["state"] = json!("failed");
+            failed["messageState"] = json!("visible");
+            failed["queue"] = json!("orders.failed");
+            failed["originQueue"] = json!("orders");
+            failed["retryCount"] = json!(8);
+            failed["lastStatus"] = json!(503);
+            failed["reason"] = json!("retries_exhausted");
+            failed["failedAt"] = json!("2026-12-03T09:02:11.204Z");
+            let mut delivered = message("delivered");
+            delivered["state"] = json!("delivered");
+            delivered["messageState"] = json!("delivered");
+            json!({"deliveries": [failed, delivered], "next": ID, "scanned": 2, "unsearched": 0})
+        }
         "resendDelivered" => json!({
             "id": "00000000000000019685887553a11c07", "queue": "orders", "resentFrom": ID
         }),

@@ -8,6 +8,7 @@
 pub(crate) mod auth;
 pub(crate) mod cluster;
 pub(crate) mod console;
+pub(crate) mod deliveries;
 pub(crate) mod edge;
 pub(crate) mod error;
 pub(crate) mod events;
@@ -263,6 +264,7 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         ))
         .routes(routes!(events::publish))
         .routes(routes!(history::list))
+        .routes(routes!(deliveries::list))
         .routes(routes!(history::get_one))
         .routes(routes!(history::resend))
         .routes(routes!(messages::send, messages::peek, messages::purge))

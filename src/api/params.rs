@@ -29,7 +29,7 @@ fn allowed(method: &Method, route: &str) -> (&'static [&'static str], bool) {
         ("GET", "/v1/queues/{q}/tail") => (&["last"], false),
         ("GET", "/v1/cluster") => (&["digest"], false),
         ("PUT" | "PATCH", "/v1/queues/{q}") => (&["keepSecrets"], false),
-        ("GET", "/v1/queues/{q}/history") => (
+        ("GET", "/v1/queues/{q}/history" | "/v1/queues/{q}/deliveries") => (
             &[
                 "limit", "before", "since", "until", "type", "tenant", "contains", "match",
             ],

@@ -128,14 +128,18 @@ async fn store(
     previous: Option<&crate::spool::QueueSettings>,
     keep_secrets: bool,
 ) -> Result<Response, ApiError> {
-    let (settings, warnings) = body
-        .into_settings(previous, keep_secrets)
-        .map_err(|refused| match refused {
-            SettingsRefusal::Invalid(problem) => ApiError::bad_request(problem),
-            SettingsRefusal::SecretsWouldMove(why) => {
-                ApiError::new(StatusCode::CONFLICT, "secrets_would_move", why)
-            }
-        })?;
+    let sets_history = body.sets_history();
+    let (mut settings, warnings) =
+        body.into_settings(previous, keep_secrets)
+            .map_err(|refused| match refused {
+                SettingsRefusal::Invalid(problem) => ApiError::bad_request(problem),
+                SettingsRefusal::SecretsWouldMove(why) => {
+                    ApiError::new(StatusCode::CONFLICT, "secrets_would_move", why)
+                }
+            })?;
+    if !sets_history {
+        engine.policy().history_default.fill(&mut settings);
+    }
     // Every rule (bounds, destinations, who owns the queue) is the engine's.
     let created = engine.upsert_queue(queue, settings, Origin::Api).await?;
     for warning in &warnings {

@@ -324,6 +324,12 @@ fn ms(field: &str, seconds: Option<f64>, default_ms: u64) -> Result<u64, String>
 }
 
 impl SettingsBody {
+    /// Whether it says how much history to keep (else the `[events]`
+    /// default applies to an event endpoint).
+    pub(crate) fn sets_history(&self) -> bool {
+        self.history_retention_seconds.is_some() || self.history_max_bytes.is_some()
+    }
+
     /// The full settings a `PUT` asks for, and warnings for the answer.
     /// `previous` (the queue's settings now, if it exists) gives what an
     /// omitted `signingSecret` keeps and what a header sent as

@@ -33,7 +33,12 @@ pub(crate) const REDACTED: &str = "<redacted>";
 pub(crate) struct MessageJson<'a> {
     id: String,
     queue: &'a str,
-    state: &'static str,
+    /// `visible`, `delayed`, `leased`, `held` or `delivered`; in a
+    /// delivery log `pending`, `retrying`, `failed` or `delivered`.
+    pub state: &'static str,
+    /// In a delivery log: what `state` is elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_state: Option<&'static str>,
     retry_count: u32,
     enqueued_at: String,
     visible_at: String,
@@ -149,6 +154,7 @@ pub(crate) fn render<'a>(
         id: tokens.format_id(view.id),
         queue,
         state: view.state.as_str(),
+        message_state: None,
         retry_count: m.retry_count,
         enqueued_at: format_rfc3339(m.enqueued_at),
         visible_at: format_rfc3339(m.visible_at),

@@ -13,6 +13,7 @@ use crate::engine::rules::{self, Origin, Policy, QueueRuleError};
 use crate::journal::format::RECORD_BODY_MAX_BYTES;
 use crate::listen::HEADER_BYTES_MAX;
 use crate::spool::queue::QUEUE_NAME_MAX_BYTES;
+use crate::spool::queue::limits;
 use crate::spool::queue::{Field, Naming};
 
 /// Smallest segment size accepted: below it rotation would dominate.
@@ -129,6 +130,24 @@ impl Config {
         Ok(())
     }
 
+    /// Gives each queue table that sets no history of its own the
+    /// `[events]` default, if it is an event endpoint (a push queue with
+    /// `events`): the file's queues and the API's get the same.
+    pub(super) fn fill_history_defaults(&mut self) {
+        let default = self.events.history_default();
+        for queue in self.queues.values_mut() {
+            if queue.history_retention.is_some() || queue.history_max_bytes.is_some() {
+                continue;
+            }
+            let mut settings = queue.settings();
+            default.fill(&mut settings);
+            if settings.history_retention_ms > 0 {
+                queue.history_retention = Some(settings.history_retention_ms);
+                queue.history_max_bytes = Some(settings.history_max_bytes);
+            }
+        }
+    }
+
     fn check_events(&self, keys: &KeyLines) -> Result<(), String> {
         let subscribers = self.events.max_subscribers;
         if !(1..=EVENT_SUBSCRIBERS_MAX).contains(&subscribers) {
@@ -142,6 +161,21 @@ impl Config {
                 "{}events.dedup_window = {} is out of range: allowed 0 to 30d",
                 keys.at(&["events", "dedup_window"]),
                 format_duration_ms(self.events.dedup_window_ms)
+            ));
+        }
+        if self.events.history_retention_ms > limits::HISTORY_RETENTION_MS {
+            return Err(format!(
+                "{}events.history_retention = {} is out of range: allowed 0 to 365d",
+                keys.at(&["events", "history_retention"]),
+                format_duration_ms(self.events.history_retention_ms)
+            ));
+        }
+        let (lo, hi) = limits::HISTORY_BYTES;
+        if !(lo..=hi).contains(&self.events.history_max_bytes) {
+            return Err(format!(
+                "{}events.history_max_bytes = {} is out of range: allowed 1KiB to 1TiB",
+                keys.at(&["events", "history_max_bytes"]),
+                format_size(self.events.history_max_bytes)
             ));
         }
         Ok(())
@@ -296,6 +330,7 @@ impl Config {
             max_event_subscribers: self.events.max_subscribers,
             event_dedup_window_ms: self.events.dedup_window_ms,
             max_queues: self.server.max_queues,
+            history_default: self.events.history_default(),
         }
     }
 

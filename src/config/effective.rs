@@ -160,6 +160,14 @@ fn events_table(c: &Config) -> Table {
         (c.events.max_subscribers as i64).into(),
     );
     events.insert("dedup_window".into(), duration(c.events.dedup_window_ms));
+    events.insert(
+        "history_retention".into(),
+        duration(c.events.history_retention_ms),
+    );
+    events.insert(
+        "history_max_bytes".into(),
+        format_size(c.events.history_max_bytes).into(),
+    );
     events
 }
 

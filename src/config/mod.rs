@@ -93,6 +93,7 @@ impl Config {
         let mut config = Config::deserialize(toml::de::Deserializer::from(document))
             .map_err(|e| keys.describe(&e))?;
         config.validate(&keys)?;
+        config.fill_history_defaults();
         config.listen_line = keys.line(&["server", "listen"]);
         Ok(config)
     }

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use super::cluster::ClusterConfig;
 use super::units::{de_duration, de_opt_duration, de_opt_size, de_size};
 use crate::engine::rules::{EVENT_DEDUP_WINDOW_MS_DEFAULT, MAX_EVENT_SUBSCRIBERS_DEFAULT};
-use crate::spool::queue::{Backoff, OnExpire, Ordering, OrderingOnFailure, QueueSettings};
+use crate::spool::queue::{
+    Backoff, HistoryDefault, OnExpire, Ordering, OrderingOnFailure, QueueSettings,
+};
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -117,6 +119,21 @@ pub struct EventsConfig {
     /// How long an event's `Idempotency-Key` is remembered.
     #[serde(rename = "dedup_window", deserialize_with = "de_duration")]
     pub dedup_window_ms: u64,
+    /// History that push queues subscribing to events keep when they set
+    /// none of their own (0: none).
+    #[serde(rename = "history_retention", deserialize_with = "de_duration")]
+    pub history_retention_ms: u64,
+    #[serde(deserialize_with = "de_size")]
+    pub history_max_bytes: u64,
+}
+
+impl EventsConfig {
+    pub fn history_default(&self) -> HistoryDefault {
+        HistoryDefault {
+            retention_ms: self.history_retention_ms,
+            max_bytes: self.history_max_bytes,
+        }
+    }
 }
 
 impl Default for EventsConfig {
@@ -124,6 +141,8 @@ impl Default for EventsConfig {
         EventsConfig {
             max_subscribers: MAX_EVENT_SUBSCRIBERS_DEFAULT,
             dedup_window_ms: EVENT_DEDUP_WINDOW_MS_DEFAULT,
+            history_retention_ms: 0,
+            history_max_bytes: HistoryDefault::default().max_bytes,
         }
     }
 }

@@ -121,3 +121,24 @@ fn config_example_toml_parses() {
     assert_eq!(config.queues.len(), 2);
     assert!(config.queues["billing"].settings().is_push());
 }
+
+#[test]
+fn the_events_history_default_fills_event_endpoints_that_set_none() {
+    let text = "[events]\nhistory_retention = \"24h\"\nhistory_max_bytes = \"1MiB\"\n\
+                [queues.hooks]\ndestination = \"https://a.example.com/\"\nevents = [\"a.*\"]\n\
+                [queues.own]\ndestination = \"https://a.example.com/\"\nevents = [\"a.*\"]\n\
+                history_retention = \"0s\"\n\
+                [queues.plain]\ndestination = \"https://a.example.com/\"\n\
+                [queues.pulled]\nevents = [\"a.*\"]\n";
+    let c = Config::parse(text).unwrap();
+    let hooks = c.queues["hooks"].settings();
+    assert_eq!(hooks.history_retention_ms, 24 * 3_600_000);
+    assert_eq!(hooks.history_max_bytes, 1 << 20);
+    for name in ["own", "plain", "pulled"] {
+        assert_eq!(c.queues[name].settings().history_retention_ms, 0, "{name}");
+    }
+    let err = Config::parse("[events]\n\nhistory_retention = \"400d\"\n").unwrap_err();
+    assert!(err.starts_with("line 3: events.history_retention"), "{err}");
+    let err = Config::parse("[events]\nhistory_max_bytes = \"10B\"\n").unwrap_err();
+    assert!(err.starts_with("line 2: events.history_max_bytes"), "{err}");
+}

@@ -159,9 +159,14 @@ impl Engine {
                 });
             }
             let mut queues = queues;
-            if let Publisher::Spoold { about: Some(about) } = &request.publisher {
-                let base = origin_queue_name(about);
-                queues.retain(|q| q.name != base && origin_queue_name(&q.name) != base);
+            if let Publisher::Spoold { about } = &request.publisher {
+                // Asked for by name (`spoold.>`, not a catch-all `>`), and
+                // never about the queue itself.
+                let base = about.as_deref().map(origin_queue_name);
+                queues.retain(|q| {
+                    is_operational_pattern(&q.settings.events)
+                        && base.is_none_or(|b| origin_queue_name(&q.name) != b)
+                });
             }
             let matched = queues.len();
             let queues = kept_by_filters(queues, &request);
@@ -221,6 +226,12 @@ impl Engine {
 /// §4): a client may subscribe to them, never publish them.
 fn is_operational(event_type: &str) -> bool {
     event_type.split('.').next() == Some("spoold")
+}
+
+/// Whether one of `patterns` names spoold's own events: a catch-all (`>`,
+/// `*.…`) takes a client's events only.
+fn is_operational_pattern(patterns: &[String]) -> bool {
+    patterns.iter().any(|p| is_operational(p))
 }
 
 /// The names of the subscribers of `queues` whose content filter (if

@@ -171,7 +171,7 @@ impl Engine {
         Ok(new_id)
     }
 
-    fn read_attempts(
+    pub(super) fn read_attempts(
         &self,
         file: Option<PinnedFile>,
         loc: Option<RecordLoc>,

@@ -35,6 +35,7 @@ mod events;
 pub(crate) mod guard;
 mod history;
 mod lease;
+mod log;
 mod messages;
 mod open;
 pub(crate) mod operational;
@@ -68,6 +69,7 @@ pub use error::{
 };
 pub use events::{EventOutcome, EventRequest, Publisher};
 pub use history::{HISTORY_SCAN_MAX, HistoryItem, HistoryPage, HistoryQuery};
+pub use log::{LogItem, LogPage, LogQuery};
 pub use queues::BulkOutcome;
 pub use rules::{Origin, Policy};
 pub use secrets::Rotation;
@@ -304,6 +306,11 @@ impl Engine {
     /// Bytes of the journal's files.
     pub fn journal_bytes(&self) -> u64 {
         self.inner.journal.disk_bytes()
+    }
+
+    /// The rules the engine checks changes against (from the config).
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
     }
 
     /// The configured limit on [`Engine::journal_bytes`].

@@ -40,6 +40,9 @@ pub struct Policy {
     /// Most queues (failure queues not counted; `server.max_queues`): the
     /// API creates none past it.
     pub max_queues: usize,
+    /// History for event endpoints that set none (`[events]
+    /// history_retention`, `history_max_bytes`): the API fills it in.
+    pub history_default: crate::spool::queue::HistoryDefault,
 }
 
 /// Defaults of the `[events]` table.
@@ -57,6 +60,7 @@ impl Default for Policy {
             max_event_subscribers: MAX_EVENT_SUBSCRIBERS_DEFAULT,
             event_dedup_window_ms: EVENT_DEDUP_WINDOW_MS_DEFAULT,
             max_queues: MAX_QUEUES_DEFAULT,
+            history_default: Default::default(),
         }
     }
 }

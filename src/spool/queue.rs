@@ -28,6 +28,36 @@ pub(crate) fn origin_queue_name(queue: &str) -> &str {
     queue.strip_suffix(FAILED_SUFFIX).unwrap_or(queue)
 }
 
+/// The history a push queue that subscribes to events keeps when its
+/// settings set none (`[events] history_retention`, `history_max_bytes`):
+/// filled in where settings are written (a `PUT`, a config table), so
+/// every replica journals the same. Off (0) by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryDefault {
+    pub retention_ms: u64,
+    pub max_bytes: u64,
+}
+
+impl Default for HistoryDefault {
+    fn default() -> HistoryDefault {
+        HistoryDefault {
+            retention_ms: 0,
+            max_bytes: limits::HISTORY_BYTES_DEFAULT,
+        }
+    }
+}
+
+impl HistoryDefault {
+    /// Gives `settings`, which set no history of their own, this default
+    /// if they are a push queue's with event subscriptions.
+    pub fn fill(&self, settings: &mut QueueSettings) {
+        if self.retention_ms > 0 && settings.is_push() && !settings.events.is_empty() {
+            settings.history_retention_ms = self.retention_ms;
+            settings.history_max_bytes = self.max_bytes;
+        }
+    }
+}
+
 /// What retention does to a message that outlives it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,7 +1,8 @@
 // Drives the console's webhook pages in headless Chromium (Playwright):
 // publish an event from the queue list, search a queue's messages by event
 // type, tenant and a JSON path, then the delivery history of an endpoint:
-// filtered by tenant, one delivery with its attempts, and resent. Prints
+// filtered by tenant, one delivery with its attempts, and resent; and the
+// delivery log of an endpoint whose deliveries failed, redriven by time. Prints
 // what it saw as one JSON object; tests/process/console.rs checks it and, over
 // the API, what the destination received.
 //
@@ -83,6 +84,26 @@ try {
   out.resendDialog = dialogs.at(-1);
   out.resent = (await page.textContent("#status")).slice("resent as ".length);
   out.resentFrom = pick;
+
+  // The delivery log of an endpoint whose deliveries failed: both in
+  // it, failed; then redriven from it by time.
+  await page.goto(`${url}/ui#/deliveries/dead`);
+  for (let tries = 0; ; tries++) {
+    await page.waitForSelector("form#redrive-since");
+    const states = await page.$$eval("tbody tr[data-id]", (rs) => rs.map((r) => r.dataset.state));
+    if ((states.length === 2 && states.every((s) => s === "failed")) || tries > 50) {
+      out.deadStates = states;
+      break;
+    }
+    await page.waitForTimeout(200);
+    await page.click("form.filters button[type=submit]");
+  }
+  await shot("events-deliveries");
+  await page.fill("form#redrive-since input[name=since]", "2000-01-01T00:00");
+  await page.click("form#redrive-since button[type=submit]");
+  await page.waitForFunction(() => document.getElementById("status").textContent.startsWith("moved "));
+  out.redriven = await page.textContent("#status");
+  out.redriveDialog = dialogs.at(-1);
 } finally {
   await browser.close();
 }

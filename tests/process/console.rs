@@ -201,6 +201,13 @@ async fn the_console_publishes_searches_and_resends_from_history() {
     server
         .queue("cus-2", json!({"destination": dest, "events": ["order.*"]}))
         .await;
+    // Nothing listens there: each delivery fails at once.
+    server
+        .queue(
+            "dead",
+            json!({"destination": "http://127.0.0.1:9/", "events": ["order.*"], "maxRetries": 0}),
+        )
+        .await;
     let mut audit = Vec::new();
     for (event_type, tenant, amount) in [
         ("invoice.paid", "cus_1", 10),
@@ -276,6 +283,22 @@ async fn the_console_publishes_searches_and_resends_from_history() {
     assert_eq!(again.headers["spooler-resent-from"], from);
     assert_eq!(again.headers["spooler-delivery-id"], resent);
     assert_eq!(again.headers["spooler-tenant"], "cus_1");
+    // The delivery log: both failures, then redriven since a time.
+    assert_eq!(seen["deadStates"], json!(["failed", "failed"]), "{seen}");
+    let dialog = seen["redriveDialog"].as_str().unwrap();
+    assert!(
+        dialog.starts_with("Move 2 of 2 message(s) matching since 19")
+            || dialog.starts_with("Move 2 of 2 message(s) matching since 2000-01-01"),
+        "{dialog}"
+    );
+    assert!(dialog.ends_with("back to dead?"), "{dialog}");
+    assert!(
+        seen["redriven"]
+            .as_str()
+            .unwrap()
+            .starts_with("moved 2 of 2"),
+        "{seen}"
+    );
     server.stop().await;
 }
 

@@ -27,6 +27,7 @@ mod content_filters;
 mod corruption_matrix;
 mod crash;
 mod crash_loop;
+mod delivery_log;
 mod destination_chaos;
 mod events;
 mod full_disk;

@@ -2,7 +2,8 @@
 //! §4, "Operational events"): a queue subscribed to `spoold.>` is told when
 //! a message fails, a breaker opens and closes, a rotated-out secret is an
 //! hour from its end, and the spool nears `max_bytes`; each event carries
-//! the tenant of the queue it describes and never reaches that queue; two
+//! the tenant of the queue it describes and never reaches that queue (nor
+//! a catch-all `>` subscriber); two
 //! queues that fail each other's events stop at the hop bound; a client
 //! may not publish them.
 
@@ -59,7 +60,7 @@ async fn failures_breakers_and_secrets_are_told_with_the_tenant_never_to_the_que
     let (theirs, theirs_url) = Sink::start().await;
     let (ours, ours_url) = Sink::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let ops = "[queues.ops]\nevents = [\"spoold.>\"]\n";
+    let ops = "[queues.ops]\nevents = [\"spoold.>\"]\n[queues.catchall]\nevents = [\">\"]\n";
     let spoold = start_config(dir.path(), "", "", ops).await;
     let base = spoold.base.clone();
     let http = client();
@@ -157,6 +158,10 @@ async fn failures_breakers_and_secrets_are_told_with_the_tenant_never_to_the_que
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(ours.seen().len(), 3, "each told once");
     assert!(theirs.seen().is_empty(), "another tenant's queue was told");
+    assert!(
+        told(&base, "catchall").await.is_empty(),
+        "a catch-all `>` takes clients' events only"
+    );
     let to_hooks: Vec<String> = sink
         .seen()
         .iter()

@@ -539,6 +539,7 @@ async function queueView(queue, after) {
   const again = () => queueView(queue, after).catch(fail);
   crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue),
     el("a", { href: `#/tail/${enc(queue)}` }, "tail"),
+    failed ? null : el("a", { href: `#/deliveries/${enc(queue)}` }, "deliveries"),
     info.settings.historyRetentionSeconds
       ? el("a", { href: `#/history/${enc(queue)}` }, "history")
       : null);
@@ -716,6 +717,73 @@ async function historyView(queue, before) {
 }
 historyView.filters = new Map();
 
+// ---- delivery log ----------------------------------------------------------
+
+// One list of what the queue sent: pending, retrying, failed (in
+// q.failed) and delivered (its history), newest first.
+async function deliveriesView(queue, before) {
+  crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue), "deliveries");
+  const form = el("form", { class: "toolbar filters" },
+    el("label", {}, "sent since", el("input", { name: "since", type: "datetime-local" })),
+    el("label", {}, "sent until", el("input", { name: "until", type: "datetime-local" })),
+    ...searchFields(),
+    el("button", { type: "submit", class: "primary" }, "Search"));
+  rememberForm(form, deliveriesView.filters, queue, () => deliveriesView(queue, null));
+  const params = searchQuery(form);
+  for (const t of ["since", "until"]) {
+    const v = form.elements[t].value.trim();
+    if (v) params.append(t, new Date(v).toISOString());
+  }
+  params.set("limit", String(PAGE));
+  if (before) params.set("before", before);
+  const page = await json("GET", `/v1/queues/${enc(queue)}/deliveries?${params}`);
+  const detail = el("div", { id: "detail" });
+  const rows = page.deliveries.map((m) => el("tr", {
+    class: "clickable", "data-id": m.id, "data-state": m.state,
+    onclick: (ev) => {
+      selectRow(ev.currentTarget);
+      messageDetail(m.queue, m.id, detail, { delivered: m.state === "delivered" }).catch(fail);
+    },
+  },
+  el("td", { class: "mono" }, m.id),
+  el("td", {}, el("span", { class: `pill ${m.state}` }, m.state)),
+  el("td", { class: "time" }, when(m.enqueuedAt)),
+  el("td", {}, eventOf(m)),
+  el("td", { class: "num" }, (m.attempts || []).length),
+  el("td", {}, m.lastStatus ?? "–"),
+  el("td", {}, m.reason || ""),
+  el("td", { class: "mono" }, (m.body ?? "(binary)").slice(0, 80))));
+  // Failures since a time go back into the queue: the redrive route.
+  const redriveForm = el("form", { class: "toolbar", id: "redrive-since" },
+    el("label", {}, "failed since", el("input", { name: "since", type: "datetime-local", required: true })),
+    el("button", { type: "submit" }, "Redrive failures"));
+  redriveForm.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const since = new Date(redriveForm.elements.since.value).toISOString();
+    bulk(`${queue}.failed`, "redrive", new URLSearchParams({ since }), null)
+      .then(() => deliveriesView(queue, before)).catch(fail);
+  });
+  const pager = el("div", { class: "toolbar" },
+    before ? el("button", { type: "button", onclick: () => deliveriesView(queue, null).catch(fail) }, "Newest") : null,
+    page.next
+      ? el("button", { type: "button", onclick: () => deliveriesView(queue, page.next).catch(fail) }, "Older")
+      : null);
+  render(
+    el("h1", {}, `${queue}: deliveries`),
+    el("p", { class: "note" }, "Everything the queue was sent, newest first: pending, retrying, failed " +
+      "(in its failure queue) and delivered (while its history keeps them), with attempts and last status."),
+    form,
+    redriveForm,
+    el("div", { class: "split" },
+      el("div", { class: "list" },
+        page.deliveries.length
+          ? scroller(table(["id", "state", "sent", "event · tenant", { label: "attempts", num: 1 }, "last status", "reason", "body"], rows))
+          : el("p", { class: "note empty" }, "Nothing here (with this filter)."),
+        pager),
+      detail));
+}
+deliveriesView.filters = new Map();
+
 // ---- events --------------------------------------------------------------
 
 // Publishes one event (POST /v1/events) and says where it went.
@@ -860,6 +928,7 @@ async function route() {
   try {
     if (view === "queue" && name) await queueView(name, null);
     else if (view === "history" && name) await historyView(name, null);
+    else if (view === "deliveries" && name) await deliveriesView(name, null);
     else if (view === "tail" && name) await tailView(name);
     else if (view === "cluster") await clusterView();
     else await queuesView();

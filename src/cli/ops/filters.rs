@@ -123,10 +123,12 @@ impl SearchArgs {
 pub struct HistoryArgs {
     #[command(flatten)]
     pub search: SearchArgs,
-    /// Delivered at or after: RFC 3339 or a duration ago (2h).
+    /// At or after (history: delivered; deliveries: sent): RFC 3339 or a
+    /// duration ago (2h).
     #[arg(long)]
     pub since: Option<String>,
-    /// Delivered before: RFC 3339 or a duration ago.
+    /// Before (history: delivered; deliveries: sent): RFC 3339 or a
+    /// duration ago.
     #[arg(long)]
     pub until: Option<String>,
 }

@@ -1,6 +1,7 @@
 //! `spoold history list|show|resend QUEUE`: delivered messages that a
 //! queue keeps for its `historyRetentionSeconds` (`src/api/history.rs`),
-//! newest first, with every attempt and what the destination answered.
+//! newest first, with every attempt and what the destination answered;
+//! and `spoold deliveries QUEUE`, the delivery log (`src/api/deliveries.rs`).
 
 use std::io::Write;
 
@@ -50,6 +51,49 @@ pub async fn history_list(
         "TENANT",
         "ATTEMPTS",
         "RESENT_FROM",
+    ];
+    table::write(out, &header, &rows)
+}
+
+/// `spoold deliveries QUEUE`: the delivery log, newest first (every page,
+/// up to `limit`): pending, retrying, failed and delivered together.
+pub async fn deliveries(
+    target: &Target,
+    queue: &str,
+    args: &HistoryArgs,
+    limit: Option<usize>,
+    json: bool,
+    out: &mut Terminal<impl Write>,
+) -> Result<(), OpsError> {
+    let terms = args.query(now_ms())?;
+    let path = format!("/v1/queues/{queue}/deliveries");
+    if json {
+        let all: Vec<Value> = every_page(target, &path, terms, "before", limit).await?;
+        return json_lines(out, &all);
+    }
+    let all: Vec<Message> = every_page(target, &path, terms, "before", limit).await?;
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|m| {
+            vec![
+                m.id.clone(),
+                m.state.clone(),
+                m.enqueued_at.clone(),
+                or_dash(m.event_type.as_deref()),
+                m.attempts.len().to_string(),
+                or_dash(m.last_status),
+                or_dash(m.reason.as_deref()),
+            ]
+        })
+        .collect();
+    let header = [
+        "ID",
+        "STATE",
+        "SENT_AT",
+        "TYPE",
+        "ATTEMPTS",
+        "LAST_STATUS",
+        "REASON",
     ];
     table::write(out, &header, &rows)
 }

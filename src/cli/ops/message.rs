@@ -29,6 +29,9 @@ pub(super) const ERROR_SHOWN_CHARS: usize = 60;
 pub(super) struct Message {
     pub(super) id: String,
     pub(super) queue: String,
+    /// `visible`, `leased`, …; in a delivery log `pending`, `retrying`,
+    /// `failed` or `delivered`.
+    pub(super) state: String,
     pub(super) retry_count: u32,
     pub(super) enqueued_at: String,
     /// A body that is UTF-8, as text.
@@ -83,6 +86,8 @@ pub(super) struct Stored {
 /// One page of a listing: `next` is where the next one starts.
 #[derive(Deserialize)]
 struct Page<T> {
+    /// A delivery log calls them `deliveries`.
+    #[serde(alias = "deliveries")]
     messages: Vec<T>,
     next: Option<String>,
 }

@@ -236,6 +236,15 @@ impl Fresh {
             .filter(|&(_, s)| s != GONE)
     }
 
+    /// Live entries with ids below `end`, ascending.
+    pub(super) fn iter_below(
+        &self,
+        end: MessageId,
+    ) -> impl DoubleEndedIterator<Item = (MessageId, u32)> + '_ {
+        let last = self.line.partition_point(|&(id, _)| id < end);
+        self.line.range(..last).copied().filter(|&(_, s)| s != GONE)
+    }
+
     /// Every live entry, ascending.
     pub(super) fn iter(&self) -> impl DoubleEndedIterator<Item = (MessageId, u32)> + '_ {
         self.iter_from(MessageId(0))

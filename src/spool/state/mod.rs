@@ -22,6 +22,7 @@ use crate::time::Millis;
 mod apply;
 pub(crate) mod fresh;
 pub(crate) mod leases;
+pub(crate) mod log;
 pub(crate) mod memory;
 mod plain;
 mod queue;

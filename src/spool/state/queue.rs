@@ -206,6 +206,22 @@ impl Queue {
         merge(kept, fresh, |a, b| a.0 <= b.0)
     }
 
+    /// Messages with ids below `end`, newest first, either way they are
+    /// kept.
+    pub(super) fn entries_below<'a>(
+        &'a self,
+        end: MessageId,
+        events: &'a FreshEvents,
+    ) -> impl Iterator<Item = (MessageId, Message)> + 'a {
+        let kept = self.messages.range(..end).rev().map(|(&id, &m)| (id, m));
+        let fresh = self
+            .fresh
+            .iter_below(end)
+            .rev()
+            .map(move |(id, slot)| (id, events.get(slot).message()));
+        merge(kept, fresh, |a, b| a.0 >= b.0)
+    }
+
     /// Every message, newest (highest id) first, either way it is kept.
     pub(super) fn entries_newest_first<'a>(
         &'a self,
@@ -485,7 +501,7 @@ pub(super) fn retry_or_fail(
 
 /// Two ordered streams as one, in order: `first(a, b)` says whether `a`
 /// comes before `b`.
-fn merge<T>(
+pub(super) fn merge<T>(
     a: impl Iterator<Item = T>,
     b: impl Iterator<Item = T>,
     first: impl Fn(&T, &T) -> bool,

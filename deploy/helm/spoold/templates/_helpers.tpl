@@ -56,6 +56,10 @@ segment_bytes = {{ $v.config.segmentBytes | quote }}
 
 [log]
 format = "json"
+
+[events]
+history_retention = {{ $v.config.events.historyRetention | quote }}
+history_max_bytes = {{ $v.config.events.historyMaxBytes | quote }}
 {{- if eq $v.mode "cluster" }}
 
 [cluster]
