@@ -131,7 +131,7 @@ fn id_response(engine: &Engine, status: StatusCode, queue: &str, out: SendOutcom
 }
 
 /// The `traceparent` a message stores (`src/telemetry.rs`).
-fn incoming_trace(headers: &HeaderMap) -> Option<String> {
+pub(super) fn incoming_trace(headers: &HeaderMap) -> Option<String> {
     let incoming = headers.get("traceparent").and_then(|v| v.to_str().ok());
     crate::telemetry::to_store(incoming)
 }

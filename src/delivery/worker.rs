@@ -227,20 +227,39 @@ async fn deliver(shared: &Arc<QueueShared>, d: PushDelivery, probe: bool) -> Att
     // A replica that stops being the primary abandons the attempt at once
     // (the request is dropped mid-flight): its lease is gone, and the new
     // primary delivers the message again without raising its retry count.
-    // A span of its own, a child of the send's (`src/telemetry.rs`).
+    // A span of its own, a child of the send's or the event's
+    // (`src/telemetry.rs`), with OpenTelemetry's HTTP client attributes.
     let span = crate::telemetry::span(|| {
+        let url = shared.destination.as_ref().ok().map(|d| d.url());
         tracing::info_span!("delivery.attempt", otel.kind = "client", queue = %shared.queue,
-            retry = d.retry_count)
+            retry = d.retry_count, "spoold.delivery.id" = %id,
+            "http.request.method" = d.payload.request.as_ref().map_or("POST", |r| r.method.as_str()),
+            "server.address" = url.and_then(|u| u.host_str()).unwrap_or_default(),
+            "server.port" = url.and_then(|u| u.port_or_known_default()).unwrap_or_default(),
+            "http.response.status_code" = tracing::field::Empty,
+            "error.type" = tracing::field::Empty)
     });
     crate::telemetry::continue_trace(&span, d.payload.trace.as_deref());
     let sent = tokio::select! {
-        sent = send(shared, &d, &id).instrument(span) => sent,
+        sent = send(shared, &d, &id).instrument(span.clone()) => sent,
         () = shared.engine.until_stepped_down() => {
             tracing::info!(queue = %shared.queue, delivery_id = %id,
                 "no longer the primary: abandoned the delivery attempt in flight");
             return Attempted { delivered: false, breaker_open: false, settling: None };
         }
     };
+    match &sent {
+        Ok(answer) => {
+            span.record("http.response.status_code", answer.status);
+            if answer.status >= 400 {
+                span.record("error.type", answer.status.to_string());
+            }
+        }
+        Err(e) => {
+            span.record("error.type", e.class.as_str());
+        }
+    }
+    drop(span);
     let duration_ms = started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
     // An empty answer has nothing to scrub: the secrets are not gathered.
     let sent = match &sent {

@@ -76,6 +76,10 @@ const EVENT_HAS_HOPS: u8 = 4;
 const EVENT_HAS_FINGERPRINT: u8 = 8;
 /// An ordering key str16 after everything else (the fingerprint, if any).
 const EVENT_HAS_ORDERING: u8 = 16;
+/// The publisher's `traceparent` str16 after everything else (the
+/// ordering key, if any): each delivery's attempts continue its trace.
+/// Older builds read the event without it.
+const EVENT_HAS_TRACE: u8 = 32;
 /// A resend's flags: a stored request; an event tag; its tenant; a hop
 /// count (a u8 after the payload).
 const RESEND_HAS_REQUEST: u8 = 1;
@@ -188,6 +192,9 @@ impl Record<'_> {
                 if meta.ordering_key.is_some() {
                     flags |= EVENT_HAS_ORDERING;
                 }
+                if payload.trace.is_some() {
+                    flags |= EVENT_HAS_TRACE;
+                }
                 out.push(flags);
                 put_u64(out, meta.dedup_hash.unwrap_or(0));
                 put_str16(out, &meta.event_type);
@@ -209,6 +216,9 @@ impl Record<'_> {
                 }
                 if let Some(key) = &meta.ordering_key {
                     put_str16(out, key);
+                }
+                if let Some(trace) = &payload.trace {
+                    put_str16(out, trace);
                 }
             }
             Command::Resend {
@@ -672,6 +682,11 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
         } else {
             None
         };
+        let trace = if flags & EVENT_HAS_TRACE != 0 {
+            Some(r.str16()?.to_owned())
+        } else {
+            None
+        };
         return Ok(Payload {
             content_type,
             request: None,
@@ -681,7 +696,7 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
                 tenant: meta.tenant.map(Cow::into_owned),
             }),
             resent_from: None,
-            trace: None,
+            trace,
             hops,
             ordering_key,
             body,

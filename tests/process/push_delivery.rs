@@ -422,3 +422,102 @@ async fn a_send_and_its_delivery_are_spans_of_the_callers_trace() {
         "the destination's parent is the attempt"
     );
 }
+
+/// An attribute of `span`, as text (strings as they are, numbers written).
+fn attribute(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<String> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    let value = span
+        .attributes
+        .iter()
+        .find(|a| a.key == key)?
+        .value
+        .as_ref()?;
+    match value.value.as_ref()? {
+        V::StringValue(s) => Some(s.clone()),
+        V::IntValue(n) => Some(n.to_string()),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+/// Traces across the event hop: a `traceparent` sent with `POST
+/// /v1/events` is the parent of the call, and the call of every
+/// delivery's attempt, each carrying its delivery id, the HTTP status and
+/// the destination's address (OpenTelemetry's HTTP client attributes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_deliveries_are_spans_of_the_publishers_trace() {
+    let (spans, collector) = otlp_receiver().await;
+    let (sink, sink_url) = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tables = format!(
+        "[telemetry]\notlp_endpoint = \"{collector}\"\nservice_name = \"spoold-test\"\n\
+         [queues.a]\ndestination = \"{sink_url}/a\"\nevents = [\"order.*\"]\n\
+         [queues.b]\ndestination = \"{sink_url}/b\"\nevents = [\"order.*\"]\n"
+    );
+    let spoold = start_with(dir.path(), "", &tables).await;
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let caller = "b7ad6b7169203331";
+    let r = client()
+        .post(format!("{}/v1/events", spoold.base))
+        .header("traceparent", format!("00-{trace}-{caller}-01"))
+        .json(&serde_json::json!({"type": "order.created", "payload": {"n": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let answer: serde_json::Value = r.json().await.unwrap();
+    let ids: BTreeSet<String> = answer["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 2, "{answer}");
+    for seen in sink.wait_for(2).await {
+        let sent = seen.headers["traceparent"].to_str().unwrap().to_owned();
+        assert_eq!(sent.split('-').nth(1), Some(trace), "{sent}");
+    }
+    let all = || spans.lock().unwrap().clone();
+    let (request, attempts) = common::eventually(
+        "the spans at the collector",
+        Duration::from_secs(20),
+        async || {
+            let all = all();
+            let request = all.iter().find(|(_, s)| s.name == "POST /v1/events")?;
+            let attempts: Vec<_> = all
+                .iter()
+                .filter(|(_, s)| s.name == "delivery.attempt")
+                .map(|(_, s)| s.clone())
+                .collect();
+            (attempts.len() == 2).then(|| (request.1.clone(), attempts))
+        },
+    )
+    .await;
+    assert_eq!(hex(&request.trace_id), trace);
+    assert_eq!(
+        hex(&request.parent_span_id),
+        caller,
+        "the call is the publisher's child"
+    );
+    let mut attempt_ids = BTreeSet::new();
+    for attempt in &attempts {
+        assert_eq!(hex(&attempt.trace_id), trace, "one trace");
+        assert_eq!(
+            attempt.parent_span_id, request.span_id,
+            "each attempt is the publishing call's child"
+        );
+        assert_eq!(
+            attribute(attempt, "http.response.status_code").as_deref(),
+            Some("200")
+        );
+        assert_eq!(
+            attribute(attempt, "server.address").as_deref(),
+            Some("127.0.0.1")
+        );
+        assert_eq!(
+            attribute(attempt, "http.request.method").as_deref(),
+            Some("POST")
+        );
+        attempt_ids.insert(attribute(attempt, "spoold.delivery.id").unwrap());
+    }
+    assert_eq!(attempt_ids, ids, "each attempt names its delivery");
+}

@@ -567,6 +567,15 @@ fn records() -> Vec<Golden> {
             ..event_payload(None)
         }),
         golden(
+            "event-trace",
+            "event (18) published with a traceparent (flag bit 5: a str16 after everything else)",
+            event(None, None),
+        )
+        .carrying(Payload {
+            trace: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            ..event_payload(None)
+        }),
+        golden(
             "resend-hops",
             "resend (19) of a message that came through 5 spoold deliveries (flag bit 3: a u8 after the payload)",
             resend(),
