@@ -207,3 +207,79 @@ async fn a_rotation_is_refused_where_it_cannot_apply() {
     assert_eq!(answer["signingSecrets"], 1, "{answer}");
     assert!(answer.get("previousExpiresAt").is_none(), "{answer}");
 }
+
+/// The official verifier's verdicts (`standardwebhooks` from PyPI, run by
+/// tests/data/standard_webhooks_verify.py): per delivery, per secret.
+fn official_verdicts(deliveries: &[(&Seen, &[&str])]) -> Vec<Vec<bool>> {
+    use std::io::Write;
+    let input: Vec<Value> = deliveries
+        .iter()
+        .map(|(seen, secrets)| {
+            let headers: serde_json::Map<String, Value> = ["webhook-id", "webhook-timestamp", "webhook-signature"]
+                .iter()
+                .map(|h| (h.to_string(), json!(seen.headers[*h].to_str().unwrap())))
+                .collect();
+            json!({"body": String::from_utf8_lossy(&seen.body), "headers": headers, "secrets": secrets})
+        })
+        .collect();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/standard_webhooks_verify.py"
+    );
+    let mut child = std::process::Command::new("python3")
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(Value::Array(input).to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python3 with standardwebhooks from PyPI (.ci/run installs it)"]
+async fn the_official_verifier_takes_both_secrets_through_the_overlap_then_only_the_new_one() {
+    let (sink, sink_url) = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spoold = start_config(dir.path(), "", "", "").await;
+    let base = spoold.base.clone();
+    let (status, answer) = put(
+        &client(),
+        &base,
+        "hooks",
+        &json!({"destination": sink_url, "signingSecret": FIRST}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let (status, rotated) = rotate(&base, "hooks", Some(json!({"overlapSeconds": 2}))).await;
+    assert_eq!(status, StatusCode::OK, "{rotated}");
+    let second = rotated["secret"].as_str().unwrap().to_owned();
+    send(&base, "hooks", r#"{"during": "the overlap"}"#).await;
+    sink.wait_for(1).await;
+    eventually("the overlap's end", Duration::from_secs(10), async || {
+        let q = queue_json(&client(), &base, "hooks").await;
+        (q["stats"]["signingSecrets"] == 1).then_some(())
+    })
+    .await;
+    send(&base, "hooks", r#"{"after": "the overlap"}"#).await;
+    let seen = sink.wait_for(2).await;
+    let secrets = [FIRST, second.as_str()];
+    let verdicts = official_verdicts(&[(&seen[0], &secrets), (&seen[1], &secrets)]);
+    assert_eq!(
+        verdicts,
+        [[true, true], [false, true]],
+        "during the overlap either secret verifies; after it only the new one"
+    );
+}
