@@ -334,7 +334,7 @@ pub(super) struct Shared {
     pub in_flight_memory: AtomicU64,
     /// What spoold tells about itself, on its way to the operational
     /// events' publisher (`operational.rs`).
-    pub notes: super::operational::Notes,
+    pub notes: super::notes::Notes,
 }
 
 impl Shared {

@@ -97,7 +97,7 @@ impl Engine {
         }
         // Told that the spool is nearly full, an operator must hear it even
         // once it is full: that one small event may use the headroom.
-        let warns_of_full = ours && request.event_type == super::operational::NEAR_FULL_TYPE;
+        let warns_of_full = ours && request.event_type == super::notes::NEAR_FULL_TYPE;
         if !warns_of_full && self.is_full_for(request.payload.stored_bytes()) {
             return Err(EventError::SpoolFull {
                 journal_bytes: self.journal_bytes(),

@@ -37,6 +37,7 @@ mod history;
 mod lease;
 mod log;
 mod messages;
+mod notes;
 mod open;
 pub(crate) mod operational;
 mod queues;

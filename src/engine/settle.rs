@@ -11,7 +11,7 @@ use super::Engine;
 use super::core::Reply;
 use super::error::{ReadError, SettleError, WriteError};
 use super::lease::settle_error;
-use super::operational;
+use super::notes as operational;
 use super::token::LeaseToken;
 use super::write::closed;
 use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};

@@ -180,7 +180,7 @@ pub(super) fn apply(
     }
     if applied != Applied::Missing {
         announce(shared, &record.command);
-        if let Some(note) = super::operational::of_command(&record.command, record.at) {
+        if let Some(note) = super::notes::of_command(&record.command, record.at) {
             shared.notes.tell(note);
         }
     }

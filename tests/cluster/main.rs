@@ -21,3 +21,4 @@ mod levels;
 mod membership;
 mod nemesis;
 mod port_attacks;
+mod webhooks;

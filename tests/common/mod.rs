@@ -5,6 +5,7 @@ pub mod api;
 pub mod cluster;
 pub mod links;
 pub mod mount;
+pub mod otlp;
 pub mod process;
 pub mod raw;
 pub mod server;

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::otlp::{attribute, hex, otlp_receiver};
 use crate::common::process::{client, queue_json, start_with};
 use crate::common::sink::Sink;
 use reqwest::{Client, StatusCode};
@@ -300,51 +301,6 @@ async fn the_breaker_heals_when_the_destination_is_fixed_and_obeys_the_operator(
     );
 }
 
-/// A local OTLP/HTTP receiver (protobuf): every span posted to
-/// `/v1/traces`, with the `service.name` of its resource.
-async fn otlp_receiver() -> (
-    std::sync::Arc<std::sync::Mutex<Vec<(String, opentelemetry_proto::tonic::trace::v1::Span)>>>,
-    String,
-) {
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use prost::Message;
-    let spans: std::sync::Arc<std::sync::Mutex<Vec<_>>> = Default::default();
-    let kept = spans.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let kept = kept.clone();
-            async move {
-                let request = ExportTraceServiceRequest::decode(body).unwrap();
-                for rs in request.resource_spans {
-                    let service = rs
-                        .resource
-                        .iter()
-                        .flat_map(|r| &r.attributes)
-                        .find(|a| a.key == "service.name")
-                        .and_then(|a| a.value.as_ref())
-                        .map(|v| format!("{:?}", v.value))
-                        .unwrap_or_default();
-                    for ss in rs.scope_spans {
-                        for span in ss.spans {
-                            kept.lock().unwrap().push((service.clone(), span));
-                        }
-                    }
-                }
-                StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (spans, format!("http://{addr}"))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Traces across the hop, exported to a real OTLP receiver: the API call
 /// continues the caller's trace, its fsync wait is its child, the delivery
 /// attempt is the call's child, and the destination gets the attempt's
@@ -421,22 +377,6 @@ async fn a_send_and_its_delivery_are_spans_of_the_callers_trace() {
         hex(&attempt.span_id),
         "the destination's parent is the attempt"
     );
-}
-
-/// An attribute of `span`, as text (strings as they are, numbers written).
-fn attribute(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<String> {
-    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
-    let value = span
-        .attributes
-        .iter()
-        .find(|a| a.key == key)?
-        .value
-        .as_ref()?;
-    match value.value.as_ref()? {
-        V::StringValue(s) => Some(s.clone()),
-        V::IntValue(n) => Some(n.to_string()),
-        other => Some(format!("{other:?}")),
-    }
 }
 
 /// Traces across the event hop: a `traceparent` sent with `POST
