@@ -58,6 +58,7 @@ pub(crate) const CLUSTER_SNAPSHOTS_INSTALLED: &str = "spoold_cluster_snapshots_i
 const EVENTS_TOTAL: &str = "spoold_events_total";
 const EVENT_DELIVERIES_FILTERED: &str = "spoold_event_deliveries_filtered_total";
 const OPERATIONAL_EVENTS: &str = "spoold_operational_events_total";
+const SCOPE_REFUSALS: &str = "spoold_scope_refusals_total";
 pub(crate) const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
 pub(crate) const LIMIT_REACHED: &str = "spoold_limit_reached_total";
 
@@ -315,6 +316,11 @@ fn describe() {
         "spoold's own operational events (spoold.*), by kind and outcome: published, no_subscribers, failed, dropped (the publisher was 1024 behind), past_hop_bound."
     );
     describe_counter!(
+        SCOPE_REFUSALS,
+        Unit::Count,
+        "Requests a scoped key or portal session may not make, by the answer's kind: forbidden (a verb it lacks, a route for operators) or queue_not_found (a queue outside its tenant or patterns)."
+    );
+    describe_counter!(
         EVENT_DELIVERIES_FILTERED,
         Unit::Count,
         "Deliveries of events that a queue's content filter kept out (the queue's patterns took the type)."
@@ -439,6 +445,12 @@ pub(crate) fn count_filtered(deliveries: usize) {
 /// An operational event of `kind` (after `spoold.`) and what became of it.
 pub(crate) fn count_operational(kind: &'static str, outcome: &'static str) {
     counter!(OPERATIONAL_EVENTS, "kind" => kind, LABEL_OUTCOME => outcome).increment(1);
+}
+
+/// A request refused by its key's scope (`api/scope.rs`), by the kind of
+/// the answer.
+pub(crate) fn record_scope_refusal(kind: &'static str) {
+    counter!(SCOPE_REFUSALS, "kind" => kind).increment(1);
 }
 
 /// Replicated mode: a received snapshot was installed.

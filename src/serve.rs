@@ -643,7 +643,7 @@ async fn reload(
     config.check_exposure(env_keys)?;
     let changes = crate::config::reload_changes(running, config)?;
     let keys = config.api_keys(env_keys)?;
-    if keys.is_empty() && !state.api_keys().is_empty() {
+    if keys.is_empty() && !state.api_keys().is_open() {
         return Err(
             "the new config has no API key; removing the last one opens the API \
              and needs a restart"
@@ -664,7 +664,7 @@ async fn reload(
     };
     // Replicated mode: the primary reconciles (`reconcile_when_serving`).
     wanted.send_replace(queues);
-    state.set_api_keys(keys);
+    state.set_api_keys(&keys);
     for change in changes {
         tracing::info!(change = %change, "reload");
     }

@@ -4,51 +4,82 @@
 //!
 //! `Authorization: Bearer <key>` and `Spooler-Api-Key: <key>` both count,
 //! except on `/v1/forward`, where `Authorization` belongs to the destination:
-//! there only `Spooler-Api-Key` counts (and it is never stored). Keys are
-//! compared in constant time and never logged.
+//! there only `Spooler-Api-Key` counts (and it is never stored). Only each
+//! key's SHA-256 is held, a presented key is looked up by its own, and no
+//! key is ever logged. What a key may do once in is `scope.rs`'s.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::http::header;
-use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+use super::scope::Grant;
+use crate::config::{ApiKey, key_digest};
 
-/// True if `presented` is one of `keys`. Every key is compared, so the time
-/// taken does not tell which one matched.
-pub(crate) fn key_matches(keys: &[String], presented: &str) -> bool {
-    keys.iter()
-        .fold(subtle::Choice::from(0), |found, k| {
-            found | k.as_bytes().ct_eq(presented.as_bytes())
-        })
-        .into()
+/// The keys in force, by their SHA-256: the keys themselves are not kept.
+/// A lookup by digest tells nothing of any key by its timing (finding a
+/// digest does not find a key).
+#[derive(Debug, Default)]
+pub(crate) struct Keyring {
+    grants: HashMap<[u8; 32], Arc<Grant>>,
 }
 
-/// The key a request presented (`None`: none), kept with it: a stream or
-/// long poll it opened ends once a reload no longer accepts it
-/// (`AppState::revoked`).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Presented(pub(crate) Option<Arc<str>>);
+impl Keyring {
+    pub(crate) fn new(keys: &[ApiKey]) -> Keyring {
+        Keyring {
+            grants: keys
+                .iter()
+                .map(|k| (k.sha256, Arc::new(Grant::of_key(k))))
+                .collect(),
+        }
+    }
+
+    /// No key configured: every request is let in.
+    pub(crate) fn is_open(&self) -> bool {
+        self.grants.is_empty()
+    }
+
+    /// What the key with `digest` may do now (`None`: no such key).
+    fn grant(&self, digest: Option<&[u8; 32]>) -> Option<Arc<Grant>> {
+        if self.is_open() {
+            return Some(Arc::new(Grant::operator()));
+        }
+        self.grants.get(digest?).cloned()
+    }
+}
+
+/// The key a request presented, by digest, and what it was granted: a
+/// stream or long poll it opened ends once a reload takes the key away or
+/// narrows its grant (`AppState::revoked`).
+#[derive(Debug, Clone)]
+pub(crate) struct Presented {
+    digest: Option<[u8; 32]>,
+    pub(crate) grant: Arc<Grant>,
+}
+
+impl Default for Presented {
+    /// What a request outside `/v1` carries: nothing to revoke.
+    fn default() -> Presented {
+        Presented {
+            digest: None,
+            grant: Arc::new(Grant::operator()),
+        }
+    }
+}
 
 impl Presented {
-    /// Whether `keys` (the keys in force) still let it in.
-    pub(crate) fn accepted_by(&self, keys: &[String]) -> bool {
-        keys.is_empty() || self.0.as_deref().is_some_and(|k| key_matches(keys, k))
+    /// Whether `keys` (the keys in force) still grant all it was granted.
+    pub(crate) fn accepted_by(&self, keys: &Keyring) -> bool {
+        keys.grant(self.digest.as_ref())
+            .is_some_and(|now| now.covers(&self.grant))
     }
 }
 
-/// Whether `request` may pass: anything outside `/v1` and `/metrics` (the
-/// probes, the console's page) does, and so does everything when no keys
-/// are configured. `/metrics` on the API port lists every queue; the
-/// metrics listener (`server.metrics_listen`) serves it without a key.
-/// What it presented, for the handler.
-pub(crate) fn check_key(keys: &[String], request: &Request) -> Result<Presented, ApiError> {
+/// The key `request` presents, if any.
+fn presented_key(request: &Request) -> Option<&str> {
     let path = request.uri().path();
-    let guarded = path == "/v1" || path.starts_with("/v1/") || path == "/metrics";
-    if !guarded {
-        return Ok(Presented::default());
-    }
     let forward = path.starts_with("/v1/forward/") || path == "/v1/forward";
     let headers = request.headers();
     let api_key = headers.get("spooler-api-key").and_then(|v| v.to_str().ok());
@@ -56,27 +87,50 @@ pub(crate) fn check_key(keys: &[String], request: &Request) -> Result<Presented,
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let presented = if forward { api_key } else { api_key.or(bearer) };
-    let presented = Presented(presented.map(|k| Arc::from(k.trim())));
-    if presented.accepted_by(keys) {
-        Ok(presented)
-    } else {
-        Err(ApiError::unauthorized())
+    if forward { api_key } else { api_key.or(bearer) }.map(str::trim)
+}
+
+/// Whether `request` may pass: anything outside `/v1` and `/metrics` (the
+/// probes, the console's page) does, and so does everything when no keys
+/// are configured. `/metrics` on the API port lists every queue; the
+/// metrics listener (`server.metrics_listen`) serves it without a key.
+/// What it presented, and its grant, for the scope check and the handler.
+pub(crate) fn check_key(keys: &Keyring, request: &Request) -> Result<Presented, ApiError> {
+    let path = request.uri().path();
+    let guarded = path == "/v1" || path.starts_with("/v1/") || path == "/metrics";
+    if !guarded {
+        return Ok(Presented::default());
+    }
+    let digest = presented_key(request).map(key_digest);
+    match keys.grant(digest.as_ref()) {
+        Some(grant) => Ok(Presented { digest, grant }),
+        None => Err(ApiError::unauthorized()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ApiKeyEntry;
+
+    fn keyring(keys: &[&str]) -> Keyring {
+        let keys: Vec<ApiKey> = keys
+            .iter()
+            .map(|k| ApiKeyEntry::from(*k).resolve())
+            .collect();
+        Keyring::new(&keys)
+    }
 
     #[test]
     fn keys_match_exactly() {
-        let keys = vec!["alpha".to_string(), "beta-key".to_string()];
-        assert!(key_matches(&keys, "alpha"));
-        assert!(key_matches(&keys, "beta-key"));
-        assert!(!key_matches(&keys, "alph"));
-        assert!(!key_matches(&keys, "alphaa"));
-        assert!(!key_matches(&keys, ""));
-        assert!(!key_matches(&[], "alpha"));
+        let keys = keyring(&["alpha", "beta-key"]);
+        let found = |k: &str| keys.grant(Some(&key_digest(k))).is_some();
+        assert!(found("alpha"));
+        assert!(found("beta-key"));
+        assert!(!found("alph"));
+        assert!(!found("alphaa"));
+        assert!(!found(""));
+        assert!(keys.grant(None).is_none());
+        assert!(keyring(&[]).grant(None).is_some());
     }
 }

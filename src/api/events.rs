@@ -3,19 +3,21 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{Extension, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::auth::Presented;
 use super::error::ApiError;
 use super::messages::{
     checked_ordering_key, content_type, header_str, idempotency_key, ordering_key,
 };
 use super::openapi::Refused;
+use super::scope::Grant;
 use super::{AppState, read_body};
-use crate::engine::{EventError, EventOutcome, EventRequest, Publisher};
+use crate::engine::{Engine, EventError, EventOutcome, EventRequest, Publisher};
 use crate::spool::Payload;
 
 /// A JSON event: `{"type", "tenant"?, "orderingKey"?, "payload"}`.
@@ -74,6 +76,7 @@ pub(crate) struct DeliveryBody {
 )]
 pub(crate) async fn publish(
     State(state): State<Arc<AppState>>,
+    Extension(presented): Extension<Presented>,
     request: Request,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
@@ -82,7 +85,7 @@ pub(crate) async fn publish(
     let dedup_key = idempotency_key(headers, "idempotency-key")?;
     let hops = super::hops::incoming_hops(headers)?;
     let body = read_body(&state, headers, body).await?;
-    let request = match header_str(headers, "spooler-event-type")? {
+    let mut request = match header_str(headers, "spooler-event-type")? {
         Some(event_type) => EventRequest {
             event_type: event_type.to_owned(),
             tenant: header_str(headers, "spooler-tenant")?.map(str::to_owned),
@@ -136,8 +139,44 @@ pub(crate) async fn publish(
         }
     };
     drop(parts);
+    let grant = &presented.grant;
+    own_tenant(grant, &mut request.tenant)?;
     let outcome = engine.publish(request).await?;
-    Ok(published(engine.tokens(), outcome))
+    Ok(published(engine.tokens(), in_scope(engine, grant, outcome)))
+}
+
+/// A tenant's key publishes its tenant's events: one without a tenant is
+/// the key's, another tenant's is `403`.
+fn own_tenant(grant: &Grant, tenant: &mut Option<String>) -> Result<(), ApiError> {
+    let Some(own) = grant.tenant() else {
+        return Ok(());
+    };
+    match tenant {
+        None => *tenant = Some(own.to_owned()),
+        Some(t) if t == own => {}
+        Some(t) => {
+            return Err(ApiError::forbidden(format!(
+                "tenant: this key publishes tenant {own:?}'s events, not {t:?}'s"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What a scoped key is told of a publish: the deliveries to queues in its
+/// scope, and only those counted (docs/contract.md §4).
+fn in_scope(engine: &Engine, grant: &Grant, mut outcome: EventOutcome) -> EventOutcome {
+    if grant.is_operator() {
+        return outcome;
+    }
+    outcome.deliveries.retain(|(queue, _)| {
+        // A queue gone since is left out: its owner is not known.
+        engine
+            .queue_owner(queue)
+            .is_some_and(|owner| grant.reaches(queue, Some(&owner)))
+    });
+    outcome.matched = outcome.deliveries.len();
+    outcome
 }
 
 /// The headers an event was published with, as content filters read

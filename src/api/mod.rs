@@ -23,6 +23,7 @@ pub(crate) mod params;
 pub(crate) mod queues;
 pub(crate) mod rates;
 pub(crate) mod relay;
+pub(crate) mod scope;
 pub(crate) mod scrape;
 pub(crate) mod search;
 pub(crate) mod secrets;
@@ -67,7 +68,7 @@ pub(crate) const WAIT_SECONDS_MAX: f64 = 20.0;
 pub(crate) struct ApiConfig {
     /// The keys at start; [`AppState::api_keys`] has the current ones (a
     /// reload changes them).
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<crate::config::ApiKey>,
     pub max_body_bytes: u64,
     /// `server.redact_headers`, lower-cased.
     pub redact_headers: Vec<String>,
@@ -108,7 +109,7 @@ pub(crate) struct AppState {
     pub config: ApiConfig,
     /// The API keys accepted now (`server.api_keys` and `SPOOLD_API_KEYS`;
     /// a reload replaces them).
-    api_keys: std::sync::RwLock<Arc<Vec<String>>>,
+    api_keys: std::sync::RwLock<Arc<auth::Keyring>>,
     /// True once the server is stopping: `/readyz` fails and open tails
     /// end.
     shutting_down: watch::Sender<bool>,
@@ -132,7 +133,7 @@ impl AppState {
         Arc::new(AppState {
             engine: OnceLock::new(),
             cluster: OnceLock::new(),
-            api_keys: std::sync::RwLock::new(Arc::new(config.api_keys.clone())),
+            api_keys: std::sync::RwLock::new(Arc::new(auth::Keyring::new(&config.api_keys))),
             config,
             shutting_down: watch::Sender::new(false),
             long_polls: Arc::new(Semaphore::new(LONG_POLLS_MAX)),
@@ -145,21 +146,21 @@ impl AppState {
     }
 
     /// The API keys accepted now.
-    pub(crate) fn api_keys(&self) -> Arc<Vec<String>> {
+    pub(crate) fn api_keys(&self) -> Arc<auth::Keyring> {
         self.api_keys.read().expect("api keys poisoned").clone()
     }
 
     /// A reload's keys: the next request is checked against them, and
     /// the streams and long polls whose key they no longer accept end
     /// ([`AppState::revoked`]).
-    pub(crate) fn set_api_keys(&self, keys: Vec<String>) {
-        *self.api_keys.write().expect("api keys poisoned") = Arc::new(keys);
+    pub(crate) fn set_api_keys(&self, keys: &[crate::config::ApiKey]) {
+        *self.api_keys.write().expect("api keys poisoned") = Arc::new(auth::Keyring::new(keys));
         self.keys_changed.send_modify(|n| *n += 1);
     }
 
-    /// Resolves once the keys in force no longer accept `presented`: a
-    /// stream or long poll opened with it ends (a reload that removes a
-    /// key takes what it opened with it).
+    /// Resolves once the keys in force no longer grant all `presented`
+    /// was granted: a stream or long poll opened with it ends (a reload
+    /// that removes or narrows a key takes what it opened with it).
     pub(crate) fn revoked(
         self: &Arc<Self>,
         presented: auth::Presented,
@@ -358,9 +359,14 @@ async fn gate(
     let started = std::time::Instant::now();
     let route = path.as_ref().map_or("unmatched", |p| p.as_str());
     let mut request = request;
+    let queue = path_queue(&mut request).await;
     let checked = edge::check(state.config.edge, &request)
         .and_then(|()| auth::check_key(&state.api_keys(), &request))
         .and_then(|presented| {
+            let need = scope::need(request.method(), route);
+            let engine = state.engine.get();
+            scope::authorize(&presented.grant, need, queue.as_deref(), engine)
+                .inspect_err(|e| crate::metrics::record_scope_refusal(e.kind))?;
             params::check(request.method(), route, request.uri().query())?;
             request.extensions_mut().insert(presented);
             Ok(())
@@ -388,6 +394,19 @@ async fn gate(
     .await;
     crate::metrics::record_http(route, response.status().as_u16(), started.elapsed());
     response
+}
+
+/// The queue the path names (its `{q}`, decoded), for the scope check.
+async fn path_queue(request: &mut axum::extract::Request) -> Option<String> {
+    use axum::RequestPartsExt as _;
+    use axum::extract::RawPathParams;
+    let (mut parts, body) = std::mem::take(request).into_parts();
+    let params = parts.extract::<RawPathParams>().await.ok();
+    *request = axum::extract::Request::from_parts(parts, body);
+    params?
+        .iter()
+        .find(|(name, _)| *name == "q")
+        .map(|(_, value)| value.to_owned())
 }
 
 /// Replicated mode: a `/v1` call (but `/v1/cluster`) is served here only

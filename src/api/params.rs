@@ -28,6 +28,7 @@ fn allowed(method: &Method, route: &str) -> (&'static [&'static str], bool) {
         ("POST", "/v1/queues/{q}/redrive") => (&["max", "dryRun"], true),
         ("GET", "/v1/queues/{q}/tail") => (&["last"], false),
         ("GET", "/v1/cluster") => (&["digest"], false),
+        ("GET", "/v1/queues") => (&["prefix", "tenant", "events", "limit", "after"], false),
         ("PUT" | "PATCH", "/v1/queues/{q}") => (&["keepSecrets"], false),
         ("GET", "/v1/queues/{q}/history" | "/v1/queues/{q}/deliveries") => (
             &[
@@ -75,6 +76,7 @@ mod tests {
         let peek = "/v1/queues/{q}/messages";
         assert!(check(&Method::GET, peek, Some("limit=5&reason=expired")).is_ok());
         let e = check(&Method::GET, "/v1/queues", Some("q=cus_3")).unwrap_err();
+        assert!(check(&Method::GET, "/v1/queues", Some("prefix=cus_3&limit=5")).is_ok());
         assert!(e.message.contains("\"q\""), "{}", e.message);
         assert!(check(&Method::DELETE, peek, Some("dryrun=true")).is_err());
         assert!(check(&Method::DELETE, peek, Some("dryRun=true&max=3")).is_ok());

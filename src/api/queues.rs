@@ -3,18 +3,21 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::auth::Presented;
 use super::error::ApiError;
 use super::filter::BulkQuery;
 use super::openapi::{BulkQueryParams, DeadLetterQuery, QueuePath, RedriveBody, Refused};
+use super::scope::Grant;
 use super::settings::{
     SettingsBody, SettingsRefusal, SettingsView, StatsView, render, render_stats,
 };
 use super::{AppState, BULK_DEFAULT, query_pairs, read_body};
 use crate::engine::{Engine, Origin};
+use crate::spool::QueueSettings;
 
 fn queue_json(engine: &Engine, name: &str) -> Result<QueueView, ApiError> {
     let (settings, managed) = engine.queue_settings(name)?;
@@ -43,27 +46,120 @@ pub(crate) struct QueueView {
     stats: StatsView,
 }
 
-/// `{"queues": […]}`, failure queues included.
+/// `{"queues": […], "next"?}`, failure queues included.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 pub(crate) struct QueueList {
     queues: Vec<QueueView>,
+    /// More follow: the `after` of the next page (paged lists only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
+}
+
+/// Most queues a page of `GET /v1/queues` holds.
+pub(crate) const QUEUE_PAGE_MAX: usize = 1000;
+
+/// `GET /v1/queues`'s query: which queues, and which page.
+#[derive(Debug, Default)]
+struct ListQuery {
+    prefix: String,
+    tenant: Option<String>,
+    /// An event type: queues whose patterns take it.
+    events: Option<String>,
+    /// Unset: every queue, in one answer.
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+impl ListQuery {
+    fn parse(raw: Option<&str>) -> Result<ListQuery, ApiError> {
+        let mut q = ListQuery::default();
+        for (name, value) in query_pairs(raw) {
+            let bad = |what: String| ApiError::bad_request(format!("{name}: {what}"));
+            match name.as_str() {
+                "prefix" => q.prefix = value,
+                "tenant" => {
+                    if let Some(why) = crate::spool::event::tenant_problem(&value) {
+                        return Err(bad(why));
+                    }
+                    q.tenant = Some(value);
+                }
+                "events" => {
+                    if let Some(why) = crate::spool::event::event_type_problem(&value) {
+                        return Err(bad(why));
+                    }
+                    q.events = Some(value);
+                }
+                "limit" => {
+                    let n = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=QUEUE_PAGE_MAX).contains(n));
+                    q.limit = Some(n.ok_or_else(|| bad(format!("1 to {QUEUE_PAGE_MAX}")))?);
+                }
+                "after" => q.after = Some(value),
+                _ => return Err(bad("unknown".into())),
+            }
+        }
+        Ok(q)
+    }
+
+    /// Whether queue `name` with (its own queue's) `settings` is listed
+    /// for `grant`.
+    fn keeps(&self, grant: &Grant, name: &str, settings: &QueueSettings, managed: bool) -> bool {
+        let owner = crate::engine::QueueOwner {
+            push: settings.is_push(),
+            tenant: settings.tenant.clone(),
+            managed_by_config: managed,
+        };
+        let events = self.events.as_deref().is_none_or(|t| {
+            settings
+                .events
+                .iter()
+                .any(|p| crate::spool::event::pattern_matches(p, t))
+        });
+        events
+            && self
+                .tenant
+                .as_ref()
+                .is_none_or(|t| settings.tenant.as_ref() == Some(t))
+            && grant.reaches(name, Some(&owner))
+    }
 }
 
 /// `GET /v1/queues`
 #[utoipa::path(
     get, path = "/v1/queues", operation_id = "listQueues", tag = "queues",
-    description = "Every queue with its settings and stats, failure queues included.",
+    params(
+        ("prefix" = Option<String>, Query, description = "Only queues whose name starts with this."),
+        ("tenant" = Option<String>, Query, description = "Only the push queues of this tenant (and their failure queues)."),
+        ("events" = Option<String>, Query, description = "Only queues whose `events` patterns take this event type."),
+        ("limit" = Option<u32>, Query, description = "A page of at most this many (1 to 1000); without it, every queue in one answer."),
+        ("after" = Option<String>, Query, description = "Page: the `next` of the page before (queues are in name order)."),
+    ),
+    description = "Queues with their settings and stats, failure queues included, in name order; a scoped key sees only those in its scope.",
     responses((status = 200, body = QueueList), Refused)
 )]
-pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
+    RawQuery(raw): RawQuery,
+    Extension(presented): Extension<Presented>,
+) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    let queues: Vec<QueueView> = engine
-        .queue_names()
+    let q = ListQuery::parse(raw.as_deref())?;
+    let grant = &presented.grant;
+    let (names, more) = engine.queue_page(
+        q.after.as_deref(),
+        &q.prefix,
+        q.limit.unwrap_or(usize::MAX),
+        |name, settings, managed| q.keeps(grant, name, settings, managed),
+    );
+    let queues: Vec<QueueView> = names
         .iter()
         // A queue deleted between the list and the lookup is skipped.
         .filter_map(|name| queue_json(engine, name).ok())
         .collect();
-    Ok(axum::Json(QueueList { queues }).into_response())
+    let next = more.then(|| names.last().cloned()).flatten();
+    Ok(axum::Json(QueueList { queues, next }).into_response())
 }
 
 /// `GET /v1/queues/{q}`
@@ -90,6 +186,7 @@ pub(crate) async fn put(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
+    Extension(presented): Extension<Presented>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -103,7 +200,12 @@ pub(crate) async fn put(
     };
     let previous = engine.queue_settings(&queue).ok().map(|(s, _)| s);
     let keep = keep_secrets(query.as_deref())?;
-    store(engine, &queue, parsed, previous.as_ref(), keep).await
+    let asked = Asked {
+        previous: previous.as_ref(),
+        keep_secrets: keep,
+        grant: &presented.grant,
+    };
+    store(engine, &queue, parsed, asked).await
 }
 
 /// `?keepSecrets=true`: a move to another origin keeps the signing secret.
@@ -119,27 +221,36 @@ fn keep_secrets(query: Option<&str>) -> Result<bool, ApiError> {
     }
 }
 
+/// What a `PUT` or `PATCH` asks beyond its body.
+struct Asked<'a> {
+    /// The queue's settings now, if it exists.
+    previous: Option<&'a QueueSettings>,
+    keep_secrets: bool,
+    /// What the caller's key may do.
+    grant: &'a Grant,
+}
+
 /// Stores the settings `body` asks for and answers with the queue: `201`
 /// if it is new, else `200`; `warnings` say what the change dropped.
 async fn store(
     engine: &Engine,
     queue: &str,
     body: SettingsBody,
-    previous: Option<&crate::spool::QueueSettings>,
-    keep_secrets: bool,
+    asked: Asked<'_>,
 ) -> Result<Response, ApiError> {
     let sets_history = body.sets_history();
-    let (mut settings, warnings) =
-        body.into_settings(previous, keep_secrets)
-            .map_err(|refused| match refused {
-                SettingsRefusal::Invalid(problem) => ApiError::bad_request(problem),
-                SettingsRefusal::SecretsWouldMove(why) => {
-                    ApiError::new(StatusCode::CONFLICT, "secrets_would_move", why)
-                }
-            })?;
+    let (mut settings, warnings) = body
+        .into_settings(asked.previous, asked.keep_secrets)
+        .map_err(|refused| match refused {
+            SettingsRefusal::Invalid(problem) => ApiError::bad_request(problem),
+            SettingsRefusal::SecretsWouldMove(why) => {
+                ApiError::new(StatusCode::CONFLICT, "secrets_would_move", why)
+            }
+        })?;
     if !sets_history {
         engine.policy().history_default.fill(&mut settings);
     }
+    fit_to_grant(asked.grant, &mut settings, asked.previous)?;
     // Every rule (bounds, destinations, who owns the queue) is the engine's.
     let created = engine.upsert_queue(queue, settings, Origin::Api).await?;
     for warning in &warnings {
@@ -157,6 +268,42 @@ async fn store(
     Ok((status, axum::Json(view)).into_response())
 }
 
+/// A tenant's key makes and changes only its tenant's queues: a queue it
+/// writes without a tenant gets the key's, and another tenant is `403`.
+/// Files on the server (`caFile`, `clientCert`, `clientKey`) are an
+/// operator's to name: a tenant's key keeps what is set.
+fn fit_to_grant(
+    grant: &Grant,
+    settings: &mut QueueSettings,
+    previous: Option<&QueueSettings>,
+) -> Result<(), ApiError> {
+    let Some(tenant) = grant.tenant() else {
+        return Ok(());
+    };
+    match &settings.tenant {
+        None => settings.tenant = Some(tenant.to_owned()),
+        Some(t) if t == tenant => {}
+        Some(t) => {
+            return Err(ApiError::forbidden(format!(
+                "tenant: this key is tenant {tenant:?}'s and cannot set {t:?}"
+            )));
+        }
+    }
+    let files = |s: &QueueSettings| {
+        (
+            s.ca_file.clone(),
+            s.client_cert.clone(),
+            s.client_key.clone(),
+        )
+    };
+    if files(settings) != previous.map(files).unwrap_or_default() {
+        return Err(ApiError::forbidden(
+            "caFile, clientCert and clientKey name files on the server: only an operator's key sets them",
+        ));
+    }
+    Ok(())
+}
+
 /// `PATCH /v1/queues/{q}`: an RFC 7396 merge patch of the settings.
 #[utoipa::path(
     patch, path = "/v1/queues/{q}", operation_id = "patchQueue", tag = "queues", params(QueuePath,
@@ -169,6 +316,7 @@ pub(crate) async fn patch(
     State(state): State<Arc<AppState>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
+    Extension(presented): Extension<Presented>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -179,8 +327,12 @@ pub(crate) async fn patch(
     let (previous, _) = engine.queue_settings(&queue)?;
     let merged = SettingsBody::merged(&previous, &patch)
         .map_err(|e| ApiError::bad_request(format!("invalid queue settings: {e}")))?;
-    let keep = keep_secrets(query.as_deref())?;
-    store(engine, &queue, merged, Some(&previous), keep).await
+    let asked = Asked {
+        previous: Some(&previous),
+        keep_secrets: keep_secrets(query.as_deref())?,
+        grant: &presented.grant,
+    };
+    store(engine, &queue, merged, asked).await
 }
 
 /// `DELETE /v1/queues/{q}`

@@ -4,8 +4,8 @@
 //! Also the exposure check (a key when listening beyond loopback) that
 //! `run` and `check-config` both ask.
 
+use super::keys::{ApiKey, ApiKeyEntry};
 use super::lines::{KeyLines, at_line};
-use super::secret_shape;
 use super::shape::Config;
 use super::units::{format_duration_ms, format_size};
 use crate::engine::guard::{Guard, OwnEndpoints, check_allowed_destinations};
@@ -230,7 +230,7 @@ impl Config {
             .api_keys
             .iter()
             .enumerate()
-            .find_map(|(i, k)| secret_shape(k).err().map(|why| (i, why)))
+            .find_map(|(i, k)| k.problem().map(|why| (i, why)))
         {
             return Err(format!(
                 "{}server.api_keys: key {}: {why}",
@@ -335,22 +335,28 @@ impl Config {
     }
 
     /// The API keys in force: the config's and those of `SPOOLD_API_KEYS`
-    /// (comma-separated); an empty key is refused.
-    pub fn api_keys(&self, env_api_keys: Option<&str>) -> Result<Vec<String>, String> {
-        let mut keys = self.server.api_keys.clone();
-        let from_env: Vec<String> = env_api_keys
+    /// (comma-separated, each an admin key); an empty key is refused.
+    pub fn api_keys(&self, env_api_keys: Option<&str>) -> Result<Vec<ApiKey>, String> {
+        let from_env: Vec<&str> = env_api_keys
             .filter(|env| !env.trim().is_empty())
-            .map(|env| env.split(',').map(|k| k.trim().to_string()).collect())
+            .map(|env| env.split(',').map(str::trim).collect())
             .unwrap_or_default();
-        if from_env.iter().any(String::is_empty) {
+        if from_env.iter().any(|k| k.is_empty()) {
             return Err(
                 "SPOOLD_API_KEYS holds an empty key (two commas, or a trailing one): \
                  an empty key would let anyone in"
                     .into(),
             );
         }
-        keys.extend(from_env);
-        Ok(keys)
+        let env = from_env.into_iter().map(ApiKeyEntry::from);
+        Ok(self
+            .server
+            .api_keys
+            .iter()
+            .cloned()
+            .chain(env)
+            .map(|entry| entry.resolve())
+            .collect())
     }
 
     /// Refuses to serve beyond loopback without a key (unless

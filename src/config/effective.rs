@@ -6,6 +6,7 @@
 use toml::{Table, Value};
 
 use super::cluster::ClusterConfig;
+use super::keys::ApiKeyEntry;
 use super::shape::{Config, LogFormat, OnCorruption};
 use super::units::{format_duration_ms, format_size};
 use crate::spool::queue::{OnExpire, QueueSettings};
@@ -17,8 +18,15 @@ impl Config {
     /// A copy safe to print: API keys and signing secrets replaced.
     pub fn redacted(&self) -> Config {
         let mut c = self.clone();
-        for key in &mut c.server.api_keys {
-            *key = REDACTED.into();
+        for entry in &mut c.server.api_keys {
+            match entry {
+                ApiKeyEntry::Plain(key) => *key = REDACTED.into(),
+                ApiKeyEntry::Scoped(scoped) => {
+                    if scoped.key.is_some() {
+                        scoped.key = Some(REDACTED.into());
+                    }
+                }
+            }
         }
         if let Some(cluster) = &mut c.cluster
             && cluster.secret.is_some()
@@ -83,6 +91,27 @@ fn strings(v: &[String]) -> Value {
     Value::Array(v.iter().map(|s| Value::from(s.as_str())).collect())
 }
 
+/// An entry of `server.api_keys` as the file spells it.
+fn key_value(entry: &ApiKeyEntry) -> Value {
+    let scoped = match entry {
+        ApiKeyEntry::Plain(key) => return Value::from(key.as_str()),
+        ApiKeyEntry::Scoped(scoped) => scoped,
+    };
+    let mut table = Table::new();
+    if let Some(key) = &scoped.key {
+        table.insert("key".into(), key.as_str().into());
+    }
+    if let Some(hex) = &scoped.sha256 {
+        table.insert("sha256".into(), hex.as_str().into());
+    }
+    table.insert("role".into(), scoped.role.as_str().into());
+    if let Some(tenant) = &scoped.tenant {
+        table.insert("tenant".into(), tenant.as_str().into());
+    }
+    table.insert("queues".into(), strings(&scoped.queues));
+    Value::Table(table)
+}
+
 fn duration(ms: u64) -> Value {
     Value::from(format_duration_ms(ms))
 }
@@ -93,7 +122,8 @@ fn server_table(c: &Config) -> Table {
     if let Some(m) = &c.server.metrics_listen {
         server.insert("metrics_listen".into(), m.as_str().into());
     }
-    server.insert("api_keys".into(), strings(&c.server.api_keys));
+    let keys = c.server.api_keys.iter().map(key_value).collect();
+    server.insert("api_keys".into(), Value::Array(keys));
     server.insert(
         "allow_unauthenticated".into(),
         c.server.allow_unauthenticated.into(),

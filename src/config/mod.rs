@@ -28,6 +28,7 @@ use toml::de::DeTable;
 mod check;
 mod cluster;
 mod effective;
+mod keys;
 mod lines;
 mod reload;
 mod shape;
@@ -37,6 +38,7 @@ mod units;
 
 pub(crate) use check::is_loopback;
 pub use cluster::{ClusterConfig, ClusterTlsConfig};
+pub use keys::{ApiKey, ApiKeyEntry, Role, ScopedKey, digest as key_digest, pattern_matches};
 pub use reload::reload_changes;
 pub use shape::{
     BackoffConfig, Config, EventsConfig, LogConfig, LogFormat, OnCorruption, QueueConfig,

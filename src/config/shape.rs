@@ -35,7 +35,8 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     pub listen: String,
-    pub api_keys: Vec<String>,
+    /// Bare keys and scoped tables (`keys.rs`).
+    pub api_keys: Vec<super::keys::ApiKeyEntry>,
     pub allow_unauthenticated: bool,
     #[serde(deserialize_with = "de_size")]
     pub max_body_bytes: u64,

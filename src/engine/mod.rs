@@ -71,7 +71,7 @@ pub use error::{
 pub use events::{EventOutcome, EventRequest, Publisher};
 pub use history::{HISTORY_SCAN_MAX, HistoryItem, HistoryPage, HistoryQuery};
 pub use log::{LogItem, LogPage, LogQuery};
-pub use queues::BulkOutcome;
+pub use queues::{BulkOutcome, QueueOwner};
 pub use rules::{Origin, Policy};
 pub use secrets::Rotation;
 use sink::Entry;

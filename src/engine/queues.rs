@@ -204,10 +204,69 @@ impl Engine {
         count(queue) + count(&failed_queue_name(queue))
     }
 
+    /// Who `queue` belongs to, for a scoped key (docs/contract.md §4): its
+    /// own queue's kind, tenant and origin (`q.failed` is `q`'s). `None`:
+    /// no such queue.
+    pub fn queue_owner(&self, queue: &str) -> Option<QueueOwner> {
+        let core = self.core();
+        let q = core.spool.queue(origin_queue_name(queue))?;
+        if queue != origin_queue_name(queue) && core.spool.queue(queue).is_none() {
+            return None;
+        }
+        Some(QueueOwner {
+            push: q.settings.is_push(),
+            tenant: q.settings.tenant.clone(),
+            managed_by_config: q.managed_by_config,
+        })
+    }
+
+    /// Up to `limit` queue names past `after`, in order, of those under
+    /// `prefix` that `keep` keeps, and whether more are kept past them.
+    /// `keep` is shown each queue's name, its own queue's settings
+    /// (`q.failed`'s are `q`'s) and whether the config manages it; it runs
+    /// under the state's lock, so it only looks.
+    pub fn queue_page(
+        &self,
+        after: Option<&str>,
+        prefix: &str,
+        limit: usize,
+        keep: impl Fn(&str, &QueueSettings, bool) -> bool,
+    ) -> (Vec<String>, bool) {
+        let core = self.core();
+        let mut names: Vec<&str> = core
+            .spool
+            .queue_name_refs()
+            .filter(|n| n.starts_with(prefix) && after.is_none_or(|a| *n > a))
+            .collect();
+        names.sort_unstable();
+        let mut page = Vec::new();
+        for name in names {
+            let Some(q) = core.spool.queue(origin_queue_name(name)) else {
+                continue;
+            };
+            if !keep(name, &q.settings, q.managed_by_config) {
+                continue;
+            }
+            if page.len() == limit {
+                return (page, true);
+            }
+            page.push(name.to_owned());
+        }
+        (page, false)
+    }
+
     /// Every queue's name (failure queues included), sorted.
     pub fn queue_names(&self) -> Vec<String> {
         self.core().spool.queue_names()
     }
+}
+
+/// Who a queue belongs to ([`Engine::queue_owner`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueOwner {
+    pub push: bool,
+    pub tenant: Option<String>,
+    pub managed_by_config: bool,
 }
 
 /// What a purge or redrive did (docs/contract.md §4): `done` messages

@@ -79,7 +79,6 @@ pub(crate) fn tenant_problem(tenant: &str) -> Option<String> {
 }
 
 /// Whether `pattern` (valid) takes `event_type` (valid).
-#[cfg(test)]
 pub(crate) fn pattern_matches(pattern: &str, event_type: &str) -> bool {
     let mut types = event_type.split('.');
     let mut patterns = pattern.split('.').peekable();

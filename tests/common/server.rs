@@ -36,7 +36,11 @@ impl Server {
         if config.spool.segment_bytes == 64 << 20 {
             config.spool.segment_bytes = 1 << 20;
         }
-        let key = config.server.api_keys.first().cloned();
+        let key = match config.server.api_keys.first() {
+            Some(spoold::config::ApiKeyEntry::Plain(key)) => Some(key.clone()),
+            Some(spoold::config::ApiKeyEntry::Scoped(scoped)) => scoped.key.clone(),
+            None => None,
+        };
         let running = spoold::serve::start(config, None)
             .await
             .expect("server starts");

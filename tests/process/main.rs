@@ -39,6 +39,7 @@ mod ordering;
 mod push_delivery;
 mod readme;
 mod refusals_and_secrets;
+mod scoped_keys;
 mod secret_rotation;
 mod security;
 mod signals_and_hangups;

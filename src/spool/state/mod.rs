@@ -163,6 +163,11 @@ impl Spool {
     }
 
     /// Names of every queue (failure queues included), sorted.
+    /// Every queue's name, in no order.
+    pub(crate) fn queue_name_refs(&self) -> impl Iterator<Item = &str> {
+        self.names.keys().map(String::as_str)
+    }
+
     pub(crate) fn queue_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.names.keys().cloned().collect();
         names.sort();
