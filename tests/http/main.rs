@@ -20,3 +20,4 @@ mod end_to_end;
 mod openapi;
 mod overload;
 mod push_delivery;
+mod tenant_isolation;
