@@ -71,8 +71,10 @@ enum Command {
         #[command(subcommand)]
         command: JournalCommand,
     },
-    /// List queues with their stats.
+    /// List queues with their stats (a page at a time).
     Queues {
+        #[command(flatten)]
+        filter: ops::QueueFilter,
         /// One JSON object per queue, one per line.
         #[arg(long)]
         json: bool,
@@ -417,8 +419,12 @@ fn dispatch(command: Command, target: &Target) -> anyhow::Result<ExitCode> {
         Command::CheckConfig { config } => commands::check_config(&config, &mut stdout()),
         Command::Openapi => commands::openapi(&mut stdout()),
         Command::Journal { command } => journal(command),
-        Command::Queues { json } | Command::Stats { queue: None, json } => {
-            on_server(ops::queues(target, json, &mut stdout()))
+        Command::Queues { filter, json } => {
+            on_server(ops::queues(target, &filter, json, &mut stdout()))
+        }
+        Command::Stats { queue: None, json } => {
+            let every = ops::QueueFilter::default();
+            on_server(ops::queues(target, &every, json, &mut stdout()))
         }
         Command::Stats {
             queue: Some(queue),

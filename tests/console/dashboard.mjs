@@ -2,7 +2,8 @@
 // rate charts (all queues and one), failure queues nested under theirs,
 // settings edited as fields (a PATCH), "retry now" on a message waiting
 // for its next try, "delete" on a delayed one, a dead letter's detail
-// beside the list with times in UTC and its redrive button, the cluster
+// beside the list with times in UTC and its redrive button, the filter
+// box over the queue list, the cluster
 // page, the favicon, and the same pages on a phone's screen. Prints what
 // it saw as one JSON object; tests/process/console.rs checks it and the server.
 //
@@ -39,6 +40,15 @@ try {
   });
   await page.click("button[data-range=seconds]");
   await shot("dashboard");
+
+  // The filter box: the list under a name prefix, then all of it again.
+  await page.fill("form.filter input[name=prefix]", "jo");
+  await page.click("form.filter button[type=submit]");
+  await page.waitForFunction(() => !document.querySelector("tr[data-queue='hooks']"));
+  out.filtered = await page.$$eval("tr[data-queue]", (rs) => rs.map((r) => r.dataset.queue));
+  await page.fill("form.filter input[name=prefix]", "");
+  await page.click("form.filter button[type=submit]");
+  await page.waitForSelector("tr[data-queue='hooks']");
 
   // A push queue: its destination, its chart, its settings as fields.
   await showQueue(page, url, "hooks");

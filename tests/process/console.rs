@@ -369,6 +369,7 @@ async fn the_console_charts_rates_edits_settings_and_acts_on_messages() {
         ]),
         "failure queues under their queue"
     );
+    assert_eq!(seen["filtered"], json!(["jobs", "jobs.failed"]), "{seen}");
     assert_eq!(seen["favicon"], "200 image/svg+xml");
     assert!(
         seen["destination"].as_str().unwrap().contains(&dest),

@@ -311,6 +311,39 @@ async fn queue_lists_page_and_filter() {
         ["cus_a-6", "cus_a-6.failed"]
     );
     assert!(walk(&a, "&prefix=cus_b").await.is_empty());
+
+    // `spoold queues` pages the same way, with the same filters.
+    let cli = |args: &'static [&'static str], key: &'static str| {
+        let base = spoold.base.clone();
+        async move {
+            let mut all = vec!["--api-key", key, "queues", "--json"];
+            all.extend_from_slice(args);
+            let ran = common::process::cli(&base, &all).await;
+            assert_eq!(ran.code, 0, "{}", ran.stderr);
+            let names: Vec<String> = ran
+                .stdout
+                .lines()
+                .map(|l| {
+                    serde_json::from_str::<Value>(l).unwrap()["name"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect();
+            names
+        }
+    };
+    assert_eq!(cli(&[], A).await, a_queues);
+    assert_eq!(cli(&["--limit", "3"], ADMIN).await, everything[..3]);
+    assert_eq!(
+        cli(&["--tenant", "cus_b"], ADMIN).await,
+        ["cus_b-0", "cus_b-0.failed"]
+    );
+    assert_eq!(
+        cli(&["--prefix", "ord"], ADMIN).await,
+        ["orders", "orders.failed"]
+    );
+
     let bad = admin.call(Method::GET, "/v1/queues?limit=0").await;
     assert_eq!(bad.status(), 400);
     let bad = admin

@@ -273,10 +273,42 @@ function settingsEditor(queue, info) {
     settingsForm(queue, settings));
 }
 
+// The dashboard's list: a page at a time in name order, under a name
+// prefix typed into its filter box. `after` holds each shown page's cursor.
+const QUEUE_PAGE = 100;
+const listing = { prefix: "", after: [null] };
+
+function filterBox() {
+  const input = el("input", { type: "search", name: "prefix", value: listing.prefix,
+    placeholder: "queues starting with…", "aria-label": "filter queues by name prefix" });
+  return el("form", { class: "filter", onsubmit: (ev) => {
+    ev.preventDefault();
+    listing.prefix = input.value.trim();
+    listing.after = [null];
+    route();
+  } }, input, el("button", { type: "submit" }, "Filter"));
+}
+
+function pager(next) {
+  const back = listing.after.length > 1
+    ? el("button", { type: "button", onclick: () => { listing.after.pop(); route(); } }, "← Previous")
+    : null;
+  const on = next
+    ? el("button", { type: "button", onclick: () => { listing.after.push(next); route(); } }, "Next →")
+    : null;
+  return back || on ? el("p", { class: "pager" }, back, " ", on) : null;
+}
+
 async function queuesView() {
   crumbs();
   const gen = routeGen;
-  const [{ queues }, rates] = await Promise.all([json("GET", "/v1/queues"), json("GET", "/v1/rates")]);
+  const query = new URLSearchParams({ limit: QUEUE_PAGE });
+  if (listing.prefix) query.set("prefix", listing.prefix);
+  const after = listing.after[listing.after.length - 1];
+  if (after) query.set("after", after);
+  // The rates of all queues are an operator's: a scoped key does without.
+  const [{ queues, next }, rates] = await Promise.all([json("GET", `/v1/queues?${query}`),
+    json("GET", "/v1/rates").catch((e) => { if (e.status === 403) return null; throw e; })]);
   // A later route (a pause's, or the user's) has rendered since: this
   // answer is older than what the page shows, and must not replace it.
   if (gen !== routeGen) return;
@@ -315,12 +347,14 @@ async function queuesView() {
   });
   render(
     el("h1", {}, "Dashboard"),
-    el("h2", {}, "All queues: messages per second"),
-    ratePanel(rates),
+    rates ? el("h2", {}, "All queues: messages per second") : null,
+    rates ? ratePanel(rates) : null,
     el("h2", {}, "Queues"),
+    filterBox(),
     scroller(table(["queue", "type", { label: "visible", num: 1 }, { label: "leased", num: 1 },
       { label: "delayed", num: 1 }, { label: "retrying", num: 1 }, { label: "oldest", num: 1 },
       { label: "sent/s", num: 1 }, { label: "acked/s", num: 1 }, "state", "subscribes to", ""], rows)),
+    pager(next),
     eventForm(),
     el("p", { class: "note" }, "Rates are measured between refreshes (every 5 s)."));
   clearTimeout(queuesView.timer);

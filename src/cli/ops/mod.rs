@@ -54,7 +54,7 @@ pub use dead_letters::{Bulk, dlq_list, dlq_purge, dlq_redrive, dlq_show};
 pub use events::{Event, events_send};
 pub use filters::{DeadLetterArgs, HistoryArgs, SearchArgs};
 pub use history::{deliveries, history_list, history_resend, history_show};
-pub use queues::{QueueAction, queue_action, queue_stats, queues};
+pub use queues::{QueueAction, QueueFilter, queue_action, queue_stats, queues};
 pub use secrets::rotate_secret;
 pub use send::{Keys, send};
 pub use settings::{queue_set, settings_patch};

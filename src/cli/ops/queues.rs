@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::client::{OpsError, Target};
+use super::client::{OpsError, Target, encode};
 use super::{json_lines, or_dash, table};
 use crate::cli::term::Terminal;
 
@@ -17,6 +17,63 @@ use crate::cli::term::Terminal;
 #[derive(Deserialize)]
 struct QueueList<T> {
     queues: Vec<T>,
+    /// More follow: the next page's `after`.
+    #[serde(default)]
+    next: Option<String>,
+}
+
+/// What `spoold queues` lists (`GET /v1/queues`'s filters).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct QueueFilter {
+    /// Only queues whose name starts with this.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Only the push queues of this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only queues whose events patterns take this event type.
+    #[arg(long, value_name = "TYPE")]
+    pub events: Option<String>,
+    /// At most this many queues.
+    #[arg(long)]
+    pub limit: Option<usize>,
+}
+
+/// Queues a page asks for: the list is read a page at a time, so that a
+/// server with many queues never answers in one piece.
+const PAGE: usize = 500;
+
+/// Every queue `filter` selects, a page at a time.
+async fn list<T: serde::de::DeserializeOwned>(
+    target: &Target,
+    filter: &QueueFilter,
+) -> Result<Vec<T>, OpsError> {
+    let mut all = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let want = filter
+            .limit
+            .map_or(PAGE, |l| l.saturating_sub(all.len()).min(PAGE));
+        if want == 0 {
+            return Ok(all);
+        }
+        let mut pairs = vec![("limit", want.to_string())];
+        let terms = [
+            ("prefix", &filter.prefix),
+            ("tenant", &filter.tenant),
+            ("events", &filter.events),
+            ("after", &after),
+        ];
+        pairs.extend(terms.into_iter().filter_map(|(k, v)| Some((k, v.clone()?))));
+        let page: QueueList<T> = target
+            .call(Method::GET, &format!("/v1/queues?{}", encode(&pairs)))
+            .await?;
+        all.extend(page.queues);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(all),
+        }
+    }
 }
 
 /// A queue: its settings and its stats.
@@ -65,18 +122,20 @@ struct Stats {
     delivery_failures_total: Option<u64>,
 }
 
-/// `spoold queues`: every queue with its stats, as a table (or JSON lines).
+/// `spoold queues`: the queues `filter` selects with their stats, as a
+/// table (or JSON lines).
 pub async fn queues(
     target: &Target,
+    filter: &QueueFilter,
     json: bool,
     out: &mut Terminal<impl Write>,
 ) -> Result<(), OpsError> {
     if json {
-        let list: QueueList<Value> = target.call(Method::GET, "/v1/queues").await?;
-        return json_lines(out, &list.queues);
+        let queues: Vec<Value> = list(target, filter).await?;
+        return json_lines(out, &queues);
     }
-    let list: QueueList<Queue> = target.call(Method::GET, "/v1/queues").await?;
-    let rows: Vec<Vec<String>> = list.queues.iter().map(Queue::row).collect();
+    let queues: Vec<Queue> = list(target, filter).await?;
+    let rows: Vec<Vec<String>> = queues.iter().map(Queue::row).collect();
     let header = [
         "QUEUE", "TYPE", "VISIBLE", "LEASED", "DELAYED", "OLDEST", "PAUSED",
     ];
