@@ -59,6 +59,7 @@ const EVENTS_TOTAL: &str = "spoold_events_total";
 const EVENT_DELIVERIES_FILTERED: &str = "spoold_event_deliveries_filtered_total";
 const OPERATIONAL_EVENTS: &str = "spoold_operational_events_total";
 const SCOPE_REFUSALS: &str = "spoold_scope_refusals_total";
+const EVENT_TYPES: &str = "spoold_event_types";
 pub(crate) const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
 pub(crate) const LIMIT_REACHED: &str = "spoold_limit_reached_total";
 
@@ -315,6 +316,10 @@ fn describe() {
         Unit::Count,
         "spoold's own operational events (spoold.*), by kind and outcome: published, no_subscribers, failed, dropped (the publisher was 1024 behind), past_hop_bound."
     );
+    describe_gauge!(
+        EVENT_TYPES,
+        "Entries of the event catalogue (at most 1000)."
+    );
     describe_counter!(
         SCOPE_REFUSALS,
         Unit::Count,
@@ -445,6 +450,11 @@ pub(crate) fn count_filtered(deliveries: usize) {
 /// An operational event of `kind` (after `spoold.`) and what became of it.
 pub(crate) fn count_operational(kind: &'static str, outcome: &'static str) {
     counter!(OPERATIONAL_EVENTS, "kind" => kind, LABEL_OUTCOME => outcome).increment(1);
+}
+
+/// The event catalogue holds `n` types.
+pub(crate) fn set_event_types(n: usize) {
+    gauge!(EVENT_TYPES).set(n as f64);
 }
 
 /// A request refused by its key's scope (`api/scope.rs`), by the kind of

@@ -249,6 +249,9 @@ impl From<EventError> for ApiError {
             EventError::KeyReused => {
                 ApiError::new(StatusCode::CONFLICT, "idempotency_key_reused", message)
             }
+            EventError::SchemaMismatch { .. } => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "schema_mismatch", message)
+            }
             EventError::SpoolFull { .. } => ApiError {
                 retry_after_secs: Some(5),
                 ..ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "spool_full", message)

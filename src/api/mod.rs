@@ -11,6 +11,7 @@ pub(crate) mod console;
 pub(crate) mod deliveries;
 pub(crate) mod edge;
 pub(crate) mod error;
+pub(crate) mod event_types;
 pub(crate) mod events;
 pub(crate) mod examples;
 pub(crate) mod filter;
@@ -264,6 +265,12 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
             queues::delete
         ))
         .routes(routes!(events::publish))
+        .routes(routes!(event_types::list))
+        .routes(routes!(
+            event_types::get_one,
+            event_types::put,
+            event_types::delete
+        ))
         .routes(routes!(history::list))
         .routes(routes!(deliveries::list))
         .routes(routes!(history::get_one))

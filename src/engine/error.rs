@@ -103,6 +103,15 @@ pub enum EventError {
         max: usize,
     },
 
+    /// The payload does not match its type's schema in the catalogue.
+    #[error("payload: does not match the schema of event type {event_type} at {path:?}: {reason}")]
+    SchemaMismatch {
+        event_type: String,
+        /// A JSON pointer into the payload ("" for the whole of it).
+        path: String,
+        reason: String,
+    },
+
     /// The first event with this idempotency key is still being written.
     #[error("an event with this Idempotency-Key is still being written: ask again")]
     KeyInProgress,

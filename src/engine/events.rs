@@ -95,6 +95,13 @@ impl Engine {
                 problem,
             });
         }
+        if !ours {
+            self.check_schema(
+                &request.event_type,
+                &request.payload.content_type,
+                &request.payload.body,
+            )?;
+        }
         // Told that the spool is nearly full, an operator must hear it even
         // once it is full: that one small event may use the headroom.
         let warns_of_full = ours && request.event_type == super::notes::NEAR_FULL_TYPE;

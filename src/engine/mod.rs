@@ -27,6 +27,7 @@
 //! answer), `write.rs`, `rules.rs`, `token.rs`, `error.rs`.
 
 mod awake;
+pub(crate) mod catalogue;
 mod checkpoint;
 pub(crate) mod compact;
 mod core;
@@ -64,6 +65,7 @@ use tokio::sync::watch;
 pub use self::awake::PushWake;
 pub use self::core::Arrival;
 use self::core::{Core, Shared};
+pub use catalogue::{CatalogueError, EventTypeDef};
 pub use core::SendOutcome;
 pub use error::{
     EventError, LeaseError, MessageError, QueueError, ReadError, SendError, SettleError, WriteError,

@@ -18,11 +18,12 @@ pub(crate) const FORMAT_VERSION: u32 = 2;
 /// first released (with replicated mode); 2, events and history (kinds 18
 /// to 20, chunks 70 and 71); 3, event keys with fingerprints (chunk 72,
 /// event flag bit 3); 4, ordering keys (chunk 73, enqueue and event flag
-/// bit 4) and secret rotation (kind 21). Replicas of different levels do not replicate to
+/// bit 4) and secret rotation (kind 21); 5, the event catalogue (kind 22,
+/// chunk 74). Replicas of different levels do not replicate to
 /// each other (`cluster/level.rs`), so no replica is ever sent what it
 /// cannot read. (The hop count of records is a trailing field older
 /// builds skip: it needs no level.)
-pub(crate) const READS_LEVEL: u64 = 4;
+pub(crate) const READS_LEVEL: u64 = 5;
 
 /// Version of `spool.meta`'s layout (unchanged since the first release).
 pub(crate) const META_VERSION: u32 = 1;

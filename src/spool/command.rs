@@ -308,6 +308,13 @@ pub enum Command<'a> {
     RetireNode {
         id: u64,
     },
+    /// The event catalogue's entry `name` (docs/contract.md §4): its
+    /// definition as JSON (`engine/catalogue.rs` reads it), or, empty,
+    /// none any more.
+    EventType {
+        name: Cow<'a, str>,
+        definition: Cow<'a, [u8]>,
+    },
     /// A dedup key that outlives its message: written by compaction in place
     /// of a dropped enqueue whose key is still inside its window.
     DedupKey {

@@ -50,6 +50,8 @@ pub mod kind {
     pub const HISTORY_DROP: u8 = 20;
     /// A rotated-out signing secret's overlap ended.
     pub const SECRET_EXPIRE: u8 = 21;
+    /// An entry of the event catalogue set or removed.
+    pub const EVENT_TYPE: u8 = 22;
 }
 
 /// An enqueue's flags: it carries a dedup key hash; a stored request.
@@ -111,6 +113,7 @@ impl Record<'_> {
             Command::RaftBlank => kind::RAFT_BLANK,
             Command::RaftMembership { .. } => kind::RAFT_MEMBERSHIP,
             Command::RetireNode { .. } => kind::RETIRE_NODE,
+            Command::EventType { .. } => kind::EVENT_TYPE,
         }
     }
 
@@ -341,6 +344,10 @@ impl Record<'_> {
             Command::RaftBlank => {}
             Command::RaftMembership { config } => put_bytes32(out, config),
             Command::RetireNode { id } => put_u64(out, *id),
+            Command::EventType { name, definition } => {
+                put_str16(out, name);
+                put_bytes32(out, definition);
+            }
         }
     }
 
@@ -514,6 +521,10 @@ impl Record<'_> {
                 config: Cow::Borrowed(r.bytes32()?),
             },
             kind::RETIRE_NODE => Command::RetireNode { id: r.u64()? },
+            kind::EVENT_TYPE => Command::EventType {
+                name: Cow::Borrowed(r.str16()?),
+                definition: Cow::Borrowed(r.bytes32()?),
+            },
             other => return Err(DecodeError(format!("unknown record kind {other}"))),
         };
         Ok(Record { at, command })

@@ -1,7 +1,8 @@
 //! The model test: random sequences of every operation the engine offers —
 //! sends (delayed, with dedup keys), events fanned out to the queues whose
 //! patterns take their type (with idempotency keys), receives, acks, nacks, renews, cancels,
-//! purges and redrives (in failure queues too), queue creates, re-creates
+//! purges and redrives (in failure queues too), the event catalogue's
+//! definitions and removals, queue creates, re-creates
 //! with the same or changed settings (subscriptions too), deletes, pauses and resumes, clock
 //! jumps, expiry, failed writes, full disks, compaction (forced or not, beside
 //! an applier that holds durable records back, and cut off by a power loss
@@ -13,7 +14,8 @@
 //! After every step the engine's whole state without leases (queues with
 //! settings and pause state, every message with its queue, times, retry
 //! count and failure details, the dedup keys in their window, the events'
-//! keys with their deliveries, the epoch and the next message id) must
+//! keys with their deliveries, the event catalogue, the epoch and the next
+//! message id) must
 //! equal the model's. After a crash and replay it
 //! must still: every acknowledged, unsettled message is there as it was, no
 //! settled one came back, no id is ever answered twice. A send whose fsync
@@ -30,8 +32,8 @@ use std::time::Duration;
 use crate::common::*;
 use proptest::prelude::*;
 use spoold::engine::{
-    BulkOutcome, Engine, EventError, EventRequest, LeaseError, MessageError, Origin, Publisher,
-    QueueError, SendError, SendRequest, SettleError, WriteError,
+    BulkOutcome, CatalogueError, Engine, EventError, EventRequest, EventTypeDef, LeaseError,
+    MessageError, Origin, Publisher, QueueError, SendError, SendRequest, SettleError, WriteError,
 };
 use spoold::spool::OnExpire;
 use spoold::spool::{
@@ -316,6 +318,13 @@ enum Op {
     },
     /// A clean stop and start.
     Restart,
+    /// Defines (or redefines) an event type of the catalogue.
+    DefineType {
+        ty: usize,
+        text: u8,
+    },
+    /// Removes an event type (none there: refused).
+    RemoveType(usize),
 }
 
 fn change() -> impl Strategy<Value = Change> {
@@ -436,6 +445,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..24u64, tear_shape()).prop_map(|(cut, tear)| Op::CompactCut { cut, tear }),
         1 => (0..4usize, tear_shape()).prop_map(|(in_doubt, tear)| Op::Crash { in_doubt, tear }),
         1 => Just(Op::Restart),
+        1 => (0..TYPES.len(), 0..3u8).prop_map(|(ty, text)| Op::DefineType { ty, text }),
+        1 => (0..TYPES.len()).prop_map(Op::RemoveType),
     ]
 }
 
@@ -538,6 +549,8 @@ struct Model {
     in_doubt_events: BTreeMap<String, (Vec<String>, Option<u8>)>,
     /// Events' keys, oldest first: key, first time, event id, deliveries.
     event_keys: Vec<EventKey>,
+    /// The event catalogue: each type's stored definition.
+    event_types: BTreeMap<String, Vec<u8>>,
     next_body: u64,
     /// The highest id ever answered: every new one must be above it.
     max_id: u64,
@@ -780,6 +793,7 @@ impl Model {
             queues,
             cluster_config: None,
             retired_nodes: Vec::new(),
+            event_types: self.event_types.clone(),
             event_keys: self
                 .event_keys
                 .iter()
@@ -1498,6 +1512,28 @@ async fn run(ops: Vec<Op>, small_preallocated_segments: bool) {
                     None => assert!(
                         matches!(result, Err(QueueError::NotFound { .. })),
                         "{label}"
+                    ),
+                }
+            }
+            Op::DefineType { ty, text } => {
+                let definition = EventTypeDef {
+                    description: format!("type {ty}, text {text}"),
+                    ..EventTypeDef::default()
+                };
+                w.engine
+                    .put_event_type(TYPES[ty], &definition)
+                    .await
+                    .unwrap();
+                let stored = serde_json::to_vec(&definition).unwrap();
+                w.model.event_types.insert(TYPES[ty].to_owned(), stored);
+            }
+            Op::RemoveType(ty) => {
+                let result = w.engine.delete_event_type(TYPES[ty]).await;
+                match w.model.event_types.remove(TYPES[ty]) {
+                    Some(_) => result.unwrap(),
+                    None => assert!(
+                        matches!(result, Err(CatalogueError::NotFound(_))),
+                        "{label}: {result:?}"
                     ),
                 }
             }

@@ -327,6 +327,18 @@ impl CheckpointLoader {
                     spool.restore_event_key(hash, seen);
                 }
             }
+            (kind::EVENT_TYPES, Some(spool)) => {
+                for _ in 0..r.u32()? {
+                    let name = r.str16()?;
+                    let definition = r.bytes32()?;
+                    if definition.is_empty() {
+                        return Err(DecodeError(format!(
+                            "event type {name:?} without a definition"
+                        )));
+                    }
+                    spool.set_event_type(name, definition);
+                }
+            }
             (kind::CLUSTER, Some(spool)) => {
                 if spool.cluster_config().is_some() {
                     return Err(DecodeError("a second CLUSTER chunk".into()));

@@ -26,6 +26,11 @@ impl Spool {
             queues: BTreeMap::new(),
             cluster_config: self.cluster_config().map(<[u8]>::to_vec),
             retired_nodes: self.retired_nodes().iter().copied().collect(),
+            event_types: self
+                .event_types()
+                .iter()
+                .map(|(name, definition)| (name.clone(), definition.to_vec()))
+                .collect(),
             event_keys: self
                 .event_keys()
                 .map(|(hash, seen)| EventKeyEntry {
@@ -277,6 +282,17 @@ impl Spool {
                     e.push(u8::from(seen.fingerprint.is_some()));
                     put_u64(&mut e, seen.fingerprint.unwrap_or(0));
                 }
+                out.entry(&e);
+            }
+            out.finish();
+        }
+        if !self.event_types().is_empty() {
+            out.start(kind::EVENT_TYPES, Vec::new());
+            let mut e = Vec::new();
+            for (name, definition) in self.event_types() {
+                e.clear();
+                put_str16(&mut e, name);
+                put_bytes32(&mut e, definition);
                 out.entry(&e);
             }
             out.finish();

@@ -46,6 +46,8 @@ pub(crate) mod kind {
     /// A queue's messages that carry an ordering key (in it and in its
     /// failure queue), after its MESSAGES: only for a queue that has one.
     pub(crate) const ORDERING_KEYS: u8 = 73;
+    /// The event catalogue: each type's name and definition.
+    pub(crate) const EVENT_TYPES: u8 = 74;
 }
 
 /// Version of the chunk layouts inside a checkpoint.

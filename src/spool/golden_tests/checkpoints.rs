@@ -157,10 +157,12 @@ fn checkpoints() -> Vec<(&'static str, Spool, CheckpointMeta)> {
     let (spool, meta) = checkpoint_state();
     let (printed, printed_meta) = printed_keys_state();
     let (ordered, ordered_meta) = ordering_keys_state();
+    let (catalogue, catalogue_meta) = catalogue_state();
     vec![
         ("every-chunk", spool, meta),
         ("printed-keys", printed, printed_meta),
         ("ordering-keys", ordered, ordered_meta),
+        ("event-types", catalogue, catalogue_meta),
     ]
 }
 
@@ -210,6 +212,35 @@ fn ordering_keys_state() -> (Spool, CheckpointMeta) {
         salt: 0x5eed_0000_0000_0003,
         token_key: [0x33; 32],
         files: vec![SEGMENT],
+    };
+    (spool, meta)
+}
+
+/// A state with an event catalogue (chunk 74): two types, one of them
+/// with a schema, and one defined and removed again.
+fn catalogue_state() -> (Spool, CheckpointMeta) {
+    let mut spool = Spool::new();
+    let define = |name: &'static str, definition: &'static [u8]| Command::EventType {
+        name: Cow::Borrowed(name),
+        definition: Cow::Borrowed(definition),
+    };
+    let commands = vec![
+        define(
+            "invoice.paid",
+            br#"{"description":"An invoice was paid","schema":{"type":"object"}}"#,
+        ),
+        define("order.created", br#"{"description":"An order"}"#),
+        define("user.gone", br#"{"description":"Never mind"}"#),
+        define("user.gone", b""),
+    ];
+    apply_in_order(&mut spool, commands, |_| (AT, SEGMENT));
+    let meta = CheckpointMeta {
+        seq: spool.applied_seq(),
+        next_segment_id: 4,
+        next_pack_id: 1,
+        salt: 0x5eed_0000_0000_0004,
+        token_key: [0x44; 32],
+        files: Vec::new(),
     };
     (spool, meta)
 }
@@ -311,7 +342,7 @@ fn every_checkpoint_chunk_kind_reads_its_golden_bytes_and_writes_them() {
     let kinds: BTreeSet<u8> = file.values().map(|(kind, _)| *kind).collect();
     assert_eq!(
         kinds,
-        (64..=73).collect(),
+        (64..=74).collect(),
         "every chunk kind has golden bytes"
     );
 }
@@ -333,6 +364,7 @@ fn chunk_what(kind: u8, body: &[u8]) -> String {
         chunk::HISTORY => of_queue("HISTORY (71)"),
         chunk::EVENT_KEYS_PRINTED => "EVENT_KEYS_PRINTED (72)".into(),
         chunk::ORDERING_KEYS => of_queue("ORDERING_KEYS (73)"),
+        chunk::EVENT_TYPES => "EVENT_TYPES (74)".into(),
         _ => unreachable!("not a chunk kind"),
     }
 }

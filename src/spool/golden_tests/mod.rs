@@ -528,6 +528,24 @@ fn records() -> Vec<Golden> {
             },
         ),
         golden(
+            "event-type",
+            "event type (22): \"invoice.paid\" defined, its definition JSON (description, schema, example)",
+            Command::EventType {
+                name: "invoice.paid".into(),
+                definition: Cow::Borrowed(
+                    br#"{"description":"An invoice was paid","schema":{"type":"object","required":["amount"]},"example":{"amount":42}}"#,
+                ),
+            },
+        ),
+        golden(
+            "event-type-removed",
+            "event type (22): \"invoice.paid\" removed (an empty definition)",
+            Command::EventType {
+                name: "invoice.paid".into(),
+                definition: Cow::Borrowed(b""),
+            },
+        ),
+        golden(
             "history-drop",
             "history drop (20): messages 7 and 9 of \"orders\"",
             Command::HistoryDrop {
@@ -657,7 +675,7 @@ fn every_record_layout_reads_its_golden_bytes_and_writes_them() {
     let kinds: BTreeSet<u8> = file.values().map(|(kind, _)| *kind).collect();
     assert_eq!(
         kinds,
-        (1..=21).collect(),
+        (1..=22).collect(),
         "every record kind has golden bytes"
     );
 }

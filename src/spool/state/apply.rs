@@ -82,7 +82,8 @@ impl Spool {
             | Command::Epoch { .. }
             | Command::RaftBlank
             | Command::RaftMembership { .. }
-            | Command::RetireNode { .. } => {}
+            | Command::RetireNode { .. }
+            | Command::EventType { .. } => {}
         }
         out
     }
@@ -180,6 +181,10 @@ impl Spool {
             }
             Command::RetireNode { id } => {
                 self.retired_nodes.insert(*id);
+                Applied::Done
+            }
+            Command::EventType { name, definition } => {
+                self.set_event_type(name, definition);
                 Applied::Done
             }
             Command::Attempt { queue, id, .. } => self.apply_attempt(queue, *id, loc),

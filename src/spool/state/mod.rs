@@ -13,6 +13,7 @@
 //!   says it drops leases.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use super::command::MessageId;
 use super::event::Subscriptions;
@@ -97,6 +98,9 @@ pub(crate) struct Spool {
     cluster_config: Option<Vec<u8>>,
     /// Replicated mode: node ids that may never be members again.
     retired_nodes: BTreeSet<u64>,
+    /// The event catalogue: each type's definition as JSON
+    /// (`engine/catalogue.rs` reads it).
+    event_types: BTreeMap<String, Arc<[u8]>>,
 }
 
 impl Spool {
@@ -124,6 +128,22 @@ impl Spool {
     /// Replicated mode: node ids that left and may never come back.
     pub(crate) fn retired_nodes(&self) -> &BTreeSet<u64> {
         &self.retired_nodes
+    }
+
+    /// The event catalogue, by type.
+    pub(crate) fn event_types(&self) -> &BTreeMap<String, Arc<[u8]>> {
+        &self.event_types
+    }
+
+    /// Sets (or, with an empty `definition`, removes) a catalogue entry:
+    /// a record's or a checkpoint's.
+    pub(crate) fn set_event_type(&mut self, name: &str, definition: &[u8]) {
+        if definition.is_empty() {
+            self.event_types.remove(name);
+        } else {
+            self.event_types
+                .insert(name.to_owned(), Arc::from(definition));
+        }
     }
 
     /// The latest time any applied record carries.

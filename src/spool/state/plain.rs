@@ -61,6 +61,8 @@ pub struct SpoolState {
     pub retired_nodes: Vec<u64>,
     /// Events' idempotency keys, oldest first.
     pub event_keys: Vec<EventKeyEntry>,
+    /// The event catalogue: each type's definition (JSON).
+    pub event_types: BTreeMap<String, Vec<u8>>,
 }
 
 /// A remembered event key: the event and its deliveries.
