@@ -59,7 +59,7 @@ const EVENTS_TOTAL: &str = "spoold_events_total";
 const EVENT_DELIVERIES_FILTERED: &str = "spoold_event_deliveries_filtered_total";
 const OPERATIONAL_EVENTS: &str = "spoold_operational_events_total";
 const SCOPE_REFUSALS: &str = "spoold_scope_refusals_total";
-const EVENT_TYPES: &str = "spoold_event_types";
+pub(crate) const EVENT_TYPES: &str = "spoold_event_types";
 pub(crate) const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
 pub(crate) const LIMIT_REACHED: &str = "spoold_limit_reached_total";
 
@@ -450,11 +450,6 @@ pub(crate) fn count_filtered(deliveries: usize) {
 /// An operational event of `kind` (after `spoold.`) and what became of it.
 pub(crate) fn count_operational(kind: &'static str, outcome: &'static str) {
     counter!(OPERATIONAL_EVENTS, "kind" => kind, LABEL_OUTCOME => outcome).increment(1);
-}
-
-/// The event catalogue holds `n` types.
-pub(crate) fn set_event_types(n: usize) {
-    gauge!(EVENT_TYPES).set(n as f64);
 }
 
 /// A request refused by its key's scope (`api/scope.rs`), by the kind of

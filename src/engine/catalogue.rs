@@ -125,6 +125,11 @@ impl Engine {
             .collect()
     }
 
+    /// How many types the catalogue holds.
+    pub fn event_type_count(&self) -> usize {
+        self.core().spool.event_types().len()
+    }
+
     pub fn event_type(&self, name: &str) -> Option<EventTypeDef> {
         let definition = self.core().spool.event_types().get(name).cloned()?;
         parse(&definition)
@@ -150,7 +155,6 @@ impl Engine {
             })
         })
         .await?;
-        crate::metrics::set_event_types(self.core().spool.event_types().len());
         Ok(created)
     }
 
@@ -166,7 +170,6 @@ impl Engine {
             })
         })
         .await?;
-        crate::metrics::set_event_types(self.core().spool.event_types().len());
         Ok(())
     }
 

@@ -29,6 +29,7 @@ mod crash;
 mod crash_loop;
 mod delivery_log;
 mod destination_chaos;
+mod event_types;
 mod events;
 mod full_disk;
 mod helm;
