@@ -687,6 +687,7 @@ fn restart_needed(running: &Config, new: &Config) -> Vec<String> {
     differs("log", running.log == new.log);
     differs("events", running.events == new.events);
     differs("telemetry", running.telemetry == new.telemetry);
+    differs("portal", running.portal == new.portal);
     differs("cluster", running.cluster == new.cluster);
     sections
 }

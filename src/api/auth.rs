@@ -16,6 +16,7 @@ use axum::http::header;
 
 use super::error::ApiError;
 use super::scope::Grant;
+use super::session::{Sessions, TOKEN_PREFIX};
 use crate::config::{ApiKey, key_digest};
 
 /// The keys in force, by their SHA-256: the keys themselves are not kept.
@@ -57,6 +58,8 @@ impl Keyring {
 pub(crate) struct Presented {
     digest: Option<[u8; 32]>,
     pub(crate) grant: Arc<Grant>,
+    /// A portal session: when it ends (seconds since the Unix epoch).
+    pub(crate) session_ends: Option<u64>,
 }
 
 impl Default for Presented {
@@ -65,6 +68,7 @@ impl Default for Presented {
         Presented {
             digest: None,
             grant: Arc::new(Grant::operator()),
+            session_ends: None,
         }
     }
 }
@@ -72,6 +76,9 @@ impl Default for Presented {
 impl Presented {
     /// Whether `keys` (the keys in force) still grant all it was granted.
     pub(crate) fn accepted_by(&self, keys: &Keyring) -> bool {
+        if let Some(ends) = self.session_ends {
+            return super::session::unix_now() < ends;
+        }
         keys.grant(self.digest.as_ref())
             .is_some_and(|now| now.covers(&self.grant))
     }
@@ -95,15 +102,37 @@ fn presented_key(request: &Request) -> Option<&str> {
 /// are configured. `/metrics` on the API port lists every queue; the
 /// metrics listener (`server.metrics_listen`) serves it without a key.
 /// What it presented, and its grant, for the scope check and the handler.
-pub(crate) fn check_key(keys: &Keyring, request: &Request) -> Result<Presented, ApiError> {
+/// A portal session's token (`session.rs`) stands for its tenant whether
+/// or not keys are configured, and is refused as a wrong key once it ended
+/// or if it was altered.
+pub(crate) fn check_key(
+    keys: &Keyring,
+    sessions: Option<&Sessions>,
+    request: &Request,
+) -> Result<Presented, ApiError> {
     let path = request.uri().path();
     let guarded = path == "/v1" || path.starts_with("/v1/") || path == "/metrics";
     if !guarded {
         return Ok(Presented::default());
     }
-    let digest = presented_key(request).map(key_digest);
+    let presented = presented_key(request);
+    if let Some(token) = presented.filter(|k| k.starts_with(TOKEN_PREFIX)) {
+        let claims = sessions
+            .and_then(|s| s.verify(token, super::session::unix_now()))
+            .ok_or_else(ApiError::unauthorized)?;
+        return Ok(Presented {
+            digest: None,
+            grant: Arc::new(claims.grant()),
+            session_ends: Some(claims.expires),
+        });
+    }
+    let digest = presented.map(key_digest);
     match keys.grant(digest.as_ref()) {
-        Some(grant) => Ok(Presented { digest, grant }),
+        Some(grant) => Ok(Presented {
+            digest,
+            grant,
+            session_ends: None,
+        }),
         None => Err(ApiError::unauthorized()),
     }
 }

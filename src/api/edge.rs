@@ -14,7 +14,9 @@
 //!   `server.allow_unauthenticated` allows, is reached by other names.)
 //!
 //! The probes (`/healthz`, `/readyz`) are exempt: a kubelet calls them by
-//! the pod's address and they carry nothing. The console is served from
+//! the pod's address and they carry nothing. So are `GET`s of the
+//! portal's page and files (`portal.rs`), which another site may link to
+//! or frame: they carry no data, and the host check still holds. The console is served from
 //! this origin, so its calls are `same-origin` and pass.
 
 use axum::extract::Request;
@@ -35,6 +37,14 @@ pub(crate) fn check(policy: EdgePolicy, request: &Request) -> Result<(), ApiErro
     let path = request.uri().path();
     if path == "/healthz" || path == "/readyz" {
         return Ok(());
+    }
+    // The portal's page may be opened from another site: a link, or an
+    // iframe (`portal.rs`). Only its static files; its API calls are
+    // same-origin and checked as any.
+    let portal_page = (path == "/portal" || path.starts_with("/portal/"))
+        && matches!(*request.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+    if portal_page {
+        return check_host(policy, request.headers());
     }
     check_headers(policy, request.headers())
 }
@@ -57,6 +67,14 @@ fn check_headers(policy: EdgePolicy, headers: &HeaderMap) -> Result<(), ApiError
             )));
         }
     }
+    check_host(policy, headers)
+}
+
+/// A loopback-only server answers only to loopback names (DNS rebinding).
+fn check_host(policy: EdgePolicy, headers: &HeaderMap) -> Result<(), ApiError> {
+    let host = headers
+        .get(header::HOST)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
     if policy.loopback_only
         && let Some(host) = host
         && !loopback_host(host)

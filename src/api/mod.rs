@@ -21,6 +21,7 @@ pub(crate) mod hops;
 pub(crate) mod messages;
 pub(crate) mod openapi;
 pub(crate) mod params;
+pub(crate) mod portal;
 pub(crate) mod queues;
 pub(crate) mod rates;
 pub(crate) mod relay;
@@ -28,6 +29,7 @@ pub(crate) mod scope;
 pub(crate) mod scrape;
 pub(crate) mod search;
 pub(crate) mod secrets;
+pub(crate) mod session;
 pub(crate) mod settings;
 pub(crate) mod stored;
 pub(crate) mod view;
@@ -75,6 +77,8 @@ pub(crate) struct ApiConfig {
     pub redact_headers: Vec<String>,
     /// What the edge refuses before the key check (`edge.rs`).
     pub edge: edge::EdgePolicy,
+    /// The portal: sessions (when a secret is set) and its page's policy.
+    pub portal: portal::PortalPolicy,
 }
 
 impl ApiConfig {
@@ -88,8 +92,10 @@ impl ApiConfig {
         let edge = edge::EdgePolicy {
             loopback_only: api_keys.is_empty() && crate::config::is_loopback(&config.server.listen),
         };
+        let env_secret = std::env::var("SPOOLD_PORTAL_SECRET").ok();
         ApiConfig {
             edge,
+            portal: portal::PortalPolicy::from_config(&config.portal, env_secret.as_deref()),
             api_keys,
             max_body_bytes: config.server.max_body_bytes,
             redact_headers: config
@@ -169,6 +175,11 @@ impl AppState {
         let state = self.clone();
         let mut changed = self.keys_changed.subscribe();
         async move {
+            // A portal session ends at its end, whatever the keys do.
+            if let Some(ends) = presented.session_ends {
+                let left = ends.saturating_sub(session::unix_now());
+                return tokio::time::sleep(Duration::from_secs(left)).await;
+            }
             loop {
                 if !presented.accepted_by(&state.api_keys()) {
                     return;
@@ -299,6 +310,10 @@ fn api_router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(metrics))
+        .routes(routes!(portal::create))
+        .routes(routes!(portal::who))
+        .routes(routes!(portal::index))
+        .routes(routes!(portal::asset))
         .routes(routes!(console::index))
         .routes(routes!(console::asset))
 }
@@ -368,7 +383,10 @@ async fn gate(
     let mut request = request;
     let queue = path_queue(&mut request).await;
     let checked = edge::check(state.config.edge, &request)
-        .and_then(|()| auth::check_key(&state.api_keys(), &request))
+        .and_then(|()| {
+            let sessions = state.config.portal.sessions.as_deref();
+            auth::check_key(&state.api_keys(), sessions, &request)
+        })
         .and_then(|presented| {
             let need = scope::need(request.method(), route);
             let engine = state.engine.get();

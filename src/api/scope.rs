@@ -86,6 +86,10 @@ impl Grant {
         self.tenant.is_none() && self.queues.is_empty() && self.verbs == Grant::operator().verbs
     }
 
+    pub(crate) fn queues(&self) -> &[String] {
+        &self.queues
+    }
+
     pub(crate) fn tenant(&self) -> Option<&str> {
         self.tenant.as_deref()
     }
@@ -151,7 +155,11 @@ pub(crate) enum Need {
 pub(crate) fn need(method: &Method, route: &str) -> Need {
     use Verb::{Consume, Manage, Publish, Read};
     let read = method == Method::GET;
-    if route == "/metrics" || route.starts_with("/v1/cluster") || route == "/v1/rates" {
+    if route == "/metrics"
+        || route.starts_with("/v1/cluster")
+        || route == "/v1/rates"
+        || route == "/v1/portal/sessions"
+    {
         return Need::Operator;
     }
     if route == "/v1/openapi.json" || (route.starts_with("/v1/event-types") && read) {

@@ -70,6 +70,7 @@ impl Config {
         self.check_telemetry(keys)?;
         self.check_periods(keys)?;
         self.check_server(keys)?;
+        self.portal.validate(keys)?;
         if let Some(cluster) = &self.cluster {
             cluster.validate(keys)?;
         }

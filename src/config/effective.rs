@@ -28,6 +28,9 @@ impl Config {
                 }
             }
         }
+        if c.portal.secret.is_some() {
+            c.portal.secret = Some(REDACTED.into());
+        }
         if let Some(cluster) = &mut c.cluster
             && cluster.secret.is_some()
         {
@@ -65,6 +68,7 @@ impl Config {
         root.insert("log".into(), Value::Table(log_table(&c)));
         root.insert("events".into(), Value::Table(events_table(&c)));
         root.insert("telemetry".into(), Value::Table(telemetry_table(&c)));
+        root.insert("portal".into(), Value::Table(portal_table(&c)));
         root.insert("queues".into(), Value::Table(queues));
         if let Some(cluster) = &c.cluster {
             root.insert("cluster".into(), Value::Table(cluster_table(cluster)));
@@ -211,6 +215,26 @@ fn telemetry_table(c: &Config) -> Table {
         c.telemetry.service_name.as_str().into(),
     );
     telemetry
+}
+
+fn portal_table(c: &Config) -> Table {
+    let p = &c.portal;
+    let mut portal = Table::new();
+    if let Some(secret) = &p.secret {
+        portal.insert("secret".into(), secret.as_str().into());
+    }
+    if let Some(url) = &p.url {
+        portal.insert("url".into(), url.as_str().into());
+    }
+    portal.insert("frame_ancestors".into(), strings(&p.frame_ancestors));
+    portal.insert("session_ttl_max".into(), duration(p.session_ttl_max_ms));
+    let theme: Table = p
+        .theme
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+        .collect();
+    portal.insert("theme".into(), Value::Table(theme));
+    portal
 }
 
 /// One queue's effective settings as a `[queues.NAME]` table (delivery

@@ -113,7 +113,7 @@ const PATTERN_MAX_BYTES: usize = crate::spool::queue::QUEUE_NAME_MAX_BYTES;
 
 /// Why a queue-name pattern is refused, or `None`: queue-name characters
 /// and `*`.
-pub(super) fn pattern_problem(pattern: &str) -> Option<String> {
+pub fn pattern_problem(pattern: &str) -> Option<String> {
     let ok = !pattern.is_empty()
         && pattern.len() <= PATTERN_MAX_BYTES
         && pattern

@@ -30,6 +30,7 @@ mod cluster;
 mod effective;
 mod keys;
 mod lines;
+mod portal;
 mod reload;
 mod shape;
 #[cfg(test)]
@@ -38,7 +39,11 @@ mod units;
 
 pub(crate) use check::is_loopback;
 pub use cluster::{ClusterConfig, ClusterTlsConfig};
-pub use keys::{ApiKey, ApiKeyEntry, Role, ScopedKey, digest as key_digest, pattern_matches};
+pub use portal::{PortalConfig, THEME_KEYS};
+pub use keys::{
+    ApiKey, ApiKeyEntry, Role, ScopedKey, digest as key_digest, pattern_matches,
+    pattern_problem as queue_pattern_problem,
+};
 pub use reload::reload_changes;
 pub use shape::{
     BackoffConfig, Config, EventsConfig, LogConfig, LogFormat, OnCorruption, QueueConfig,

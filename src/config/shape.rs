@@ -23,6 +23,8 @@ pub struct Config {
     pub log: LogConfig,
     pub events: EventsConfig,
     pub telemetry: TelemetryConfig,
+    /// The customer portal (`portal.rs`).
+    pub portal: super::portal::PortalConfig,
     pub queues: BTreeMap<String, QueueConfig>,
     /// Replicated mode (docs/contract.md §9); without it, a single node.
     pub cluster: Option<ClusterConfig>,
