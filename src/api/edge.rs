@@ -42,7 +42,10 @@ pub(crate) fn check(policy: EdgePolicy, request: &Request) -> Result<(), ApiErro
     // iframe (`portal.rs`). Only its static files; its API calls are
     // same-origin and checked as any.
     let portal_page = (path == "/portal" || path.starts_with("/portal/"))
-        && matches!(*request.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+        && matches!(
+            *request.method(),
+            axum::http::Method::GET | axum::http::Method::HEAD
+        );
     if portal_page {
         return check_host(policy, request.headers());
     }

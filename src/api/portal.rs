@@ -132,7 +132,11 @@ pub(crate) async fn create(
     if let Some(why) = tenant_problem(&asked.tenant) {
         return Err(ApiError::bad_request(format!("tenant: {why}")));
     }
-    if let Some(why) = asked.queues.iter().find_map(|p| crate::config::queue_pattern_problem(p)) {
+    if let Some(why) = asked
+        .queues
+        .iter()
+        .find_map(|p| crate::config::queue_pattern_problem(p))
+    {
         return Err(ApiError::bad_request(format!("queues: {why}")));
     }
     let ttl = asked.ttl_seconds.unwrap_or(TTL_DEFAULT_SECS);
@@ -243,7 +247,11 @@ fn file(policy: &PortalPolicy, content_type: &'static str, body: String) -> Resp
     responses((status = 200, description = "the portal's page", content_type = "text/html", body = String))
 )]
 pub(crate) async fn index(State(state): State<Arc<AppState>>) -> Response {
-    file(&state.config.portal, "text/html; charset=utf-8", INDEX.into())
+    file(
+        &state.config.portal,
+        "text/html; charset=utf-8",
+        INDEX.into(),
+    )
 }
 
 #[utoipa::path(
@@ -254,7 +262,10 @@ pub(crate) async fn index(State(state): State<Arc<AppState>>) -> Response {
         (status = 404, description = "no such file", body = super::openapi::ErrorBody),
     )
 )]
-pub(crate) async fn asset(State(state): State<Arc<AppState>>, Path(asset): Path<String>) -> Response {
+pub(crate) async fn asset(
+    State(state): State<Arc<AppState>>,
+    Path(asset): Path<String>,
+) -> Response {
     let policy = &state.config.portal;
     match asset.as_str() {
         "app.js" => file(policy, "text/javascript; charset=utf-8", APP.into()),

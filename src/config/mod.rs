@@ -39,11 +39,11 @@ mod units;
 
 pub(crate) use check::is_loopback;
 pub use cluster::{ClusterConfig, ClusterTlsConfig};
-pub use portal::{PortalConfig, THEME_KEYS};
 pub use keys::{
     ApiKey, ApiKeyEntry, Role, ScopedKey, digest as key_digest, pattern_matches,
     pattern_problem as queue_pattern_problem,
 };
+pub use portal::{PortalConfig, THEME_KEYS};
 pub use reload::reload_changes;
 pub use shape::{
     BackoffConfig, Config, EventsConfig, LogConfig, LogFormat, OnCorruption, QueueConfig,

@@ -99,9 +99,11 @@ impl PortalConfig {
 }
 
 /// Checks the length of a secret whose shape passed.
-pub fn secret_long_enough(secret: &str) -> Result<(), String> {
+fn secret_long_enough(secret: &str) -> Result<(), String> {
     if secret.len() < SECRET_MIN_BYTES {
-        return Err(format!("shorter than {SECRET_MIN_BYTES} bytes: too easy to guess"));
+        return Err(format!(
+            "shorter than {SECRET_MIN_BYTES} bytes: too easy to guess"
+        ));
     }
     Ok(())
 }

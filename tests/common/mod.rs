@@ -158,3 +158,28 @@ pub fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
     h.update(inner_hash);
     h.finalize().to_vec()
 }
+
+/// The secrets among `secrets` that signed `seen`, by position.
+pub fn signed_by(seen: &sink::Seen, secrets: &[&str]) -> Vec<usize> {
+    let header = |name: &str| seen.headers[name].to_str().unwrap().to_owned();
+    let signed = format!(
+        "{}.{}.{}",
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        String::from_utf8_lossy(&seen.body)
+    );
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let signatures = header("webhook-signature");
+    let mut by = Vec::new();
+    for signature in signatures.split(' ') {
+        let value = signature.strip_prefix("v1,").unwrap();
+        let i = secrets.iter().position(|s| {
+            let key = b64.decode(s.strip_prefix("whsec_").unwrap()).unwrap();
+            b64.encode(hmac_sha256(&key, signed.as_bytes())) == value
+        });
+        by.push(i.unwrap_or_else(|| panic!("{signature} is no secret's")));
+    }
+    by.sort_unstable();
+    by
+}

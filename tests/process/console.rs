@@ -32,11 +32,17 @@ async fn browse(server: &Server, script: &str) -> Value {
 
 /// [`browse`] of the spoold at `url`.
 async fn browse_url(url: &str, script: &str) -> Value {
+    browse_with(url, script, &[]).await
+}
+
+/// [`browse_url`] with more variables for the script.
+async fn browse_with(url: &str, script: &str, vars: &[(&str, String)]) -> Value {
     let root = env!("CARGO_MANIFEST_DIR");
     let mut node = Command::new("node");
     node.arg(format!("{root}/tests/console/{script}"))
         .env("SPOOLD_URL", url)
-        .env("SPOOLD_API_KEY", "console-key");
+        .env("SPOOLD_API_KEY", "console-key")
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())));
     // Where playwright-core is (`.ci/run` installs it there).
     let modules = std::env::var("PLAYWRIGHT_NODE_PATH").unwrap_or_else(|_| {
         format!(
@@ -45,8 +51,14 @@ async fn browse_url(url: &str, script: &str) -> Value {
         )
     });
     node.env("NODE_PATH", modules);
-    // `CONSOLE_SCREENSHOTS=docs/console` refreshes the pictures of the docs.
-    if let Ok(dir) = std::env::var("CONSOLE_SCREENSHOTS") {
+    // `CONSOLE_SCREENSHOTS=docs/console` refreshes the pictures of the
+    // docs (`PORTAL_SCREENSHOTS=docs/portal`, the portal's).
+    let shots = if script == "portal.mjs" {
+        "PORTAL_SCREENSHOTS"
+    } else {
+        "CONSOLE_SCREENSHOTS"
+    };
+    if let Ok(dir) = std::env::var(shots) {
         node.env("SCREENSHOTS", format!("{root}/{dir}"));
     }
     let out = tokio::task::spawn_blocking(move || node.output().unwrap())
@@ -463,4 +475,230 @@ async fn the_console_shows_the_cluster() {
             .contains("primary")
     );
     assert_eq!(seen["facts"]["receiving a snapshot"], "no");
+}
+
+/// Issue 41's portal in Chromium, at desktop and phone sizes: tenant A's
+/// link lists A's endpoint only, adds one whose secret it shows once,
+/// sends it a test event (signed with that secret, at the sink), resends
+/// the delivery from the log, shows the catalogue, and says so for an
+/// expired or altered link. Neither the pages nor the token used against
+/// the API show tenant B's endpoints or deliveries; the token is `401`
+/// once it ended or was altered; a cross-site call with it is refused;
+/// only the listed origin may frame the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs node, chromium and playwright-core (.ci/run installs them)"]
+async fn the_portal_shows_one_tenant_and_delivers_its_test_event() {
+    let (sink, dest) = Sink::start().await;
+    let server = Server::temp(
+        "api_keys = [\"console-key\"]\n\
+         [events]\nhistory_retention = \"1h\"\n\
+         [portal]\nsecret = \"portal-secret-0123456789\"\n\
+         frame_ancestors = [\"https://app.example.com\"]\n\
+         theme = { accent = \"#0a7d4f\" }\n",
+    )
+    .await;
+    let r = server
+        .req(Method::PUT, "/v1/event-types/invoice.paid")
+        .json(
+            &json!({"description": "An invoice was paid", "example": {"amount": 42},
+            "schema": {"type": "object", "required": ["amount"]}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    for (name, tenant) in [("cus_a-seeded", "cus_a"), ("cus_b-private", "cus_b")] {
+        server
+            .queue(
+                name,
+                json!({"destination": format!("{dest}/{name}"), "events": ["invoice.*"], "tenant": tenant}),
+            )
+            .await;
+    }
+    let r = server
+        .req(Method::POST, "/v1/events")
+        .json(&json!({"type": "invoice.paid", "tenant": "cus_b", "payload": {"amount": 1, "note": "secret-of-b"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    sink.wait_for(1).await;
+
+    let session = |body: Value| {
+        server
+            .req(Method::POST, "/v1/portal/sessions")
+            .json(&body)
+            .send()
+    };
+    let a: Value = session(json!({"tenant": "cus_a", "queues": ["cus_a-*"]}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let link = a["url"].as_str().unwrap().to_owned();
+    let token = a["token"].as_str().unwrap().to_owned();
+    let short: Value = session(json!({"tenant": "cus_a", "ttlSeconds": 1}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut altered = token.clone().into_bytes();
+    let i = altered.len() - 5;
+    altered[i] = if altered[i] == b'x' { b'y' } else { b'x' };
+    let altered = String::from_utf8(altered).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+
+    let url = format!("http://{}", server.addr());
+    let seen = browse_with(
+        &url,
+        "portal.mjs",
+        &[
+            ("PORTAL_LINK", link.clone()),
+            ("EXPIRED_LINK", short["url"].as_str().unwrap().to_owned()),
+            ("ALTERED_LINK", link.replace(&token, &altered)),
+            ("SINK_URL", dest.clone()),
+        ],
+    )
+    .await;
+    assert_eq!(seen["error"], Value::Null, "{seen}");
+    assert_eq!(seen["pageErrors"], Value::Null, "{seen}");
+    assert_eq!(seen["hashAfter"], "#/", "the token leaves the address bar");
+    assert_eq!(seen["tenant"], "cus_a");
+    assert_eq!(seen["listed"], json!(["cus_a-seeded"]), "{seen}");
+    for text in seen["texts"].as_array().unwrap() {
+        let text = text.as_str().unwrap();
+        assert!(
+            !text.contains("cus_b") && !text.contains("secret-of-b"),
+            "{text}"
+        );
+    }
+    let added = seen["added"].as_str().unwrap();
+    assert!(added.starts_with("cus_a-"), "{added}");
+    let secret = seen["secret"].as_str().unwrap();
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    assert!(seen["resent"].as_str().unwrap().contains("sent again as"));
+    assert_eq!(seen["attempt"], "200");
+    assert!(seen["example"].as_str().unwrap().contains("42"));
+    assert_eq!(
+        (&seen["phoneFits"], &seen["phoneEndpointFits"]),
+        (&json!(true), &json!(true))
+    );
+    for name in ["expired", "altered"] {
+        assert_eq!(
+            seen[name], "This link has expired or is not valid",
+            "{name}"
+        );
+    }
+
+    // At the sink: the test event and its resend, each signed with the
+    // secret the page showed.
+    let hooks: Vec<_> = sink
+        .seen()
+        .into_iter()
+        .filter(|s| s.uri == "/hook-a")
+        .collect();
+    assert_eq!(hooks.len(), 2, "the test event and its resend");
+    for hook in &hooks {
+        assert_eq!(common::signed_by(hook, &[secret]), [0]);
+        let body: Value = serde_json::from_slice(&hook.body).unwrap();
+        assert_eq!(body["data"], json!({"amount": 42}));
+    }
+
+    // The token against the API: tenant A only, 401 once ended or altered,
+    // refused cross-site.
+    let client = reqwest::Client::new();
+    let call = |method: Method, path: &str, token: &str| {
+        client
+            .request(method, format!("{url}{path}"))
+            .bearer_auth(token)
+            .send()
+    };
+    let listed: Value = call(Method::GET, "/v1/queues", &token)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = listed["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert!(names.iter().all(|n| n.starts_with("cus_a-")), "{names:?}");
+    for path in [
+        "/v1/queues/cus_b-private",
+        "/v1/queues/cus_b-private/deliveries",
+    ] {
+        assert_eq!(
+            call(Method::GET, path, &token).await.unwrap().status(),
+            404,
+            "{path}"
+        );
+    }
+    assert_eq!(
+        call(Method::GET, "/v1/rates", &token)
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    assert_eq!(
+        call(Method::POST, "/v1/portal/sessions", &token)
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    let ended = short["token"].as_str().unwrap();
+    assert_eq!(
+        call(Method::GET, "/v1/queues", ended)
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        call(Method::GET, "/v1/queues", &altered)
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    let forged = client
+        .post(format!("{url}/v1/queues/cus_a-seeded/pause"))
+        .bearer_auth(&token)
+        .header("Sec-Fetch-Site", "cross-site")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403, "a cross-site call is refused");
+    let page = client
+        .get(format!("{url}/portal/"))
+        .header("Sec-Fetch-Site", "cross-site")
+        .header("Sec-Fetch-Dest", "iframe")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200, "the page opens from another site");
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("frame-ancestors 'self' https://app.example.com"),
+        "{csp}"
+    );
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+    let theme = client
+        .get(format!("{url}/portal/theme.css"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(theme.contains("--accent: #0a7d4f;"), "{theme}");
 }

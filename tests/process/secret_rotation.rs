@@ -8,39 +8,14 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::common::process::{cli, client, put, queue_json, start_config};
 use crate::common::sink::{Seen, Sink};
-use crate::common::{eventually, hmac_sha256};
+use crate::common::{eventually, signed_by};
 
 const FIRST: &str = "whsec_Zmlyc3Qtc2VjcmV0LWtleS1ieXRlcw==";
-
-/// The secrets among `secrets` that signed `seen`, by position.
-fn signed_by(seen: &Seen, secrets: &[&str]) -> Vec<usize> {
-    let header = |name: &str| seen.headers[name].to_str().unwrap().to_owned();
-    let signed = format!(
-        "{}.{}.{}",
-        header("webhook-id"),
-        header("webhook-timestamp"),
-        String::from_utf8_lossy(&seen.body)
-    );
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let signatures = header("webhook-signature");
-    let mut by = Vec::new();
-    for signature in signatures.split(' ') {
-        let value = signature.strip_prefix("v1,").unwrap();
-        let i = secrets.iter().position(|s| {
-            let key = b64.decode(s.strip_prefix("whsec_").unwrap()).unwrap();
-            b64.encode(hmac_sha256(&key, signed.as_bytes())) == value
-        });
-        by.push(i.unwrap_or_else(|| panic!("{signature} is no secret's")));
-    }
-    by.sort_unstable();
-    by
-}
 
 async fn rotate(base: &str, queue: &str, body: Option<Value>) -> (StatusCode, Value) {
     let mut request = client().post(format!("{base}/v1/queues/{queue}/secret/rotate"));
