@@ -153,6 +153,11 @@ enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
+    /// The customer portal: links for a tenant's customers.
+    Portal {
+        #[command(subcommand)]
+        command: PortalCommand,
+    },
     /// Replicated mode: the cluster as the replica at --url sees it.
     Cluster {
         #[command(subcommand)]
@@ -212,6 +217,30 @@ enum EventsCommand {
         /// Ordering key: each delivery's, in its queue.
         #[arg(long)]
         ordering_key: Option<String>,
+        /// Print the answer as one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum PortalCommand {
+    /// Print a link to the portal for one tenant (an operator's key; the
+    /// server needs portal.secret).
+    Link {
+        /// The tenant whose endpoints the page shows.
+        #[arg(long)]
+        tenant: String,
+        /// How long the link works (30m, 8h).
+        #[arg(long, default_value = "1h", value_parser = spoold::config::parse_duration)]
+        ttl: std::time::Duration,
+        /// What the customer may do: read, manage, publish (repeat;
+        /// default all three).
+        #[arg(long = "capability", value_name = "CAPABILITY")]
+        capabilities: Vec<String>,
+        /// Keep the session to queues named so (`cus_42-*`; repeat).
+        #[arg(long = "queue", value_name = "PATTERN")]
+        queues: Vec<String>,
         /// Print the answer as one JSON line.
         #[arg(long)]
         json: bool,
@@ -464,6 +493,24 @@ fn dispatch(command: Command, target: &Target) -> anyhow::Result<ExitCode> {
         Command::Events { command } => events(target, command),
         Command::Dlq { command } => dlq(target, command),
         Command::Cluster { command } => cluster(target, command),
+        Command::Portal {
+            command:
+                PortalCommand::Link {
+                    tenant,
+                    ttl,
+                    capabilities,
+                    queues,
+                    json,
+                },
+        } => {
+            let link = ops::PortalLink {
+                tenant: &tenant,
+                ttl_seconds: ttl.as_secs(),
+                capabilities: &capabilities,
+                queues: &queues,
+            };
+            on_server(ops::portal_link(target, link, json, &mut stdout()))
+        }
     }
 }
 

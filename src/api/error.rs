@@ -33,6 +33,7 @@ pub(crate) const KINDS: &[&str] = &[
     "schema_mismatch",
     "event_type_not_found",
     "catalogue_full",
+    "portal_disabled",
     "queue_managed_by_config",
     "queue_limit_reached",
     "secrets_would_move",

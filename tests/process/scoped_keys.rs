@@ -410,3 +410,111 @@ async fn a_reload_that_narrows_a_key_ends_its_streams() {
         .expect("b's line");
     assert!(String::from_utf8_lossy(&line.unwrap().unwrap()).contains("two"));
 }
+
+/// `spoold portal link`: a link whose token stands for the tenant (its
+/// queues only, its capabilities only) in the API; a server without
+/// `portal.secret` refuses to make one, saying how to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_links_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let portal =
+        "[portal]\nsecret = \"portal-secret-0123456789\"\nurl = \"https://hooks.example.com/\"\n";
+    let config = write_config(dir.path(), &keys("admin"), "", portal);
+    let spoold = start_command(
+        std::process::Command::new(common::process::bin())
+            .args(["run", "--config"])
+            .arg(&config),
+    )
+    .await;
+    let admin = Api::new(spoold.base.clone(), Some(ADMIN.into()));
+    admin.queue("cus_a-1", hook(Some("cus_a"))).await;
+    admin.queue("cus_b-1", hook(Some("cus_b"))).await;
+    let args = [
+        "--api-key",
+        ADMIN,
+        "portal",
+        "link",
+        "--tenant",
+        "cus_a",
+        "--ttl",
+        "10m",
+        "--capability",
+        "read",
+    ];
+    let ran = common::process::cli(&spoold.base, &args).await;
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let url = ran.stdout.lines().next().unwrap();
+    let token = url
+        .strip_prefix("https://hooks.example.com/portal/#token=")
+        .unwrap_or_else(|| panic!("{url}"));
+    assert!(
+        ran.stdout.contains("# tenant cus_a, until "),
+        "{}",
+        ran.stdout
+    );
+    let session = Api::new(spoold.base.clone(), None);
+    let call = |method: Method, path: &str| {
+        session
+            .client
+            .request(method, format!("{}{path}", spoold.base))
+            .bearer_auth(token)
+            .send()
+    };
+    let who: Value = call(Method::GET, "/v1/portal/session")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&who["tenant"], &who["may"]),
+        (&json!("cus_a"), &json!(["read"])),
+        "{who}"
+    );
+    let listed: Value = call(Method::GET, "/v1/queues")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(names(&listed), ["cus_a-1", "cus_a-1.failed"]);
+    assert_eq!(
+        call(Method::GET, "/v1/queues/cus_b-1")
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        call(Method::POST, "/v1/queues/cus_a-1/pause")
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    // A tenant's key may not ask for links.
+    let ran = common::process::cli(
+        &spoold.base,
+        &["--api-key", A, "portal", "link", "--tenant", "cus_a"],
+    )
+    .await;
+    assert_ne!(ran.code, 0);
+    assert!(ran.stderr.contains("forbidden"), "{}", ran.stderr);
+
+    // Without a secret: refused, naming the setting.
+    let other = tempfile::tempdir().unwrap();
+    let config = write_config(other.path(), &keys("admin"), "", "");
+    let plain = start_command(
+        std::process::Command::new(common::process::bin())
+            .args(["run", "--config"])
+            .arg(&config),
+    )
+    .await;
+    let ran = common::process::cli(
+        &plain.base,
+        &["--api-key", ADMIN, "portal", "link", "--tenant", "cus_a"],
+    )
+    .await;
+    assert_ne!(ran.code, 0);
+    assert!(ran.stderr.contains("portal.secret"), "{}", ran.stderr);
+}
