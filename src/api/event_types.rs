@@ -20,8 +20,26 @@ use crate::engine::{CatalogueError, EventTypeDef};
 #[derive(Serialize, ToSchema)]
 pub(crate) struct EventTypeView {
     name: String,
-    #[serde(flatten)]
-    definition: EventTypeDef,
+    description: String,
+    /// The JSON Schema its payloads must match, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
+    schema: Option<serde_json::Value>,
+    /// A payload of the type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
+    example: Option<serde_json::Value>,
+}
+
+impl EventTypeView {
+    fn new(name: String, definition: EventTypeDef) -> EventTypeView {
+        EventTypeView {
+            name,
+            description: definition.description,
+            schema: definition.schema,
+            example: definition.example,
+        }
+    }
 }
 
 /// `{"eventTypes": […]}`, by name.
@@ -65,7 +83,7 @@ pub(crate) async fn list(State(state): State<Arc<AppState>>) -> Result<Response,
         .engine()?
         .event_types()
         .into_iter()
-        .map(|(name, definition)| EventTypeView { name, definition })
+        .map(|(name, definition)| EventTypeView::new(name, definition))
         .collect();
     Ok(axum::Json(EventTypeList { event_types }).into_response())
 }
@@ -84,7 +102,7 @@ pub(crate) async fn get_one(
         .engine()?
         .event_type(&name)
         .ok_or_else(|| ApiError::from(CatalogueError::NotFound(name.clone())))?;
-    Ok(axum::Json(EventTypeView { name, definition }).into_response())
+    Ok(axum::Json(EventTypeView::new(name, definition)).into_response())
 }
 
 /// `PUT /v1/event-types/{name}`
@@ -114,7 +132,7 @@ pub(crate) async fn put(
     } else {
         StatusCode::OK
     };
-    Ok((status, axum::Json(EventTypeView { name, definition })).into_response())
+    Ok((status, axum::Json(EventTypeView::new(name, definition))).into_response())
 }
 
 /// `DELETE /v1/event-types/{name}`

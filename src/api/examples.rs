@@ -126,6 +126,7 @@ fn examples(id: &str, op: &mut serde_json::Map<String, Value>) {
                 "token" => json!(TOKEN),
                 "path" => json!("v1/charges"),
                 "asset" => json!("app.js"),
+                "name" => json!("invoice.paid"),
                 _ => continue,
             };
             p["example"] = example;
@@ -182,9 +183,23 @@ fn request_example(op: &str) -> Option<Value> {
         }),
         "addMember" => json!({"nodeId": 4, "addr": "spoold-3.spoold:8788"}),
         "rotateSecret" => json!({"overlapSeconds": 86400}),
+        "putEventType" => event_type(),
+        "createPortalSession" => json!({
+            "tenant": "cus_42", "ttlSeconds": 3600, "capabilities": ["read", "manage", "publish"]
+        }),
         "sendMessage" | "forwardGet" | "forwardPost" | "forwardPut" | "forwardPatch"
         | "forwardDelete" => json!("{\"order\":42}"),
         _ => return None,
+    })
+}
+
+/// An entry of the event catalogue.
+fn event_type() -> Value {
+    json!({
+        "description": "An invoice was paid in full.",
+        "schema": {"type": "object", "required": ["invoice", "amount"],
+                   "properties": {"invoice": {"type": "string"}, "amount": {"type": "integer"}}},
+        "example": {"invoice": "in_1", "amount": 4200}
     })
 }
 
@@ -254,7 +269,7 @@ fn response_example(op: &str) -> Option<Value> {
         "readyz" => json!({"status": "ready", "clockStepMs": 0}),
         "sendMessage" | "forwardGet" | "forwardPost" | "forwardPut" | "forwardPatch"
         | "forwardDelete" => stored,
-        "listQueues" => json!({"queues": [queue()]}),
+        "listQueues" => json!({"queues": [queue()], "next": "orders"}),
         "getQueue" | "putQueue" | "patchQueue" | "closeBreaker" | "probeBreaker" => queue(),
         "rotateSecret" => json!({
             "secret": "whsec_bmV3LXNpZ25pbmcta2V5LWJ5dGVzLTMyLWxvbmc=",
@@ -286,6 +301,27 @@ fn response_example(op: &str) -> Option<Value> {
             delivered["messageState"] = json!("delivered");
             json!({"deliveries": [failed, delivered], "next": ID, "scanned": 2, "unsearched": 0})
         }
+        "listEventTypes" => {
+            let mut paid = event_type();
+            paid["name"] = json!("invoice.paid");
+            json!({"eventTypes": [paid]})
+        }
+        "getEventType" | "putEventType" => {
+            let mut paid = event_type();
+            paid["name"] = json!("invoice.paid");
+            paid
+        }
+        "createPortalSession" => json!({
+            "token": "spt_eyJ0IjoiY3VzXzQyIiwiYyI6WyJyZWFkIl0sImUiOjE3OTY1NDgwMDAsIm4iOjF9.c2lnbmF0dXJl",
+            "url": "https://hooks.example.com/portal/#token=spt_eyJ0IjoiY3VzXzQyIiwiYyI6WyJyZWFkIl0sImUiOjE3OTY1NDgwMDAsIm4iOjF9.c2lnbmF0dXJl",
+            "tenant": "cus_42",
+            "capabilities": ["read", "manage", "publish"],
+            "expiresAt": "2026-12-04T08:13:24.840Z"
+        }),
+        "whoAmI" => json!({
+            "tenant": "cus_42", "may": ["read", "publish", "manage"], "queues": ["cus_42-*"],
+            "expiresAt": "2026-12-04T08:13:24.840Z"
+        }),
         "resendDelivered" => json!({
             "id": "00000000000000019685887553a11c07", "queue": "orders", "resentFrom": ID
         }),

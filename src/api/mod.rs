@@ -324,8 +324,9 @@ pub fn openapi_document() -> String {
     static DOCUMENT: OnceLock<String> = OnceLock::new();
     DOCUMENT
         .get_or_init(|| {
-            let mut doc =
-                serde_json::to_value(api_router().into_openapi()).expect("the document serializes");
+            let mut api = api_router().into_openapi();
+            utoipa::Modify::modify(&openapi::Scopes, &mut api);
+            let mut doc = serde_json::to_value(api).expect("the document serializes");
             examples::finish(&mut doc);
             serde_json::to_string_pretty(&doc).expect("the document serializes")
         })

@@ -30,6 +30,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
         (name = "leases", description = "Receive with a lease, then ack, nack or renew it."),
         (name = "forward", description = "Store a whole HTTP request for a push queue's destination."),
         (name = "operations", description = "Probes, metrics and this document (no key needed)."),
+        (name = "portal", description = "Links to the customer portal, and what a key or session may do."),
     )
 )]
 pub(crate) struct ApiDoc;
@@ -43,7 +44,7 @@ impl Modify for Security {
             "apiKey",
             SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
                 "Spooler-Api-Key",
-                "One of server.api_keys (or SPOOLD_API_KEYS); not needed on loopback without keys.",
+                "One of server.api_keys (or SPOOLD_API_KEYS); not needed on loopback without keys. A scoped key has a role (admin, publisher, consumer, reader), and may be kept to a tenant's push queues and to queue-name patterns: each operation's security lists what it needs (read, publish, consume, manage, or operator: an admin key without tenant or patterns). A queue outside the key's scope is answered as one that does not exist.",
             ))),
         );
         components.add_security_scheme(
@@ -57,6 +58,71 @@ impl Modify for Security {
                     .build(),
             ),
         );
+    }
+}
+
+/// Each operation's security requirements name what its key needs, from
+/// the one table the server checks (`scope::need`): `read`, `publish`,
+/// `consume`, `manage`, `operator`, or nothing beyond a key.
+/// Applied to the whole document, once the router's paths are in it.
+pub(crate) struct Scopes;
+
+impl Modify for Scopes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use super::scope::{Need, Verb, need};
+        use axum::http::Method;
+        use utoipa::openapi::security::SecurityRequirement;
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "portalSession",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("spt")
+                    .description(Some(
+                        "A portal session's token (`POST /v1/portal/sessions`): a tenant's scope with the capabilities it was given (read, manage, publish), until it ends.",
+                    ))
+                    .build(),
+            ),
+        );
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            for (method, op) in [
+                (Method::GET, &mut item.get),
+                (Method::POST, &mut item.post),
+                (Method::PUT, &mut item.put),
+                (Method::PATCH, &mut item.patch),
+                (Method::DELETE, &mut item.delete),
+            ] {
+                let Some(op) = op else { continue };
+                // A route open without a key says so itself.
+                if op
+                    .security
+                    .as_ref()
+                    .is_some_and(|s| s.iter().all(|r| r == &SecurityRequirement::default()))
+                {
+                    continue;
+                }
+                let scopes: Vec<&str> = match need(&method, path) {
+                    Need::Nothing | Need::AnyKey => Vec::new(),
+                    Need::Operator => vec!["operator"],
+                    Need::Verb(v) | Need::Queue(v) => vec![match v {
+                        Verb::Read => "read",
+                        Verb::Publish => "publish",
+                        Verb::Consume => "consume",
+                        Verb::Manage => "manage",
+                    }],
+                };
+                let mut schemes = vec![
+                    SecurityRequirement::new("apiKey", scopes.clone()),
+                    SecurityRequirement::new("bearer", scopes.clone()),
+                ];
+                let portal = matches!(scopes.as_slice(), [] | ["read" | "manage" | "publish"]);
+                if portal {
+                    schemes.push(SecurityRequirement::new("portalSession", scopes));
+                }
+                op.security = Some(schemes);
+            }
+        }
     }
 }
 

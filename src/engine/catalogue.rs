@@ -34,11 +34,11 @@ pub struct EventTypeDef {
     pub description: String,
     /// A JSON Schema every published payload of the type must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub schema: Option<Value>,
     /// A payload of the type (the portal shows it and sends it as a test).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub example: Option<Value>,
 }
 

@@ -87,11 +87,14 @@ fn generated_clients() -> &'static std::path::Path {
 async fn run_generated(command: &mut Command, queue: &str) {
     let (sink, sink_url) = common::sink::Sink::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let spoold =
-        common::process::start_with(dir.path(), "api_keys = [\"key-0123456789abcdef\"]", "").await;
+    let keys = "api_keys = [\"key-0123456789abcdef\", \
+                { key = \"tenant-key-0123456789\", tenant = \"cus_smoke\" }]";
+    let portal = "[portal]\nsecret = \"portal-secret-0123456789\"\n";
+    let spoold = common::process::start_with(dir.path(), keys, portal).await;
     let out = command
         .env("SPOOLD_URL", &spoold.base)
         .env("SPOOLD_API_KEY", "key-0123456789abcdef")
+        .env("SPOOLD_TENANT_KEY", "tenant-key-0123456789")
         .env("SPOOLD_SINK", format!("{sink_url}/in"))
         .output()
         .unwrap();

@@ -1,8 +1,10 @@
 // Send, receive, ack and forward through openapi-fetch, typed by what
 // openapi-typescript generates from docs/openapi.json (generate.sh
-// compiles this next to schema.d.ts; a type error fails the build).
+// compiles this next to schema.d.ts; a type error fails the build); then
+// the event catalogue, a paged list, a tenant's key and a portal session.
 //
-// Environment: SPOOLD_URL, SPOOLD_API_KEY, SPOOLD_SINK (a destination for
+// Environment: SPOOLD_URL, SPOOLD_API_KEY (an operator's),
+// SPOOLD_TENANT_KEY (tenant cus_smoke's), SPOOLD_SINK (a destination for
 // the push queue). Prints "ok <message id> <forwarded id>".
 import createClient from "openapi-fetch";
 import type { paths } from "./schema.js";
@@ -64,4 +66,41 @@ const forwarded = await client.POST("/v1/forward/{q}/{path}", {
   ...raw,
 });
 check(forwarded.response.status === 202 && forwarded.data !== undefined, `forward: ${forwarded.response.status}`);
+
+// The catalogue, paging, a tenant's key and a portal session.
+const defined = await client.PUT("/v1/event-types/{name}", {
+  params: { path: { name: "smoke.paid" } },
+  body: { description: "paid", schema: { type: "object", required: ["amount"] } },
+});
+check(defined.response.ok, `PUT event type: ${defined.response.status}`);
+const bad = await client.POST("/v1/events", { body: { type: "smoke.paid", payload: {} } });
+check(bad.response.status === 422 && bad.error?.kind === "schema_mismatch", `publish: ${bad.response.status}`);
+
+const page = await client.GET("/v1/queues", { params: { query: { limit: 1 } } });
+check(page.data !== undefined && page.data.queues.length === 1 && typeof page.data.next === "string", "paged list");
+
+const tenant = createClient<paths>({
+  baseUrl: env("SPOOLD_URL"),
+  headers: { Authorization: `Bearer ${env("SPOOLD_TENANT_KEY")}` },
+});
+const mine = await tenant.PUT("/v1/queues/{q}", {
+  params: { path: { q: "cus_smoke-ts" } },
+  body: { destination: env("SPOOLD_SINK") },
+});
+check(mine.data?.settings.tenant === "cus_smoke", `tenant PUT: ${mine.response.status}`);
+const listed = await tenant.GET("/v1/queues");
+const names = (listed.data?.queues ?? []).map((q) => q.name).join(",");
+check(names === "cus_smoke-ts,cus_smoke-ts.failed", `tenant list: ${names}`);
+
+const link = await client.POST("/v1/portal/sessions", {
+  body: { tenant: "cus_smoke", ttlSeconds: 600, capabilities: ["read"] },
+});
+check(link.data !== undefined && link.data.url.includes("/portal/#token="), `session: ${link.response.status}`);
+const session = createClient<paths>({
+  baseUrl: env("SPOOLD_URL"),
+  headers: { Authorization: `Bearer ${link.data.token}` },
+});
+const who = await session.GET("/v1/portal/session");
+check(who.data?.tenant === "cus_smoke" && who.data.may.join() === "read", "who am I");
+
 console.log("ok", id, forwarded.data.id);
