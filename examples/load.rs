@@ -474,8 +474,28 @@ async fn endpoints(client: &Client, base: &str, sink: &str, scale: Scale) {
     tokio::time::sleep(scale.idle).await;
     let idle_cpu = (cpu_seconds(scale.pid) - cpu_before) / scale.idle.as_secs_f64() * 100.0;
     let per_queue = rss_after.saturating_sub(rss_before) / scale.queues as u64;
+    // The console's first page of the queue list, and its filter box
+    // (a name prefix): the median of five of each.
+    let page_ms = async |query: &str| {
+        let mut took = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            let r = client
+                .get(format!("{base}/v1/queues?{query}"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            r.bytes().await.unwrap();
+            took.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        took.sort_by(f64::total_cmp);
+        took[took.len() / 2]
+    };
+    let first_page = page_ms("limit=100").await;
+    let prefixed = page_ms("limit=100&prefix=ep-9999").await;
     print!(
-        "RESULT endpoints_queues={} endpoints_create_seconds={create_seconds:.1} endpoints_rss_before_mib={} endpoints_rss_after_mib={} endpoints_bytes_per_queue={per_queue} endpoints_idle_cpu_pct={idle_cpu:.2}",
+        "RESULT endpoints_queues={} endpoints_create_seconds={create_seconds:.1} endpoints_rss_before_mib={} endpoints_rss_after_mib={} endpoints_bytes_per_queue={per_queue} endpoints_idle_cpu_pct={idle_cpu:.2} endpoints_list_page_ms={first_page:.1} endpoints_list_prefix_ms={prefixed:.1}",
         scale.queues,
         rss_before >> 20,
         rss_after >> 20

@@ -325,7 +325,7 @@ pub fn openapi_document() -> String {
     DOCUMENT
         .get_or_init(|| {
             let mut api = api_router().into_openapi();
-            utoipa::Modify::modify(&openapi::Scopes, &mut api);
+            scope::document(&mut api);
             let mut doc = serde_json::to_value(api).expect("the document serializes");
             examples::finish(&mut doc);
             serde_json::to_string_pretty(&doc).expect("the document serializes")

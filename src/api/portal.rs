@@ -100,6 +100,9 @@ pub(crate) struct SessionView {
     expires_at: String,
 }
 
+/// Most queue patterns a session carries (each is in its token).
+const SESSION_PATTERNS_MAX: usize = 16;
+
 /// Default session length.
 const TTL_DEFAULT_SECS: u64 = 3600;
 
@@ -131,6 +134,11 @@ pub(crate) async fn create(
     })?;
     if let Some(why) = tenant_problem(&asked.tenant) {
         return Err(ApiError::bad_request(format!("tenant: {why}")));
+    }
+    if asked.queues.len() > SESSION_PATTERNS_MAX {
+        return Err(ApiError::bad_request(format!(
+            "queues: at most {SESSION_PATTERNS_MAX} patterns"
+        )));
     }
     if let Some(why) = asked
         .queues

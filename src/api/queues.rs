@@ -250,7 +250,7 @@ async fn store(
     if !sets_history {
         engine.policy().history_default.fill(&mut settings);
     }
-    fit_to_grant(asked.grant, &mut settings, asked.previous)?;
+    fit_to_grant(asked.grant, &mut settings)?;
     // Every rule (bounds, destinations, who owns the queue) is the engine's.
     let created = engine.upsert_queue(queue, settings, Origin::Api).await?;
     for warning in &warnings {
@@ -270,13 +270,9 @@ async fn store(
 
 /// A tenant's key makes and changes only its tenant's queues: a queue it
 /// writes without a tenant gets the key's, and another tenant is `403`.
-/// Files on the server (`caFile`, `clientCert`, `clientKey`) are an
-/// operator's to name: a tenant's key keeps what is set.
-fn fit_to_grant(
-    grant: &Grant,
-    settings: &mut QueueSettings,
-    previous: Option<&QueueSettings>,
-) -> Result<(), ApiError> {
+/// (Files on the server, `caFile` and the like, no key names over the
+/// API: the engine's rules refuse them for every caller.)
+fn fit_to_grant(grant: &Grant, settings: &mut QueueSettings) -> Result<(), ApiError> {
     let Some(tenant) = grant.tenant() else {
         return Ok(());
     };
@@ -288,18 +284,6 @@ fn fit_to_grant(
                 "tenant: this key is tenant {tenant:?}'s and cannot set {t:?}"
             )));
         }
-    }
-    let files = |s: &QueueSettings| {
-        (
-            s.ca_file.clone(),
-            s.client_cert.clone(),
-            s.client_key.clone(),
-        )
-    };
-    if files(settings) != previous.map(files).unwrap_or_default() {
-        return Err(ApiError::forbidden(
-            "caFile, clientCert and clientKey name files on the server: only an operator's key sets them",
-        ));
     }
     Ok(())
 }

@@ -247,6 +247,67 @@ pub(crate) fn out_of_scope(queue: &str) -> ApiError {
     .into()
 }
 
+/// Each operation's security requirements name what its key needs, from
+/// the one table the server checks ([`need`]): `read`, `publish`,
+/// `consume`, `manage`, `operator`, or nothing beyond a key.
+/// Applied to the whole document, once the router's paths are in it.
+pub(crate) fn document(openapi: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::security::{
+        HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+    };
+    let components = openapi.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+            "portalSession",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("spt")
+                    .description(Some(
+                        "A portal session's token (`POST /v1/portal/sessions`): a tenant's scope with the capabilities it was given (read, manage, publish), until it ends.",
+                    ))
+                    .build(),
+            ),
+        );
+    for (path, item) in openapi.paths.paths.iter_mut() {
+        for (method, op) in [
+            (Method::GET, &mut item.get),
+            (Method::POST, &mut item.post),
+            (Method::PUT, &mut item.put),
+            (Method::PATCH, &mut item.patch),
+            (Method::DELETE, &mut item.delete),
+        ] {
+            let Some(op) = op else { continue };
+            // A route open without a key says so itself.
+            if op
+                .security
+                .as_ref()
+                .is_some_and(|s| s.iter().all(|r| r == &SecurityRequirement::default()))
+            {
+                continue;
+            }
+            let scopes: Vec<&str> = match need(&method, path) {
+                Need::Nothing | Need::AnyKey => Vec::new(),
+                Need::Operator => vec!["operator"],
+                Need::Verb(v) | Need::Queue(v) => vec![match v {
+                    Verb::Read => "read",
+                    Verb::Publish => "publish",
+                    Verb::Consume => "consume",
+                    Verb::Manage => "manage",
+                }],
+            };
+            let mut schemes = vec![
+                SecurityRequirement::new("apiKey", scopes.clone()),
+                SecurityRequirement::new("bearer", scopes.clone()),
+            ];
+            let portal = matches!(scopes.as_slice(), [] | ["read" | "manage" | "publish"]);
+            if portal {
+                schemes.push(SecurityRequirement::new("portalSession", scopes));
+            }
+            op.security = Some(schemes);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

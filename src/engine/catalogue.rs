@@ -89,10 +89,13 @@ fn parse(bytes: &[u8]) -> Option<EventTypeDef> {
     serde_json::from_slice(bytes).ok()
 }
 
+/// Validators by the definition they were compiled from.
+type Compiled = HashMap<Arc<[u8]>, Arc<jsonschema::Validator>>;
+
 /// Compiled schemas by definition, shared by every engine of the process:
 /// a schema is compiled once, not at every publish.
 fn compiled(definition: &Arc<[u8]>) -> Option<Arc<jsonschema::Validator>> {
-    static CACHE: OnceLock<Mutex<HashMap<Arc<[u8]>, Arc<jsonschema::Validator>>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<Compiled>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(v) = cache.lock().expect("schema cache poisoned").get(definition) {
         return Some(v.clone());

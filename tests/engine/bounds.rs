@@ -278,3 +278,54 @@ async fn every_bound_refuses_and_keeps_what_it_acknowledged() {
     );
     assert!(world.live.len() > 40, "{} acknowledged", world.live.len());
 }
+
+/// The event catalogue's bound (`engine/catalogue.rs`): a thousand types,
+/// then `Full`; a redefinition or a removal makes room as it should, and
+/// what was acknowledged is there after a crash.
+#[tokio::test(flavor = "current_thread")]
+async fn the_event_catalogue_holds_a_thousand_types() {
+    use spoold::engine::{CatalogueError, EventTypeDef};
+    let sim = SimStorage::new();
+    let clock = ManualClock::new(START_MS);
+    let options = || {
+        let mut options = sim_options(&sim, &clock);
+        options.segment_bytes = 1 << 20;
+        options
+    };
+    let (engine, _) = Engine::open(options()).await.unwrap();
+    let def = |n: usize| EventTypeDef {
+        description: format!("type {n}"),
+        ..EventTypeDef::default()
+    };
+    for n in 0..1000 {
+        assert!(
+            engine
+                .put_event_type(&format!("t.n{n}"), &def(n))
+                .await
+                .unwrap()
+        );
+    }
+    let full = engine.put_event_type("t.more", &def(1000)).await;
+    assert!(matches!(full, Err(CatalogueError::Full)), "{full:?}");
+    // Redefining one adds nothing; removing one makes room for another.
+    assert!(!engine.put_event_type("t.n7", &def(7_000)).await.unwrap());
+    engine.delete_event_type("t.n8").await.unwrap();
+    assert!(engine.put_event_type("t.more", &def(1000)).await.unwrap());
+    let too_big = EventTypeDef {
+        description: "x".repeat(70_000),
+        ..EventTypeDef::default()
+    };
+    let refused = engine.put_event_type("t.n9", &too_big).await;
+    assert!(
+        matches!(refused, Err(CatalogueError::Invalid(_))),
+        "{refused:?}"
+    );
+
+    engine.close();
+    sim.crash(Tear::DropUnsynced);
+    let (engine, _) = Engine::open(options()).await.unwrap();
+    assert_eq!(engine.event_type_count(), 1000);
+    assert_eq!(engine.event_type("t.n7").unwrap().description, "type 7000");
+    assert_eq!(engine.event_type("t.n9").unwrap().description, "type 9");
+    assert!(engine.event_type("t.n8").is_none());
+}
