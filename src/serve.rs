@@ -186,6 +186,8 @@ pub async fn start(config: Config, env_api_keys: Option<String>) -> Result<Runni
     let api_config = ApiConfig::from_config(&config, env_api_keys.as_deref());
     let (listener, addr) = bind_named(&config.server.listen).await?;
     check_exposure(&config, env_api_keys.as_deref(), &api_config, addr)?;
+    // Only digests from here on: the keys themselves are not kept.
+    let config = config.with_keys_hashed();
     if !config.spool.fsync {
         tracing::warn!("spool.fsync = false: acknowledged messages can be lost on a crash");
     }
@@ -575,7 +577,7 @@ async fn serve_until_stopped(
             Some(request) = reloads.recv() => {
                 let answer = reload(&running, &request, engine, wanted, state).await;
                 if answer.is_ok() {
-                    running = request.config;
+                    running = request.config.with_keys_hashed();
                 }
                 let _ = request.answer.send(answer);
             }

@@ -188,6 +188,26 @@ impl ApiKeyEntry {
     }
 }
 
+impl super::Config {
+    /// The same config with each key replaced by its digest (a table
+    /// with `sha256`): what a running server keeps, so that no key stays
+    /// in its memory in the clear once it is read.
+    pub fn with_keys_hashed(mut self) -> super::Config {
+        for entry in &mut self.server.api_keys {
+            let key = entry.resolve();
+            let hex: String = key.sha256.iter().map(|b| format!("{b:02x}")).collect();
+            *entry = ApiKeyEntry::Scoped(ScopedKey {
+                key: None,
+                sha256: Some(hex),
+                role: key.role,
+                tenant: key.tenant,
+                queues: key.queues,
+            });
+        }
+        self
+    }
+}
+
 /// 64 hex digits as 32 bytes.
 fn hex_digest(hex: &str) -> Option<[u8; 32]> {
     if hex.len() != 64 {
@@ -252,6 +272,29 @@ mod tests {
             digest("k-123456")
         );
         assert!(pattern_problem("a.b").is_some());
+        let mut config = super::super::Config::default();
+        config.server.api_keys = vec![
+            ApiKeyEntry::from("plain-key-0123456789"),
+            scoped(Some("k-123456"), None),
+        ];
+        let before: Vec<ApiKey> = config
+            .server
+            .api_keys
+            .iter()
+            .map(ApiKeyEntry::resolve)
+            .collect();
+        let hashed = config.with_keys_hashed();
+        let after: Vec<ApiKey> = hashed
+            .server
+            .api_keys
+            .iter()
+            .map(ApiKeyEntry::resolve)
+            .collect();
+        assert_eq!(before, after);
+        assert!(
+            !format!("{hashed:?}").contains("plain-key")
+                && !format!("{hashed:?}").contains("k-123456")
+        );
         assert!(pattern_problem("").is_some());
     }
 }
