@@ -167,6 +167,12 @@ fn examples(id: &str, op: &mut serde_json::Map<String, Value>) {
     }
 }
 
+/// A send or a forward (of any method, either way of giving its path):
+/// its body is a payload, its answer the stored message.
+fn takes_payload(op: &str) -> bool {
+    op == "sendMessage" || op.starts_with("forward")
+}
+
 /// The JSON request body of `op`, if it takes one.
 fn request_example(op: &str) -> Option<Value> {
     Some(match op {
@@ -187,8 +193,7 @@ fn request_example(op: &str) -> Option<Value> {
         "createPortalSession" => json!({
             "tenant": "cus_42", "ttlSeconds": 3600, "capabilities": ["read", "manage", "publish"]
         }),
-        "sendMessage" | "forwardGet" | "forwardPost" | "forwardPut" | "forwardPatch"
-        | "forwardDelete" => json!("{\"order\":42}"),
+        op if takes_payload(op) => json!("{\"order\":42}"),
         _ => return None,
     })
 }
@@ -267,8 +272,7 @@ fn response_example(op: &str) -> Option<Value> {
             "paths": {"/v1/queues": {}}
         }),
         "readyz" => json!({"status": "ready", "clockStepMs": 0}),
-        "sendMessage" | "forwardGet" | "forwardPost" | "forwardPut" | "forwardPatch"
-        | "forwardDelete" => stored,
+        op if takes_payload(op) => stored,
         "listQueues" => json!({"queues": [queue()], "next": "orders"}),
         "getQueue" | "putQueue" | "patchQueue" | "closeBreaker" | "probeBreaker" => queue(),
         "rotateSecret" => json!({

@@ -191,7 +191,36 @@ pub(crate) async fn send(
     Ok(id_response(engine, StatusCode::CREATED, &queue, out))
 }
 
-/// `ANY /v1/forward/{q}/{path…}`
+/// Where a forward goes after the destination: the URL's path and query
+/// after `/v1/forward/{q}`, or `Spooler-Forward-Path` (`/v1/charges?x=1`)
+/// for clients that cannot put slashes in a path parameter (generated ones
+/// percent-encode them). Not both.
+fn forwarded_target<'a>(
+    headers: &'a axum::http::HeaderMap,
+    in_url: &'a str,
+    query: Option<&'a str>,
+) -> Result<(&'a str, &'a str), ApiError> {
+    let Some(given) = headers.get("spooler-forward-path") else {
+        return Ok((in_url, query.unwrap_or_default()));
+    };
+    let given = given
+        .to_str()
+        .map_err(|_| ApiError::bad_request("Spooler-Forward-Path is not visible ASCII"))?;
+    if !in_url.is_empty() || query.is_some() {
+        return Err(ApiError::bad_request(
+            "give the forwarded path in the URL or in Spooler-Forward-Path, not both",
+        ));
+    }
+    if !given.starts_with('/') {
+        return Err(ApiError::bad_request(format!(
+            "Spooler-Forward-Path {given:?}: a path that starts with /"
+        )));
+    }
+    Ok(given.split_once('?').unwrap_or((given, "")))
+}
+
+/// `ANY /v1/forward/{q}/{path…}`, and `ANY /v1/forward/{q}` with
+/// `Spooler-Forward-Path`.
 pub(crate) async fn forward(
     State(state): State<Arc<AppState>>,
     params: RawPathParams,
@@ -212,7 +241,8 @@ pub(crate) async fn forward(
         ));
     }
     let prefix = format!("/v1/forward/{queue}");
-    let raw_path = uri.path().strip_prefix(&prefix).unwrap_or_default();
+    let in_url = uri.path().strip_prefix(&prefix).unwrap_or_default();
+    let (raw_path, query) = forwarded_target(headers, in_url, uri.query())?;
     let path = resolve_path(raw_path).map_err(ApiError::bad_request)?;
     let request = SendRequest {
         delay_ms: delay_ms(headers)?,
@@ -226,7 +256,7 @@ pub(crate) async fn forward(
             request: Some(StoredRequest {
                 method: method.as_str().to_string(),
                 path,
-                query: uri.query().unwrap_or_default().to_string(),
+                query: query.to_string(),
                 headers: stored_headers(headers),
             }),
             event: None,

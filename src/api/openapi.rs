@@ -19,7 +19,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
         description = "A durable local spool: every 2xx that stores or removes something is answered only after the fsync that covers it. The contract is docs/contract.md.",
         license(name = "MIT OR Apache-2.0"),
     ),
-    paths(forward),
+    paths(forward, forward_by_header),
     modifiers(&Security, &ForwardIds),
     security(("apiKey" = []), ("bearer" = [])),
     tags(
@@ -67,18 +67,23 @@ struct ForwardIds;
 
 impl Modify for ForwardIds {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let Some(item) = openapi.paths.paths.get_mut("/v1/forward/{q}/{path}") else {
-            return;
-        };
-        for (method, op) in [
-            ("Get", &mut item.get),
-            ("Post", &mut item.post),
-            ("Put", &mut item.put),
-            ("Patch", &mut item.patch),
-            ("Delete", &mut item.delete),
+        for (path, stem) in [
+            ("/v1/forward/{q}/{path}", "forward"),
+            ("/v1/forward/{q}", "forwardByHeader"),
         ] {
-            if let Some(op) = op {
-                op.operation_id = Some(format!("forward{method}"));
+            let Some(item) = openapi.paths.paths.get_mut(path) else {
+                continue;
+            };
+            for (method, op) in [
+                ("Get", &mut item.get),
+                ("Post", &mut item.post),
+                ("Put", &mut item.put),
+                ("Patch", &mut item.patch),
+                ("Delete", &mut item.delete),
+            ] {
+                if let Some(op) = op {
+                    op.operation_id = Some(format!("{stem}{method}"));
+                }
             }
         }
     }
@@ -276,6 +281,30 @@ pub(crate) struct BulkQueryParams {
     dry_run: Option<bool>,
 }
 
+/// The headers a forward takes besides those it stores.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // describes what `messages::forward` reads
+struct ForwardHeaders {
+    /// Dedup key (the queue needs a dedup window).
+    #[param(rename = "Spooler-Idempotency-Key")]
+    idempotency_key: Option<String>,
+    /// Seconds before the first attempt.
+    #[param(rename = "Spooler-Delay")]
+    delay: Option<f64>,
+    /// The API key (`Authorization` belongs to the destination here).
+    #[param(rename = "Spooler-Api-Key")]
+    api_key: Option<String>,
+}
+
+/// A forward's answer.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // describes `messages::forward`'s answer
+enum Forwarded<'a> {
+    #[response(status = 202, description = "stored (durable)", headers(("Spooler-Delivery-Id" = String)))]
+    Stored(StoredBody<'a>),
+}
+
 // The forward route takes any method and a path of any depth, which a
 // `#[utoipa::path]` cannot register; it is described here and routed in
 // `super::router` (`tests/http/openapi.rs` checks both agree). A `//` comment:
@@ -288,17 +317,32 @@ pub(crate) struct BulkQueryParams {
     params(
         QueuePath,
         ("path" = String, Path, description = "Appended to the destination's path; may hold slashes, never `..`."),
-        ("Spooler-Idempotency-Key" = Option<String>, Header, description = "Dedup key (the queue needs a dedup window)."),
-        ("Spooler-Delay" = Option<f64>, Header, description = "Seconds before the first attempt."),
-        ("Spooler-Api-Key" = Option<String>, Header, description = "The API key (`Authorization` belongs to the destination here)."),
+        ForwardHeaders,
     ),
     description = "Store the whole request (method, path, query, headers, body) for the push queue's destination + `/{path}?{query}`; spoold's workers deliver it with retries. Answered after the fsync.",
     request_body(content = Vec<u8>, content_type = "*/*"),
-    responses(
-        (status = 202, description = "stored (durable)", body = StoredBody, headers(("Spooler-Delivery-Id" = String))),
-        Refused,
-    ),
+    responses(Forwarded, Refused),
     security(("apiKey" = [])),
 )]
 #[allow(dead_code)]
 fn forward() {}
+
+// The same, with the forwarded path in a header: what generated clients
+// send, since they percent-encode the slashes of a path parameter.
+#[utoipa::path(
+    method(get, post, put, patch, delete),
+    path = "/v1/forward/{q}",
+    tag = "forward",
+    summary = "Store a whole HTTP request, its path in a header",
+    params(
+        QueuePath,
+        ("Spooler-Forward-Path" = Option<String>, Header, description = "Appended to the destination's path, with its query (`/v1/charges?x=1`); the URL then has no path or query of its own. Never `..`."),
+        ForwardHeaders,
+    ),
+    description = "As `/v1/forward/{q}/{path}`, the path and query after the destination taken from `Spooler-Forward-Path` (for clients that cannot send slashes in a path parameter). Answered after the fsync.",
+    request_body(content = Vec<u8>, content_type = "*/*"),
+    responses(Forwarded, Refused),
+    security(("apiKey" = [])),
+)]
+#[allow(dead_code)]
+fn forward_by_header() {}

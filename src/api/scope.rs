@@ -295,14 +295,20 @@ pub(crate) fn document(openapi: &mut utoipa::openapi::OpenApi) {
                     Verb::Manage => "manage",
                 }],
             };
-            let mut schemes = vec![
-                SecurityRequirement::new("apiKey", scopes.clone()),
-                SecurityRequirement::new("bearer", scopes.clone()),
-            ];
-            let portal = matches!(scopes.as_slice(), [] | ["read" | "manage" | "publish"]);
-            if portal {
-                schemes.push(SecurityRequirement::new("portalSession", scopes));
+            let mut schemes = vec![SecurityRequirement::new("apiKey", scopes.clone())];
+            // On /v1/forward, `Authorization` is the destination's: only
+            // Spooler-Api-Key counts there.
+            let bearer_counts = !path.starts_with("/v1/forward/");
+            if bearer_counts {
+                schemes.push(SecurityRequirement::new("bearer", scopes.clone()));
+                let portal = matches!(scopes.as_slice(), [] | ["read" | "manage" | "publish"]);
+                if portal {
+                    schemes.push(SecurityRequirement::new("portalSession", scopes));
+                }
             }
+            // Without any key configured the server asks for none: a
+            // generated client may then call without a token.
+            schemes.push(SecurityRequirement::default());
             op.security = Some(schemes);
         }
     }

@@ -176,18 +176,30 @@ impl Engine {
         Ok(())
     }
 
-    /// Refuses a payload that its type's schema does not take, naming
-    /// where (a JSON pointer into the payload) and why.
-    pub(crate) fn check_schema(
+    /// Checks a client's payload: not empty, JSON when its content type
+    /// says so, and taken by its type's schema if the catalogue has one
+    /// (else `SchemaMismatch`, naming where: a JSON pointer into it).
+    pub(crate) fn check_payload(
         &self,
         event_type: &str,
         content_type: &str,
         payload: &[u8],
     ) -> Result<(), EventError> {
-        let Some(definition) = self.core().spool.event_types().get(event_type).cloned() else {
-            return Ok(());
+        let invalid = |problem: String| EventError::Invalid {
+            field: "payload",
+            problem,
         };
-        let Some(validator) = compiled(&definition) else {
+        if payload.is_empty() {
+            return Err(invalid("is empty: an event carries a payload".into()));
+        }
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        let is_json = media.eq_ignore_ascii_case("application/json") || media.ends_with("+json");
+        let definition = self.core().spool.event_types().get(event_type).cloned();
+        let Some(validator) = definition.as_ref().and_then(compiled) else {
+            if is_json {
+                serde_json::from_slice::<serde::de::IgnoredAny>(payload)
+                    .map_err(|e| invalid(format!("Content-Type says JSON, but it is not: {e}")))?;
+            }
             return Ok(());
         };
         let mismatch = |path: &str, reason: String| EventError::SchemaMismatch {
@@ -195,15 +207,14 @@ impl Engine {
             path: path.to_owned(),
             reason,
         };
-        let json = content_type.split(';').next().unwrap_or("").trim();
-        if !(json == "application/json" || json.ends_with("+json")) {
+        if !is_json {
             return Err(mismatch(
                 "",
                 format!("the payload is {content_type:?}, not JSON"),
             ));
         }
         let value: Value = serde_json::from_slice(payload)
-            .map_err(|e| mismatch("", format!("the payload is not JSON: {e}")))?;
+            .map_err(|e| invalid(format!("Content-Type says JSON, but it is not: {e}")))?;
         match validator.validate(&value) {
             Ok(()) => Ok(()),
             Err(e) => Err(mismatch(e.instance_path().as_str(), e.to_string())),

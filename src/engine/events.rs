@@ -96,7 +96,7 @@ impl Engine {
             });
         }
         if !ours {
-            self.check_schema(
+            self.check_payload(
                 &request.event_type,
                 &request.payload.content_type,
                 &request.payload.body,

@@ -75,6 +75,11 @@ impl Api {
         self.call(Method::GET, path).await.json().await.unwrap()
     }
 
+    /// A `POST` without a body; its answer as JSON.
+    pub async fn post_json(&self, path: &str) -> Value {
+        self.call(Method::POST, path).await.json().await.unwrap()
+    }
+
     pub async fn put_queue(&self, q: &str, settings: Value) -> Response {
         self.req(Method::PUT, &format!("/v1/queues/{q}"))
             .json(&settings)

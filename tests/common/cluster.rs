@@ -55,13 +55,26 @@ pub struct TestCluster {
 
 /// Ports the kernel calls free now (held open together, so they differ).
 fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+    // Below the kernel's ephemeral range (from 32 768): a port found free
+    // here is not taken by another test's outgoing connection before the
+    // replica binds it, as one from `bind(0)` can be (a flake CI met).
+    // Each process starts at its own place; the cursor never repeats a
+    // port within it.
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(97) % SPAN;
+    let mut ports = Vec::with_capacity(n);
+    while ports.len() < n {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(step < SPAN, "no free port left below the ephemeral range");
+        let port = (LOW + (start + step) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    ports
 }
 
 impl TestCluster {

@@ -258,7 +258,13 @@ pub fn spawn_command(command: &mut Command) -> Spoold {
     });
     let addr = rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("spoold logged its address");
+        .unwrap_or_else(|e| {
+            // Said with what it logged: why it did not start.
+            panic!(
+                "spoold logged no address ({e}); its log:\n{}",
+                log.lock().unwrap()
+            )
+        });
     let addr = addr.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == ':' || c == '.'));
     let base = format!("http://{addr}");
     Spoold {

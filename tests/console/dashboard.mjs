@@ -31,6 +31,8 @@ try {
     null, { timeout: 20000 });
   out.legend = await page.$$eval("ul.legend li", (ls) => Object.fromEntries(ls.map((l) => [l.dataset.series, Number(l.dataset.total)])));
   out.order = await page.$$eval("tr[data-queue]", (rs) => rs.map((r) => [r.dataset.queue, r.classList.contains("nested")]));
+  out.secretPill = await page.$$eval("tr[data-queue='hooks'] .pill",
+    (ps) => ps.map((p) => p.textContent).find((t) => t.includes("secrets sign")) ?? null);
   await page.click("button[data-range=minutes]");
   await page.waitForSelector("svg.chart[data-range=minutes]");
   out.favicon = await page.evaluate(async () => {

@@ -337,6 +337,37 @@ async fn forward_stores_the_request_and_checks_the_path() {
     );
     assert_eq!(m["body"], "{\"a\":1}");
 
+    // The path in Spooler-Forward-Path (what generated clients can send):
+    // stored as the URL's would be, checked the same way, never both.
+    let by_header = |path: &'static str, extra: &'static str| {
+        s.req(Method::POST, &format!("/v1/forward/hooks{extra}"))
+            .header("Spooler-Forward-Path", path)
+            .send()
+    };
+    let r = by_header("/v1/charges?x=1", "").await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let id = header(&r, "spooler-delivery-id");
+    let m = json_of(
+        s.call(Method::GET, &format!("/v1/queues/hooks/messages/{id}"))
+            .await,
+    )
+    .await;
+    assert_eq!(m["request"]["path"], "/v1/charges?x=1");
+    assert!(
+        m["request"]["headers"]
+            .get("spooler-forward-path")
+            .is_none()
+    );
+    for (path, extra) in [
+        ("/v1/charges", "/also/in/the/url"),
+        ("/v1/charges", "?x=1"),
+        ("v1/charges", ""),
+        ("/a/../../etc", ""),
+    ] {
+        let r = by_header(path, extra).await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{path} {extra}");
+    }
+
     let twice = s
         .req(Method::POST, "/v1/forward/hooks/a/c?x=1&y=%2F")
         .header("Spooler-Idempotency-Key", "not-forwarded")

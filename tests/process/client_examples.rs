@@ -91,8 +91,11 @@ async fn run_generated(command: &mut Command, queue: &str) {
                 { key = \"tenant-key-0123456789\", tenant = \"cus_smoke\" }]";
     let portal = "[portal]\nsecret = \"portal-secret-0123456789\"\n";
     let spoold = common::process::start_with(dir.path(), keys, portal).await;
+    let open_dir = tempfile::tempdir().unwrap();
+    let open = common::process::start(open_dir.path()).await;
     let out = command
         .env("SPOOLD_URL", &spoold.base)
+        .env("SPOOLD_OPEN_URL", &open.base)
         .env("SPOOLD_API_KEY", "key-0123456789abcdef")
         .env("SPOOLD_TENANT_KEY", "tenant-key-0123456789")
         .env("SPOOLD_SINK", format!("{sink_url}/in"))
@@ -111,11 +114,23 @@ async fn run_generated(command: &mut Command, queue: &str) {
         (0.into(), 1.into()),
         "{stats}"
     );
-    let seen = sink.wait_for(1).await;
-    assert_eq!(seen[0].uri, "/in/charges");
+    // Both forwards, the keyed server's and the open one's, went to the
+    // multi-segment path with its query.
+    let seen = sink.wait_for(2).await;
+    assert!(
+        seen.iter().all(|s| s.uri == "/in/v1/charges?x=1"),
+        "{seen:?}"
+    );
     let forwarded = stdout.split_whitespace().nth(2).unwrap();
-    assert_eq!(seen[0].headers["spooler-delivery-id"], forwarded);
-    assert!(String::from_utf8_lossy(&seen[0].body).starts_with("from "));
+    let keyed = seen
+        .iter()
+        .find(|s| s.headers["spooler-delivery-id"] == forwarded)
+        .expect("the keyed server's forward");
+    assert!(String::from_utf8_lossy(&keyed.body).starts_with("from "));
+    assert!(
+        seen.iter()
+            .any(|s| String::from_utf8_lossy(&s.body).ends_with("no key"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -321,10 +321,18 @@ async fn the_console_charts_rates_edits_settings_and_acts_on_messages() {
     sink.script([(503, Vec::new())]);
     let server = Server::temp("api_keys = [\"console-key\"]").await;
     let hour = json!({"initialSeconds": 3600, "multiplier": 1, "maxSeconds": 3600, "jitter": 0});
+    let secret = "whsec_Zmlyc3Qtc2VjcmV0LWtleS1ieXRlcw==";
     server
-        .queue("hooks", json!({"destination": dest, "backoff": hour}))
+        .queue(
+            "hooks",
+            json!({"destination": dest, "backoff": hour, "signingSecret": secret}),
+        )
         .await;
     server.queue("jobs", json!({"maxRetries": 0})).await;
+    // A rotation: the old secret signs for a day, which the row says in UTC.
+    let rotated = server.post_json("/v1/queues/hooks/secret/rotate").await;
+    let until = rotated["previousExpiresAt"].as_str().unwrap();
+    let until = format!("{} UTC", until[..19].replace('T', " "));
     // Activity for the charts; one dead letter; one message an hour away.
     for i in 0..20 {
         server.send("jobs", &format!("job {i}")).await;
@@ -361,8 +369,15 @@ async fn the_console_charts_rates_edits_settings_and_acts_on_messages() {
         .collect();
     assert_eq!(dead.len(), 1);
 
-    let seen = browse(&server, "dashboard.mjs").await;
+    // A browser far from UTC: the console still shows UTC.
+    let url = format!("http://{}", server.addr());
+    let seen = browse_with(&url, "dashboard.mjs", &[("TZ", "Pacific/Auckland".into())]).await;
     assert_eq!(seen["pageErrors"], Value::Null, "{seen}");
+    assert_eq!(
+        seen["secretPill"],
+        format!("2 secrets sign · old one until {until}"),
+        "{seen}"
+    );
     assert_eq!(
         seen["lines"],
         json!(["enqueued", "delivered", "retried", "failed"])

@@ -575,6 +575,58 @@ async fn spoold_events_send_publishes_and_prints_each_delivery() {
     let bad = cli(&["invoice..paid", "--data", "{}"]);
     assert_eq!(bad.code, 1);
     assert!(bad.stderr.contains("type"), "{}", bad.stderr);
+    // A body that says JSON (the default) must be JSON, and none may be
+    // empty: the API's answers, word for word (issue 42, point 11).
+    let api_says = |content_type: &'static str, body: &'static str| {
+        let base = base.clone();
+        async move {
+            let r = client()
+                .post(format!("{base}/v1/events"))
+                .header("Spooler-Event-Type", "invoice.paid")
+                .header("Content-Type", content_type)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400);
+            r.json::<Value>().await.unwrap()["message"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    for (args, content_type, body) in [
+        (
+            vec!["invoice.paid", "--data", "{\"invoice\": 9"],
+            "application/json",
+            "{\"invoice\": 9",
+        ),
+        (vec!["invoice.paid", "--data", ""], "application/json", ""),
+        (
+            vec!["invoice.paid", "--data", "", "--content-type", "text/plain"],
+            "text/plain",
+            "",
+        ),
+    ] {
+        let refused = cli(&args);
+        assert_eq!(refused.code, 1, "{args:?}: {}", refused.stdout);
+        let said = api_says(content_type, body).await;
+        assert!(said.starts_with("payload: "), "{said}");
+        assert!(
+            refused.stderr.contains(&said),
+            "{args:?}: {} vs {said}",
+            refused.stderr
+        );
+    }
+    let text = cli(&[
+        "invoice.paid",
+        "--data",
+        "not json",
+        "--content-type",
+        "text/plain",
+    ]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert_eq!(messages_in(&client(), &base, "all-invoices").await.len(), 2);
 }
 
 /// Endpoints at scale, small enough for a test (the figures are

@@ -3,7 +3,8 @@ openapi-python-client generates from docs/openapi.json (generate.sh); then
 the event catalogue (a schema refusing a payload with 422), a paged queue
 list, a tenant's scoped key and a portal session.
 
-Environment: SPOOLD_URL, SPOOLD_API_KEY (an operator's), SPOOLD_TENANT_KEY
+Environment: SPOOLD_URL, SPOOLD_API_KEY (an operator's), SPOOLD_OPEN_URL (a
+server without keys), SPOOLD_TENANT_KEY
 (tenant cus_smoke's), SPOOLD_SINK (a destination for the push queue),
 SPOOLD_CLIENT_DIR (where generate.sh put the package); the server has a
 portal.secret. Prints "ok <message id> <forwarded id>".
@@ -14,9 +15,9 @@ import sys
 
 sys.path.insert(0, os.environ["SPOOLD_CLIENT_DIR"])
 
-from spoold_client import AuthenticatedClient  # noqa: E402
+from spoold_client import AuthenticatedClient, Client  # noqa: E402
 from spoold_client.api.events import publish_event, put_event_type  # noqa: E402
-from spoold_client.api.forward import forward_post  # noqa: E402
+from spoold_client.api.forward import forward_by_header_post  # noqa: E402
 from spoold_client.api.leases import ack, receive  # noqa: E402
 from spoold_client.api.messages import send_message  # noqa: E402
 from spoold_client.api.portal import create_portal_session, who_am_i  # noqa: E402
@@ -65,12 +66,31 @@ def main() -> None:
     acked = ack.sync_detailed("generated-py", token, client=client)
     assert acked.status_code == 204, acked.content
 
-    forwarded = forward_post.sync_detailed(
-        "generated-py-hooks", "charges", client=client, body=File(payload=b"from python")
-    )
-    assert forwarded.status_code == 202, forwarded.content
+    forwarded = forward(client, "generated-py-hooks", b"from python")
+    unkeyed()
     scoped(client)
     print("ok", message_id, forwarded.parsed.id)
+
+
+def forward(client: Client | AuthenticatedClient, queue: str, payload: bytes):
+    """Forwards `payload` to a path of several segments and a query, given
+    in the header that generated clients can send (they percent-encode a
+    path parameter)."""
+    forwarded = forward_by_header_post.sync_detailed(
+        queue, client=client, body=File(payload=payload), spooler_forward_path="/v1/charges?x=1"
+    )
+    assert forwarded.status_code == 202, forwarded.content
+    return forwarded
+
+
+def unkeyed() -> None:
+    """A server without keys takes calls without a token."""
+    client = Client(base_url=os.environ["SPOOLD_OPEN_URL"])
+    made = put_queue.sync_detailed(
+        "open-hooks", client=client, body=SettingsBody(destination=os.environ["SPOOLD_SINK"])
+    )
+    assert made.status_code in (200, 201), made.content
+    forward(client, "open-hooks", b"from python, no key")
 
 
 def scoped(client: AuthenticatedClient) -> None:

@@ -3,7 +3,8 @@
 // compiles this next to schema.d.ts; a type error fails the build); then
 // the event catalogue, a paged list, a tenant's key and a portal session.
 //
-// Environment: SPOOLD_URL, SPOOLD_API_KEY (an operator's),
+// Environment: SPOOLD_URL, SPOOLD_API_KEY (an operator's), SPOOLD_OPEN_URL
+// (a server without keys),
 // SPOOLD_TENANT_KEY (tenant cus_smoke's), SPOOLD_SINK (a destination for
 // the push queue). Prints "ok <message id> <forwarded id>".
 import createClient from "openapi-fetch";
@@ -59,12 +60,29 @@ const acked = await client.POST("/v1/queues/{q}/leases/{token}/ack", {
 });
 check(acked.response.status === 204, `ack: ${acked.response.status}`);
 
-const forwarded = await client.POST("/v1/forward/{q}/{path}", {
-  params: { path: { q: "generated-ts-hooks", path: "charges" } },
+// A path of several segments and a query, in the header that generated
+// clients can send (they percent-encode a path parameter).
+const forwarded = await client.POST("/v1/forward/{q}", {
+  params: { path: { q: "generated-ts-hooks" }, header: { "Spooler-Forward-Path": "/v1/charges?x=1" } },
   body: "from typescript",
   headers: { "Content-Type": "text/plain" },
   ...raw,
 });
+
+// A server without keys takes calls without a token.
+const open = createClient<paths>({ baseUrl: env("SPOOLD_OPEN_URL") });
+const openMade = await open.PUT("/v1/queues/{q}", {
+  params: { path: { q: "open-hooks" } },
+  body: { destination: env("SPOOLD_SINK") },
+});
+check(openMade.response.ok, `PUT open-hooks: ${openMade.response.status}`);
+const openForwarded = await open.POST("/v1/forward/{q}", {
+  params: { path: { q: "open-hooks" }, header: { "Spooler-Forward-Path": "/v1/charges?x=1" } },
+  body: "from typescript, no key",
+  headers: { "Content-Type": "text/plain" },
+  ...raw,
+});
+check(openForwarded.response.status === 202, `forward without a key: ${openForwarded.response.status}`);
 check(forwarded.response.status === 202 && forwarded.data !== undefined, `forward: ${forwarded.response.status}`);
 
 // The catalogue, paging, a tenant's key and a portal session.

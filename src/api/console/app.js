@@ -89,6 +89,12 @@ function when(rfc3339) {
   return new Date(rfc3339).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
 }
 
+// A time typed into a `datetime-local` field, read as UTC (as every time
+// the console shows is), in RFC 3339.
+function utcInput(value) {
+  return new Date(`${value}Z`).toISOString();
+}
+
 // A table in a box that scrolls sideways on a narrow screen: no column is
 // ever hidden.
 function scroller(child) {
@@ -141,7 +147,7 @@ function stateOf(stats) {
   }
   if (stats.breakerOpen) {
     pills.push(el("span", { class: "pill bad", title: "circuit breaker open: the destination kept failing" },
-      `breaker open · next probe ${new Date(stats.nextProbeAt).toLocaleTimeString()}`));
+      `breaker open · next probe ${when(stats.nextProbeAt)}`));
   }
   if (!pills.length) pills.push(el("span", { class: "pill ok" }, "running"));
   if (stats.unsigned) {
@@ -149,7 +155,7 @@ function stateOf(stats) {
   }
   if (stats.previousSecretExpiresAt) {
     pills.push(el("span", { class: "pill", title: "a rotated-out secret signs beside the new one until then" },
-      `${stats.signingSecrets} secrets sign · old one until ${new Date(stats.previousSecretExpiresAt).toLocaleString()}`));
+      `${stats.signingSecrets} secrets sign · old one until ${when(stats.previousSecretExpiresAt)}`));
   }
   return pills;
 }
@@ -377,7 +383,7 @@ function filterQuery(form) {
   if (v("reason")) p.append("reason", v("reason"));
   if (v("status")) p.append("status", v("status"));
   for (const t of ["since", "until"]) {
-    if (v(t)) p.append(t, new Date(v(t)).toISOString());
+    if (v(t)) p.append(t, utcInput(v(t)));
   }
   return p;
 }
@@ -554,8 +560,8 @@ async function queueView(queue, after) {
       el("option", { value: "" }, "any"),
       ...["retries_exhausted", "permanent_status", "expired"].map((r) => el("option", { value: r }, r)))),
     el("label", {}, "last status", el("input", { name: "status", placeholder: "500 or 5xx", size: 8 })),
-    el("label", {}, "failed since", el("input", { name: "since", type: "datetime-local" })),
-    el("label", {}, "failed until", el("input", { name: "until", type: "datetime-local" })),
+    el("label", {}, "failed since (UTC)", el("input", { name: "since", type: "datetime-local" })),
+    el("label", {}, "failed until (UTC)", el("input", { name: "until", type: "datetime-local" })),
   ] : [];
   const form = el("form", { class: "toolbar filters" }, ...deadLetterFilter, ...searchFields(),
     el("button", { type: "submit", class: "primary" }, failed ? "Filter" : "Search"));
@@ -700,15 +706,15 @@ queueView.filters = new Map();
 async function historyView(queue, before) {
   crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue), "history");
   const form = el("form", { class: "toolbar filters" },
-    el("label", {}, "delivered since", el("input", { name: "since", type: "datetime-local" })),
-    el("label", {}, "delivered until", el("input", { name: "until", type: "datetime-local" })),
+    el("label", {}, "delivered since (UTC)", el("input", { name: "since", type: "datetime-local" })),
+    el("label", {}, "delivered until (UTC)", el("input", { name: "until", type: "datetime-local" })),
     ...searchFields(),
     el("button", { type: "submit", class: "primary" }, "Search"));
   rememberForm(form, historyView.filters, queue, () => historyView(queue, null));
   const params = searchQuery(form);
   for (const t of ["since", "until"]) {
     const v = form.elements[t].value.trim();
-    if (v) params.append(t, new Date(v).toISOString());
+    if (v) params.append(t, utcInput(v));
   }
   params.set("limit", String(PAGE));
   if (before) params.set("before", before);
@@ -758,15 +764,15 @@ historyView.filters = new Map();
 async function deliveriesView(queue, before) {
   crumbs(el("a", { href: `#/queue/${enc(queue)}` }, queue), "deliveries");
   const form = el("form", { class: "toolbar filters" },
-    el("label", {}, "sent since", el("input", { name: "since", type: "datetime-local" })),
-    el("label", {}, "sent until", el("input", { name: "until", type: "datetime-local" })),
+    el("label", {}, "sent since (UTC)", el("input", { name: "since", type: "datetime-local" })),
+    el("label", {}, "sent until (UTC)", el("input", { name: "until", type: "datetime-local" })),
     ...searchFields(),
     el("button", { type: "submit", class: "primary" }, "Search"));
   rememberForm(form, deliveriesView.filters, queue, () => deliveriesView(queue, null));
   const params = searchQuery(form);
   for (const t of ["since", "until"]) {
     const v = form.elements[t].value.trim();
-    if (v) params.append(t, new Date(v).toISOString());
+    if (v) params.append(t, utcInput(v));
   }
   params.set("limit", String(PAGE));
   if (before) params.set("before", before);
@@ -789,11 +795,11 @@ async function deliveriesView(queue, before) {
   el("td", { class: "mono" }, (m.body ?? "(binary)").slice(0, 80))));
   // Failures since a time go back into the queue: the redrive route.
   const redriveForm = el("form", { class: "toolbar", id: "redrive-since" },
-    el("label", {}, "failed since", el("input", { name: "since", type: "datetime-local", required: true })),
+    el("label", {}, "failed since (UTC)", el("input", { name: "since", type: "datetime-local", required: true })),
     el("button", { type: "submit" }, "Redrive failures"));
   redriveForm.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    const since = new Date(redriveForm.elements.since.value).toISOString();
+    const since = utcInput(redriveForm.elements.since.value);
     bulk(`${queue}.failed`, "redrive", new URLSearchParams({ since }), null)
       .then(() => deliveriesView(queue, before)).catch(fail);
   });

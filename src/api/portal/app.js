@@ -261,11 +261,12 @@ async function deliveryLog(name, before = null) {
         : ""));
   });
   const recover = el("form", { id: "recover" },
-    el("label", {}, "failed since", el("input", { name: "since", type: "datetime-local", required: true })),
+    el("label", {}, "failed since (UTC)", el("input", { name: "since", type: "datetime-local", required: true })),
     el("button", { type: "submit" }, "Recover failures"));
   recover.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    const since = new Date(recover.elements.since.value).toISOString();
+    // Every time on the page is UTC: the one typed here too.
+    const since = new Date(`${recover.elements.since.value}Z`).toISOString();
     api("POST", `/v1/queues/${enc(name)}/redrive?${new URLSearchParams({ since })}`)
       .then((r) => { say(`${r.moved} failed deliveries sent again`); route(); }).catch(fail);
   });
