@@ -586,31 +586,10 @@ async fn a_stalled_snapshot_upload_is_dropped_and_the_next_one_proceeds() {
     assert!(r.status().is_success());
 }
 
-/// A CA and a certificate it signed for `127.0.0.1`, for server and client
-/// use: (ca, cert, key) as PEM.
-fn certificates() -> (String, String, String) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    };
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let mut node = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
-    node.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = node.signed_by(&key, &issuer).unwrap();
-    (ca_cert.pem(), cert.pem(), key.serialize_pem())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tls_the_replicas_replicate_and_a_peer_without_a_certificate_is_refused() {
     let files = tempfile::tempdir().unwrap();
-    let (ca, cert, key) = certificates();
+    let (ca, cert, key) = common::certificates(&["127.0.0.1"]);
     let path = |name: &str, pem: &str| {
         let p = files.path().join(name);
         std::fs::write(&p, pem).unwrap();

@@ -58,16 +58,21 @@ fn succeed(command: &mut Command, what: &str) -> Vec<u8> {
     out.stdout
 }
 
+/// Kinds `kubernetes-validate` has no schema for: left out of the check,
+/// by name (their own tests say what they hold).
+const NOT_VALIDATED: [&str; 1] = ["Certificate"];
+
 /// `kubernetes-validate --strict` on the chart rendered with `values`.
 fn validate(values: &str, dir: &Path) {
-    let rendered = succeed(
-        Command::new("python3")
-            .arg(format!("{ROOT}/deploy/helm/render.py"))
-            .args(["-f", values]),
-        values,
-    );
+    let docs = render(&["-f", values]).unwrap_or_else(|e| panic!("{values}: {e}"));
+    // JSON is YAML: one document each.
+    let rendered: Vec<String> = docs
+        .iter()
+        .filter(|d| !NOT_VALIDATED.iter().any(|k| d["kind"] == *k))
+        .map(Value::to_string)
+        .collect();
     let file = dir.join("rendered.yaml");
-    std::fs::write(&file, rendered).unwrap();
+    std::fs::write(&file, rendered.join("\n---\n")).unwrap();
     succeed(
         Command::new("kubernetes-validate")
             .args(["--strict", "--quiet", "--kubernetes-version", "1.30.0"])
@@ -149,11 +154,21 @@ fn the_standalone_shape_is_one_replica_on_its_volume() {
             "PodMonitor",
             "Service",
             "Service",
+            "ServiceAccount",
             "StatefulSet"
         ]
     );
     let set = find(&docs, "StatefulSet")[0];
     assert_eq!(set["metadata"]["name"], "outbox-spoold");
+    let pod = &set["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "outbox-spoold");
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    let account = find(&docs, "ServiceAccount")[0];
+    assert_eq!(account["automountServiceAccountToken"], false);
+    assert!(
+        pod.get("affinity").is_none(),
+        "one replica: no anti-affinity"
+    );
     assert_eq!(set["spec"]["replicas"], 1);
     assert_eq!(
         set["spec"]["template"]["spec"]["imagePullSecrets"][0]["name"],
@@ -180,12 +195,26 @@ fn the_cluster_shape_gives_each_replica_its_config_and_keeps_a_majority() {
             "Service",
             "Service",
             "Service",
+            "ServiceAccount",
             "ServiceMonitor",
             "StatefulSet"
         ]
     );
     let set = find(&docs, "StatefulSet")[0];
     assert_eq!(set["spec"]["replicas"], 3);
+    // By default the replicas take different nodes and spread over zones.
+    let pod = &set["spec"]["template"]["spec"];
+    let anti =
+        &pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(anti["topologyKey"], "kubernetes.io/hostname");
+    let spread = &pod["topologySpreadConstraints"][0];
+    assert_eq!(
+        (&spread["topologyKey"], &spread["whenUnsatisfiable"]),
+        (
+            &serde_json::json!("topology.kubernetes.io/zone"),
+            &serde_json::json!("ScheduleAnyway")
+        )
+    );
     assert_eq!(set["spec"]["podManagementPolicy"], "Parallel");
     let claim = &set["spec"]["volumeClaimTemplates"][0]["spec"];
     assert_eq!(claim["storageClassName"], "fast-ssd");
@@ -225,4 +254,78 @@ fn bad_values_are_refused_with_the_key_named() {
     std::fs::write(&no_secret, "auth:\n  existingSecret: \"\"\n").unwrap();
     let err = render(&["-f", no_secret.to_str().unwrap()]).unwrap_err();
     assert!(err.contains("auth.existingSecret"), "{err}");
+}
+
+/// Replicated mode with mutual TLS, its certificate from cert-manager:
+/// one `Certificate` naming every replica's peer name, its Secret mounted
+/// where each `[cluster.tls]` looks, and the configs pass `check-config`
+/// with real files there. The example also sets a full name of its own,
+/// node selection and tolerations, spread constraints of its own and the
+/// account's annotations.
+#[test]
+#[ignore = "needs go, python3 with PyYAML, and kubernetes-validate (.ci/run installs them)"]
+fn the_cluster_shape_with_tls_mounts_its_certificate_where_the_config_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    validate(&example("cluster-tls"), dir.path());
+    let docs = render(&["-f", &example("cluster-tls")]).unwrap();
+    let certificate = find(&docs, "Certificate")[0];
+    assert_eq!(certificate["spec"]["secretName"], "events-peer-tls");
+    assert_eq!(certificate["spec"]["issuerRef"]["kind"], "ClusterIssuer");
+    assert_eq!(
+        certificate["spec"]["dnsNames"],
+        serde_json::json!([
+            "events-peers",
+            "events-0.events-peers",
+            "events-1.events-peers",
+            "events-2.events-peers"
+        ])
+    );
+    let set = find(&docs, "StatefulSet")[0];
+    assert_eq!(set["metadata"]["name"], "events");
+    let pod = &set["spec"]["template"]["spec"];
+    assert_eq!(pod["nodeSelector"]["workload"], "queues");
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    assert_eq!(
+        pod["topologySpreadConstraints"][0]["whenUnsatisfiable"],
+        "DoNotSchedule"
+    );
+    assert_eq!(pod["serviceAccountName"], "events");
+    let account = find(&docs, "ServiceAccount")[0];
+    assert_eq!(
+        account["metadata"]["annotations"]["example.com/owner"],
+        "platform"
+    );
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "peer-tls")
+        .expect("the TLS volume");
+    assert_eq!(volume["secret"]["secretName"], "events-peer-tls");
+    let spoold = container(pod, "containers", "spoold");
+    assert!(
+        spoold["volumeMounts"]
+            .to_string()
+            .contains("/etc/spoold-tls")
+    );
+
+    // Real files where the configs look (a CA and a replica's certificate),
+    // so that check-config loads them as a replica would.
+    let (ca, cert, key) = crate::common::certificates(&["events-peers"]);
+    let tls = dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    for (name, pem) in [("ca.crt", &ca), ("tls.crt", &cert), ("tls.key", &key)] {
+        std::fs::write(tls.join(name), pem).unwrap();
+    }
+    let mut moved = find(&docs, "ConfigMap")[0].clone();
+    for text in moved["data"].as_object_mut().unwrap().values_mut() {
+        let with_tls = text
+            .as_str()
+            .unwrap()
+            .replace("/etc/spoold-tls", &tls.display().to_string());
+        assert!(with_tls.contains("[cluster.tls]"), "{with_tls}");
+        *text = Value::String(with_tls);
+    }
+    let configs = check_configs(&[moved], dir.path());
+    assert_eq!(configs.len(), 3);
 }

@@ -1,10 +1,31 @@
-{{/* The objects' name: the release's, with "-spoold" unless it says spoold already. */}}
+{{/*
+The objects' name: fullnameOverride if set; else the release's, with
+"-spoold" (or "-" + nameOverride) unless it holds that already.
+*/}}
 {{- define "spoold.fullname" -}}
-{{- if contains "spoold" .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default "spoold" .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-spoold" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "spoold.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "spoold.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret of the replicas' TLS files (cluster.tls). */}}
+{{- define "spoold.peerTlsSecret" -}}
+{{- default (printf "%s-peer-tls" (include "spoold.fullname" .)) .Values.cluster.tls.existingSecret -}}
 {{- end -}}
 
 {{- define "spoold.selectorLabels" -}}
@@ -69,6 +90,15 @@ advertise = "{{ $name }}-{{ .node }}.{{ $name }}-peers:8788"
 api_url = "http://{{ $name }}-{{ .node }}.{{ $name }}-peers:8787"
 # The first start's voters; the secret comes from SPOOLD_CLUSTER_SECRET.
 peers = { {{- range $i := until (int $v.cluster.replicas) }}{{ if $i }},{{ end }} {{ add1 $i }} = "{{ $name }}-{{ $i }}.{{ $name }}-peers:8788"{{ end }} }
+{{- if $v.cluster.tls.enabled }}
+
+# Mutual TLS between the replicas (cluster.tls), from the Secret mounted
+# at /etc/spoold-tls.
+[cluster.tls]
+cert = "/etc/spoold-tls/tls.crt"
+key = "/etc/spoold-tls/tls.key"
+ca = "/etc/spoold-tls/ca.crt"
+{{- end }}
 {{- end }}
 
 {{ $v.config.queues }}
@@ -156,15 +186,64 @@ peers = { {{- range $i := until (int $v.cluster.replicas) }}{{ if $i }},{{ end }
     - name: config
       mountPath: /etc/spoold
       readOnly: true
+    {{- if and (eq $v.mode "cluster") $v.cluster.tls.enabled }}
+    - name: peer-tls
+      mountPath: /etc/spoold-tls
+      readOnly: true
+    {{- end }}
 {{- end -}}
 
-{{/* shutdown_grace + the preStop pause + margin. */}}
+{{/*
+What every pod of the chart shares: the grace period (shutdown_grace +
+the preStop pause + margin), its ServiceAccount without an API token
+(spoold never calls the Kubernetes API; in sidecar mode the pod is the
+app's, and so is its account), and where it may run. A cluster's
+replicas go to different nodes (required) and spread over zones
+(preferred) unless affinity or topologySpreadConstraints say otherwise.
+*/}}
 {{- define "spoold.podCommon" -}}
+{{- $cluster := eq .Values.mode "cluster" -}}
 terminationGracePeriodSeconds: 40
+{{- if ne .Values.mode "sidecar" }}
+serviceAccountName: {{ include "spoold.serviceAccountName" . }}
+automountServiceAccountToken: false
+{{- end }}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .Values.affinity }}
+affinity:
+  {{- toYaml .Values.affinity | nindent 2 }}
+{{- else if $cluster }}
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "spoold.selectorLabels" . | nindent 12 }}
+{{- end }}
+{{- if .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml .Values.topologySpreadConstraints | nindent 2 }}
+{{- else if $cluster }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "spoold.selectorLabels" . | nindent 8 }}
 {{- end }}
 {{- end -}}
