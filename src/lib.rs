@@ -24,7 +24,6 @@
 //! unit tests): tests, benchmarks and examples get it through the crate's
 //! dev-dependency on itself, the fuzz crate asks for it, and
 //! `cargo build --release` leaves it out.
-#![deny(unsafe_code)]
 // Checked where `testing` exists (unit tests, and every target of
 // `cargo clippy --all-targets`, which the self dev-dependency builds with
 // the feature): without it, the items `testing` re-exports are `pub` for
