@@ -7,7 +7,9 @@
 2. Every query names only metrics that spoold exports (src/metrics.rs).
 3. The dashboard has a datasource variable, no hard-coded datasource uid,
    and `queue` and `pod` variables; every query filters by `$pod`.
-The TypeScript type-check against @grafana/schema is in check-dashboard.sh.
+The TypeScript type-check against @grafana/schema is in check-dashboard.sh;
+that a running cluster exports every metric the queries name, from its
+start, is tests/cluster/dashboard.rs.
 """
 import json
 import pathlib

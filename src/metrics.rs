@@ -141,9 +141,31 @@ pub(crate) fn install() -> &'static PrometheusHandle {
         process_collector().describe();
         gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "allocator" => crate::ALLOCATOR)
             .set(1.0);
+        from_the_start();
         handle
     })
 }
+
+/// The series the dashboard reads that nothing may have written yet: at
+/// zero from start-up, so that a healthy server that has not received a
+/// snapshot, changed leader or published an event shows 0, not "No data"
+/// (`tests/cluster/dashboard.rs`).
+fn from_the_start() {
+    gauge!(CLUSTER_SNAPSHOT_RECEIVING).set(0.0);
+    counter!(CLUSTER_SNAPSHOT_BYTES).increment(0);
+    counter!(CLUSTER_SNAPSHOTS_INSTALLED).increment(0);
+    counter!(CLUSTER_LEADER_CHANGES).increment(0);
+    counter!(EVENT_DELIVERIES_FILTERED).increment(0);
+    for outcome in EVENT_OUTCOMES {
+        counter!(EVENTS_TOTAL, "outcome" => outcome).increment(0);
+    }
+    for kind in ["forbidden", "queue_not_found"] {
+        counter!(SCOPE_REFUSALS, "kind" => kind).increment(0);
+    }
+}
+
+/// What `spoold_events_total` counts an event as.
+const EVENT_OUTCOMES: [&str; 3] = ["fanned_out", "no_subscribers", "deduplicated"];
 
 fn describe() {
     describe_counter!(
@@ -439,6 +461,10 @@ pub(crate) fn record_snapshot_bytes(bytes: u64) {
 
 /// One event published, by `outcome`.
 pub(crate) fn count_event(outcome: &'static str) {
+    debug_assert!(
+        EVENT_OUTCOMES.contains(&outcome),
+        "bug: {outcome} is not in EVENT_OUTCOMES"
+    );
     counter!(EVENTS_TOTAL, "outcome" => outcome).increment(1);
 }
 

@@ -11,6 +11,7 @@
 mod common;
 
 mod clock;
+mod dashboard;
 mod digest;
 mod failover;
 mod faults;
