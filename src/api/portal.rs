@@ -4,8 +4,8 @@
 //! `POST /v1/portal/sessions` (an operator's key) signs a session for a
 //! tenant (`session.rs`) and answers with its token and a link to
 //! `/portal/#token=…`. The page is three static files compiled into the
-//! binary, like the console's; it reads the token from the link's
-//! fragment (never sent to a server, never in a log) and calls `/v1` with
+//! binary, like the console's, and the console's `dom.js`; it reads the
+//! token from the link's fragment (never sent to a server, never in a log) and calls `/v1` with
 //! it, same-origin. Its API calls are a scoped key's like any other.
 //!
 //! The page may be opened from another site (a link, or an iframe of the
@@ -264,7 +264,7 @@ pub(crate) async fn index(State(state): State<Arc<AppState>>) -> Response {
 
 #[utoipa::path(
     get, path = "/portal/{asset}", operation_id = "portalAsset", tag = "portal", security(()),
-    params(("asset" = String, Path, description = "`app.js`, `style.css` or `theme.css`")),
+    params(("asset" = String, Path, description = "`app.js`, `dom.js` (the console's, `console/dom.js`), `style.css` or `theme.css`")),
     responses(
         (status = 200, description = "the portal's script or style sheet", content_type = "text/plain", body = String),
         (status = 404, description = "no such file", body = super::openapi::ErrorBody),
@@ -277,6 +277,11 @@ pub(crate) async fn asset(
     let policy = &state.config.portal;
     match asset.as_str() {
         "app.js" => file(policy, "text/javascript; charset=utf-8", APP.into()),
+        "dom.js" => file(
+            policy,
+            "text/javascript; charset=utf-8",
+            super::console::DOM.into(),
+        ),
         "style.css" => file(policy, "text/css; charset=utf-8", STYLE.into()),
         "theme.css" => file(policy, "text/css; charset=utf-8", policy.theme.clone()),
         _ => ApiError::not_found().into_response(),

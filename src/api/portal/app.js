@@ -52,19 +52,6 @@ const sendJson = (method, path, value, type = "application/json") =>
 
 // ---- DOM helpers -------------------------------------------------------------
 
-function el(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v;
-    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) {
-    if (c === null || c === undefined) continue;
-    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  }
-  return e;
-}
 
 function table(headers, rows) {
   return el("div", { class: "scroll" }, el("table", {},
