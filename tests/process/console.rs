@@ -707,13 +707,6 @@ async fn the_portal_shows_one_tenant_and_delivers_its_test_event() {
         "{csp}"
     );
     assert!(csp.contains("script-src 'self'"), "{csp}");
-    let theme = client
-        .get(format!("{url}/portal/theme.css"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let theme = server.text("/portal/theme.css").await;
     assert!(theme.contains("--accent: #0a7d4f;"), "{theme}");
 }

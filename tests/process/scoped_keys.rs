@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::common;
 use common::api::Api;
-use common::process::{start_command, write_config};
+use common::process::{start_config, write_config};
 
 const ADMIN: &str = "admin-key-0123456789";
 const A: &str = "tenant-a-key-0123456789";
@@ -71,13 +71,7 @@ fn names(list: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoped_keys_keep_to_their_tenant_patterns_and_verbs() {
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &keys("admin"), "", TABLES);
-    let spoold = start_command(
-        std::process::Command::new(common::process::bin())
-            .args(["run", "--config"])
-            .arg(&config),
-    )
-    .await;
+    let spoold = start_config(dir.path(), &keys("admin"), "", TABLES).await;
     let api = |key: &str| Api::new(spoold.base.clone(), Some(key.into()));
     let (admin, a, b) = (api(ADMIN), api(A), api(B));
 
@@ -250,13 +244,7 @@ async fn scoped_keys_keep_to_their_tenant_patterns_and_verbs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_lists_page_and_filter() {
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &keys("admin"), "", "");
-    let spoold = start_command(
-        std::process::Command::new(common::process::bin())
-            .args(["run", "--config"])
-            .arg(&config),
-    )
-    .await;
+    let spoold = start_config(dir.path(), &keys("admin"), "", "").await;
     let admin = Api::new(spoold.base.clone(), Some(ADMIN.into()));
     let a = Api::new(spoold.base.clone(), Some(A.into()));
     for i in 0..7 {
@@ -359,13 +347,7 @@ async fn queue_lists_page_and_filter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_narrows_a_key_ends_its_streams() {
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &keys("admin"), "", TABLES);
-    let spoold = start_command(
-        std::process::Command::new(common::process::bin())
-            .args(["run", "--config"])
-            .arg(&config),
-    )
-    .await;
+    let spoold = start_config(dir.path(), &keys("admin"), "", TABLES).await;
     let a = Api::new(spoold.base.clone(), Some(A.into()));
     let b = Api::new(spoold.base.clone(), Some(B.into()));
     a.queue("cus_a-1", hook(None)).await;
@@ -421,13 +403,7 @@ async fn portal_links_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let portal =
         "[portal]\nsecret = \"portal-secret-0123456789\"\nurl = \"https://hooks.example.com/\"\n";
-    let config = write_config(dir.path(), &keys("admin"), "", portal);
-    let spoold = start_command(
-        std::process::Command::new(common::process::bin())
-            .args(["run", "--config"])
-            .arg(&config),
-    )
-    .await;
+    let spoold = start_config(dir.path(), &keys("admin"), "", portal).await;
     let admin = Api::new(spoold.base.clone(), Some(ADMIN.into()));
     admin.queue("cus_a-1", hook(Some("cus_a"))).await;
     admin.queue("cus_b-1", hook(Some("cus_b"))).await;
@@ -454,44 +430,22 @@ async fn portal_links_from_the_command_line() {
         "{}",
         ran.stdout
     );
-    let session = Api::new(spoold.base.clone(), None);
-    let call = |method: Method, path: &str| {
-        session
-            .client
-            .request(method, format!("{}{path}", spoold.base))
-            .bearer_auth(token)
-            .send()
-    };
-    let who: Value = call(Method::GET, "/v1/portal/session")
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    // The token is a key like any (the page sends it as a bearer token,
+    // tests/process/console.rs).
+    let session = Api::new(spoold.base.clone(), Some(token.to_owned()));
+    let who = session.get_json("/v1/portal/session").await;
     assert_eq!(
         (&who["tenant"], &who["may"]),
         (&json!("cus_a"), &json!(["read"])),
         "{who}"
     );
-    let listed: Value = call(Method::GET, "/v1/queues")
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = session.get_json("/v1/queues").await;
     assert_eq!(names(&listed), ["cus_a-1", "cus_a-1.failed"]);
+    assert_eq!(session.status(Method::GET, "/v1/queues/cus_b-1").await, 404);
     assert_eq!(
-        call(Method::GET, "/v1/queues/cus_b-1")
-            .await
-            .unwrap()
-            .status(),
-        404
-    );
-    assert_eq!(
-        call(Method::POST, "/v1/queues/cus_a-1/pause")
-            .await
-            .unwrap()
-            .status(),
+        session
+            .status(Method::POST, "/v1/queues/cus_a-1/pause")
+            .await,
         403
     );
     // A tenant's key may not ask for links.
@@ -505,13 +459,7 @@ async fn portal_links_from_the_command_line() {
 
     // Without a secret: refused, naming the setting.
     let other = tempfile::tempdir().unwrap();
-    let config = write_config(other.path(), &keys("admin"), "", "");
-    let plain = start_command(
-        std::process::Command::new(common::process::bin())
-            .args(["run", "--config"])
-            .arg(&config),
-    )
-    .await;
+    let plain = start_config(other.path(), &keys("admin"), "", "").await;
     let ran = common::process::cli(
         &plain.base,
         &["--api-key", ADMIN, "portal", "link", "--tenant", "cus_a"],
