@@ -149,6 +149,15 @@ impl Core {
         self.notifies.entry(queue.to_owned()).or_default().clone()
     }
 
+    /// How many receivers hold `queue`'s wake-up now (every one but the
+    /// map's own handle): tests wait for a long poll before they send.
+    #[cfg(feature = "testing")]
+    pub(super) fn receivers_of(&self, queue: &str) -> usize {
+        self.notifies
+            .get(queue)
+            .map_or(0, |n| Arc::strong_count(n) - 1)
+    }
+
     /// Wakes one receiver of `queue`: one message became visible (or will at
     /// a new time), so one receiver has something to do; waking them all
     /// would send every idle push worker to the lock for nothing. A woken

@@ -94,6 +94,12 @@ impl Engine {
         }
     }
 
+    /// How many long polls (or worker leases) wait on `queue` now.
+    #[cfg(feature = "testing")]
+    pub fn receivers_waiting(&self, queue: &str) -> usize {
+        self.core().receivers_of(queue)
+    }
+
     async fn lease_inner(
         &self,
         queue: &str,

@@ -378,3 +378,23 @@ pub async fn receive_id(base: &str, queue: &str, within: Duration) -> Option<Str
     }
     None
 }
+
+/// The newest checkpoint file in the spool directory `spool`, if any: names
+/// are the checkpoint's record index in fixed-width hex, so the greatest
+/// name is the newest.
+pub fn newest_checkpoint(spool: &Path) -> Option<String> {
+    std::fs::read_dir(spool)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".ckpt"))
+        .max()
+}
+
+/// Waits until compaction has written a checkpoint newer than `before`
+/// (what [`newest_checkpoint`] said before the writes it should cover).
+pub async fn wait_for_checkpoint(spool: &Path, before: Option<String>) {
+    super::wait_until("a new checkpoint", async || {
+        newest_checkpoint(spool) > before
+    })
+    .await
+}

@@ -239,7 +239,10 @@ async fn a_long_poll_is_woken_by_a_send() {
         let engine = engine.clone();
         tokio::spawn(async move { engine.receive("q", 1, Duration::from_secs(20)).await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_until("the receive waits", async || {
+        engine.receivers_waiting("q") == 1
+    })
+    .await;
     let sent = engine.send("q", body("wake")).await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(10), receiver)
         .await

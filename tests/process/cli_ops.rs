@@ -61,15 +61,6 @@ async fn queues_send_tail_and_dead_letters_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let (running, base, _) = with_orders(dir.path()).await;
 
-    // tail follows while we send.
-    let mut tail = Command::new(BIN)
-        .args(["--url", &base, "tail", "orders", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-
     let sent = run(
         args(&["--url", &base, "send", "orders", "--data", "from-flag"]),
         "",
@@ -78,6 +69,36 @@ async fn queues_send_tail_and_dead_letters_from_the_command_line() {
     assert!(sent.status.success(), "{}", err(&sent));
     let id = text(&sent).trim().to_string();
     assert_eq!(id.len(), 32, "{id}");
+
+    // tail shows the newest message, then follows while we send: its first
+    // line says it is subscribed (the server subscribes before it reads the
+    // newest), so the next send reaches it without a bet on timing.
+    let mut tail = Command::new(BIN)
+        .args(["--url", &base, "tail", "orders", "-n", "1", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = tail.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if lines_tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut next_line = async || -> serde_json::Value {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.recv())
+            .await
+            .expect("tail printed a line")
+            .expect("tail is running");
+        serde_json::from_str(&line).unwrap()
+    };
+    let first = next_line().await;
+    assert_eq!(first["id"], id.as_str());
+    assert_eq!(first["body"], "from-flag");
+
     let piped = run(
         args(&[
             "send",
@@ -91,20 +112,9 @@ async fn queues_send_tail_and_dead_letters_from_the_command_line() {
     )
     .await;
     assert!(piped.status.success(), "{}", err(&piped));
-
-    let stdout = tail.stdout.take().unwrap();
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        line
-    });
-    let line = tokio::time::timeout(Duration::from_secs(10), line)
-        .await
-        .expect("tail printed a line")
-        .unwrap();
-    let first: serde_json::Value = serde_json::from_str(&line).unwrap();
-    assert_eq!(first["id"], id.as_str());
-    assert_eq!(first["body"], "from-flag");
+    let followed = next_line().await;
+    assert_eq!(followed["id"], text(&piped).trim());
+    assert_eq!(followed["body"], "from stdin");
     tail.kill().unwrap();
     tail.wait().unwrap();
 

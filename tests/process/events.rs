@@ -13,7 +13,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
 use crate::common::api::Api;
-use crate::common::process::{client, messages_in, put, start_config, start_with};
+use crate::common::process::{
+    client, messages_in, newest_checkpoint, put, start_config, start_with, wait_for_checkpoint,
+};
 use crate::common::sink::Sink;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -53,6 +55,30 @@ events = [">"]
 events = ["order.created", "order.*.cancelled"]
 [queues.quiet]
 "#;
+
+/// A 2 KiB message to `quiet`, which no event reaches: litter that
+/// [`sweep`] makes garbage, so that the segments it shares with the events
+/// around it are worth compacting (mostly garbage) and their live records
+/// move.
+async fn litter(base: &str) {
+    let r = client()
+        .post(format!("{base}/v1/queues/quiet/messages"))
+        .body("l".repeat(2048))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+}
+
+/// Purges the litter.
+async fn sweep(base: &str) {
+    let r = client()
+        .delete(format!("{base}/v1/queues/quiet/messages"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_reaches_every_subscriber_once_and_survives_kill_and_compaction() {
@@ -151,6 +177,7 @@ async fn an_event_reaches_every_subscriber_once_and_survives_kill_and_compaction
     }
     let orders_acked = deliveries(&created)["orders"].clone();
     expected.get_mut("orders").unwrap().remove(&orders_acked);
+    let before = newest_checkpoint(&dir.path().join("spool"));
     for n in 0..300 {
         let event_type = ["invoice.sent", "order.created", "user.signed_up"][n % 3];
         let (status, answer) = publish(
@@ -159,11 +186,13 @@ async fn an_event_reaches_every_subscriber_once_and_survives_kill_and_compaction
             None,
         )
         .await;
+        litter(&base).await;
         assert_eq!(status, StatusCode::ACCEPTED);
         for (queue, id) in deliveries(&answer) {
             expected.entry(queue).or_default().insert(id);
         }
     }
+    sweep(&base).await;
     let check = async |base: &str| {
         for queue in ["all-invoices", "everything", "orders", "quiet"] {
             let got: BTreeSet<String> = messages_in(&client(), base, queue)
@@ -176,8 +205,8 @@ async fn an_event_reaches_every_subscriber_once_and_survives_kill_and_compaction
         }
     };
     check(&base).await;
-    // Let compaction run over the segments the events filled.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Compaction has run over the segments the events filled.
+    wait_for_checkpoint(&dir.path().join("spool"), before).await;
     check(&base).await;
     spoold.signal("-KILL");
     spoold.wait_exit();
@@ -365,11 +394,14 @@ async fn an_idempotency_key_fans_an_event_out_once_across_restarts_and_checkpoin
     assert_eq!(again, first);
     // Checkpoints come and go (compaction), the process is killed: the key
     // still answers the first event, and nothing was sent twice.
+    let before = newest_checkpoint(&dir.path().join("spool"));
     for n in 0..200 {
         let filler = json!({"type": "user.seen", "payload": "x".repeat(500 + n)});
         publish(&base, &filler, None).await;
+        litter(&base).await;
     }
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    sweep(&base).await;
+    wait_for_checkpoint(&dir.path().join("spool"), before).await;
     spoold.signal("-KILL");
     spoold.wait_exit();
     let spoold = start_config(dir.path(), "", spool, PULL_QUEUES).await;
@@ -830,11 +862,12 @@ async fn delivered_events_are_kept_listed_shown_and_resent() {
     })
     .await;
     // Compaction, then kill -9: the history is as it was.
+    let before = newest_checkpoint(&dir.path().join("spool"));
     for n in 0..100 {
         let filler = json!({"type": "user.seen", "payload": "x".repeat(1000 + n)});
         publish(&base, &filler, None).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for_checkpoint(&dir.path().join("spool"), before).await;
     let before = history(&base, "").await;
     spoold.signal("-KILL");
     spoold.wait_exit();

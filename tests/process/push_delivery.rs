@@ -75,7 +75,10 @@ async fn kill_9_while_delivering_loses_no_accepted_message() {
         accepted.insert(forward(&client, &spoold.base, n).await);
     }
     // Some are delivered, some in flight, most still queued.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    common::wait_until("the first deliveries", async || {
+        delivered_ids(&sink).len() >= 8
+    })
+    .await;
     spoold.child.kill().unwrap();
     spoold.child.wait().unwrap();
     let before_restart = delivered_ids(&sink).len();
@@ -226,8 +229,9 @@ async fn the_breaker_heals_when_the_destination_is_fixed_and_obeys_the_operator(
     let (flaky, flaky_url) = Sink::start().await;
     flaky.script([(500, vec![]), (500, vec![])]);
     api.put_queue("hooks", settings(&flaky_url)).await;
-    // Workers take up new settings within a second (docs/contract.md §5).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The change is told to the dispatchers before the `PUT` answers, and
+    // ahead of the sends' wake-ups (`Core::queue_changed`): the messages
+    // below go to the new destination without a wait.
     for i in 0..3 {
         api.send("hooks", &format!("r{i}")).await;
     }
@@ -253,7 +257,6 @@ async fn the_breaker_heals_when_the_destination_is_fixed_and_obeys_the_operator(
     let (third, third_url) = Sink::start().await;
     third.script([(500, vec![]), (500, vec![])]);
     api.put_queue("hooks", settings(&third_url)).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     for i in 0..2 {
         api.send("hooks", &format!("p{i}")).await;
     }
