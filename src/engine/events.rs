@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
 use super::Engine;
-use super::core::Reply;
+use super::core::{Core, Reply};
 use super::error::EventError;
 use super::write::closed;
 use crate::spool::command::EventMeta;
@@ -16,6 +16,7 @@ use crate::spool::event::{event_type_problem, tenant_problem};
 use crate::spool::queue::origin_queue_name;
 use crate::spool::state::Queue;
 use crate::spool::{Command, MessageId, Payload, Record};
+use crate::time::Millis;
 
 /// An event to publish (`POST /v1/events`).
 #[derive(Debug, Clone)]
@@ -68,6 +69,51 @@ impl Engine {
     /// Publishes an event: `Ok` only after the fsync of the one record
     /// that holds it and every delivery.
     pub async fn publish(&self, request: EventRequest) -> Result<EventOutcome, EventError> {
+        self.check_event(&request)?;
+        let (tx, rx) = oneshot::channel();
+        let outcome = {
+            let mut core = self.core();
+            let now = self.now(&mut core);
+            let hash = self.event_dedup_hash(&request);
+            let fingerprint = hash.map(|_| fingerprint(&request));
+            if let Some(hash) = hash
+                && let Some(repeat) = self.known_key(&mut core, hash, fingerprint, now)?
+            {
+                return Ok(repeat);
+            }
+            let (queues, matched) = self.event_subscribers(&core, &request)?;
+            let id = core.spool.allocate_id();
+            let deliveries: Vec<(String, MessageId)> = queues
+                .into_iter()
+                .map(|q| (q, core.spool.allocate_id()))
+                .collect();
+            let record = event_record(&request, now, id, hash, fingerprint, &deliveries);
+            self.check_memory(&core, &record)?;
+            self.append(&core, record, Some(&request.payload), Reply::Done(tx))?;
+            if let Some(hash) = hash {
+                core.pending_events.insert(hash, now);
+            }
+            EventOutcome {
+                id,
+                deliveries,
+                deduplicated: false,
+                matched,
+            }
+        };
+        drop(request);
+        rx.await.map_err(|_| closed())??;
+        crate::metrics::count_event(if outcome.deliveries.is_empty() {
+            "no_subscribers"
+        } else {
+            "fanned_out"
+        });
+        Ok(outcome)
+    }
+
+    /// Refuses an event before the lock is taken: a bad type or tenant, a
+    /// client using spoold's own types, a payload its type's schema
+    /// refuses, or a full spool.
+    fn check_event(&self, request: &EventRequest) -> Result<(), EventError> {
         if let Some(problem) = event_type_problem(&request.event_type) {
             return Err(EventError::Invalid {
                 field: "type",
@@ -111,121 +157,127 @@ impl Engine {
                 max_bytes: self.inner.max_bytes,
             });
         }
-        let (tx, rx) = oneshot::channel();
-        let outcome = {
-            let mut core = self.core();
-            let now = self.now(&mut core);
-            let policy = &self.inner.policy;
-            // A key belongs to its tenant: another tenant's event with the
-            // same key is another event. (Without a tenant, the scope the
-            // builds before tenants hashed with, so their keys still hold.)
-            let scope = match &request.tenant {
-                Some(tenant) => format!("\0events\0{tenant}"),
-                None => "\0events".to_owned(),
-            };
-            let hash = request
-                .dedup_key
-                .as_deref()
-                .map(|key| self.inner.tokens.dedup_hash(&scope, key));
-            let fingerprint = hash.map(|_| fingerprint(&request));
-            if let Some(hash) = hash {
-                if let Some(seen) = core
-                    .spool
-                    .event_by_key(hash, now, policy.event_dedup_window_ms)
-                {
-                    // A key reused for something else is a mistake to show,
-                    // not a retry to answer (an event remembered without a
-                    // fingerprint, from a build before them, is a retry).
-                    if seen.fingerprint.is_some() && seen.fingerprint != fingerprint {
-                        return Err(EventError::KeyReused);
-                    }
-                    crate::metrics::count_event("deduplicated");
-                    return Ok(EventOutcome {
-                        id: seen.id,
-                        deliveries: seen.deliveries.clone(),
-                        deduplicated: true,
-                        matched: seen.deliveries.len(),
-                    });
-                }
-                if core
-                    .pending_events
-                    .get(&hash)
-                    .is_some_and(|&since| now - since < PENDING_KEY_MS)
-                {
-                    return Err(EventError::KeyInProgress);
-                }
-            }
-            let queues = core
-                .spool
-                .subscribing(&request.event_type, request.tenant.as_deref());
-            if queues.len() > policy.max_event_subscribers {
-                return Err(EventError::TooManySubscribers {
-                    event_type: request.event_type.clone(),
-                    subscribers: queues.len(),
-                    max: policy.max_event_subscribers,
-                });
-            }
-            let mut queues = queues;
-            if let Publisher::Spoold { about } = &request.publisher {
-                // Asked for by name (`spoold.>`, not a catch-all `>`), and
-                // never about the queue itself.
-                let base = about.as_deref().map(origin_queue_name);
-                queues.retain(|q| {
-                    is_operational_pattern(&q.settings.events)
-                        && base.is_none_or(|b| origin_queue_name(&q.name) != b)
-                });
-            }
-            let matched = queues.len();
-            let queues = kept_by_filters(queues, &request);
-            if queues.len() < matched {
-                crate::metrics::count_filtered(matched - queues.len());
-            }
-            let id = core.spool.allocate_id();
-            let deliveries: Vec<(String, MessageId)> = queues
-                .into_iter()
-                .map(|q| (q, core.spool.allocate_id()))
-                .collect();
-            let record = Record {
-                at: now,
-                command: Command::Event(EventMeta {
-                    id,
-                    event_type: Cow::Owned(request.event_type.clone()),
-                    tenant: request.tenant.clone().map(Cow::Owned),
-                    visible_at: now,
-                    dedup_hash: hash,
-                    fingerprint,
-                    deliveries: deliveries
-                        .iter()
-                        .map(|(q, id)| (Cow::Owned(q.clone()), *id))
-                        .collect(),
-                    ordering_key: request.payload.ordering_key.clone().map(Cow::Owned),
-                }),
-            };
-            self.check_memory(&core, &record)?;
-            self.append(&core, record, Some(&request.payload), Reply::Done(tx))?;
-            if let Some(hash) = hash {
-                core.pending_events.insert(hash, now);
-            }
-            EventOutcome {
-                id,
-                deliveries,
-                deduplicated: false,
-                matched,
-            }
+        Ok(())
+    }
+
+    /// The hash of an event's dedup key, if it has one.
+    fn event_dedup_hash(&self, request: &EventRequest) -> Option<u64> {
+        // A key belongs to its tenant: another tenant's event with the
+        // same key is another event. (Without a tenant, the scope the
+        // builds before tenants hashed with, so their keys still hold.)
+        let scope = match &request.tenant {
+            Some(tenant) => format!("\0events\0{tenant}"),
+            None => "\0events".to_owned(),
         };
-        drop(request);
-        rx.await.map_err(|_| closed())??;
-        crate::metrics::count_event(if outcome.deliveries.is_empty() {
-            "no_subscribers"
-        } else {
-            "fanned_out"
-        });
-        Ok(outcome)
+        request
+            .dedup_key
+            .as_deref()
+            .map(|key| self.inner.tokens.dedup_hash(&scope, key))
+    }
+
+    /// What a dedup key already seen answers: the first event's outcome
+    /// (`Some`), a refusal when it was reused for another event or its
+    /// event is still being written, or `None` for a new key.
+    fn known_key(
+        &self,
+        core: &mut Core,
+        hash: u64,
+        fingerprint: Option<u64>,
+        now: Millis,
+    ) -> Result<Option<EventOutcome>, EventError> {
+        let window_ms = self.inner.policy.event_dedup_window_ms;
+        if let Some(seen) = core.spool.event_by_key(hash, now, window_ms) {
+            // A key reused for something else is a mistake to show,
+            // not a retry to answer (an event remembered without a
+            // fingerprint, from a build before them, is a retry).
+            if seen.fingerprint.is_some() && seen.fingerprint != fingerprint {
+                return Err(EventError::KeyReused);
+            }
+            crate::metrics::count_event("deduplicated");
+            return Ok(Some(EventOutcome {
+                id: seen.id,
+                deliveries: seen.deliveries.clone(),
+                deduplicated: true,
+                matched: seen.deliveries.len(),
+            }));
+        }
+        if core
+            .pending_events
+            .get(&hash)
+            .is_some_and(|&since| now - since < PENDING_KEY_MS)
+        {
+            return Err(EventError::KeyInProgress);
+        }
+        Ok(None)
+    }
+
+    /// The queues an event goes to, with how many its type (and tenant)
+    /// matched before their content filters kept some of them; refused
+    /// past `max_event_subscribers`.
+    fn event_subscribers(
+        &self,
+        core: &Core,
+        request: &EventRequest,
+    ) -> Result<(Vec<String>, usize), EventError> {
+        let policy = &self.inner.policy;
+        let queues = core
+            .spool
+            .subscribing(&request.event_type, request.tenant.as_deref());
+        if queues.len() > policy.max_event_subscribers {
+            return Err(EventError::TooManySubscribers {
+                event_type: request.event_type.clone(),
+                subscribers: queues.len(),
+                max: policy.max_event_subscribers,
+            });
+        }
+        let mut queues = queues;
+        if let Publisher::Spoold { about } = &request.publisher {
+            // Asked for by name (`spoold.>`, not a catch-all `>`), and
+            // never about the queue itself.
+            let base = about.as_deref().map(origin_queue_name);
+            queues.retain(|q| {
+                is_operational_pattern(&q.settings.events)
+                    && base.is_none_or(|b| origin_queue_name(&q.name) != b)
+            });
+        }
+        let matched = queues.len();
+        let queues = kept_by_filters(queues, request);
+        if queues.len() < matched {
+            crate::metrics::count_filtered(matched - queues.len());
+        }
+        Ok((queues, matched))
     }
 
     /// The queues an event of `event_type` (and `tenant`) would go to now.
     pub fn subscribers(&self, event_type: &str, tenant: Option<&str>) -> Vec<String> {
         self.core().spool.subscribers(event_type, tenant)
+    }
+}
+
+/// The one record of an event: its meta and the id of each delivery.
+fn event_record(
+    request: &EventRequest,
+    now: Millis,
+    id: MessageId,
+    hash: Option<u64>,
+    fingerprint: Option<u64>,
+    deliveries: &[(String, MessageId)],
+) -> Record<'static> {
+    Record {
+        at: now,
+        command: Command::Event(EventMeta {
+            id,
+            event_type: Cow::Owned(request.event_type.clone()),
+            tenant: request.tenant.clone().map(Cow::Owned),
+            visible_at: now,
+            dedup_hash: hash,
+            fingerprint,
+            deliveries: deliveries
+                .iter()
+                .map(|(q, id)| (Cow::Owned(q.clone()), *id))
+                .collect(),
+            ordering_key: request.payload.ordering_key.clone().map(Cow::Owned),
+        }),
     }
 }
 

@@ -408,9 +408,36 @@ fn write_out(
 ) -> Result<u64, JournalError> {
     let salt = identity.salt;
     let seq = spool.applied_seq();
-    // Each record copied, in the order the packs hold them: (pack id,
-    // where it is now, where it goes).
-    let mut moves: Vec<(u64, RecordLoc, RecordLoc)> = Vec::new();
+    let meta = CheckpointMeta {
+        seq,
+        next_segment_id,
+        next_pack_id: first_pack,
+        salt,
+        token_key: identity.token_key,
+        files: Vec::new(),
+    };
+    let (moves, chunks) = lay_out(spool, meta, reframe);
+    let mut keep = vec![checkpoint_file_name(seq)];
+    write_packs(storage, dir, salt, seq, &moves, reframe, &mut keep)?;
+    write_checkpoint(storage, dir, salt, seq, 0, &chunks).map_err(AtomicWriteError::into_inner)?;
+    remove_obsolete(storage, dir, &keep)?;
+    Ok(keep.len() as u64 - 1)
+}
+
+/// A record copied: the pack it goes to, where it is now, where it goes.
+type Move = (u64, RecordLoc, RecordLoc);
+
+/// Lays out every payload record `spool` points at into packs, from pack
+/// `meta.next_pack_id` on, and encodes the checkpoint that points at
+/// where they go: each record copied, in the order the packs hold them,
+/// and the checkpoint's chunks.
+fn lay_out(
+    spool: &Spool,
+    mut meta: CheckpointMeta,
+    reframe: &Reframe<'_>,
+) -> (Vec<Move>, Vec<(u8, Vec<u8>)>) {
+    let first_pack = meta.next_pack_id;
+    let mut moves: Vec<Move> = Vec::new();
     let mut placed: HashMap<RecordLoc, RecordLoc> = HashMap::new();
     let mut layout = PackLayout::new();
     let mut relocate = |u: LocUse<'_>| {
@@ -430,18 +457,23 @@ fn write_out(
     // The checkpoint names the next free pack id, known only once the
     // layout is done: a first pass lays the records out, the second
     // encodes the checkpoint with it.
-    let mut meta = CheckpointMeta {
-        seq,
-        next_segment_id,
-        next_pack_id: first_pack,
-        salt,
-        token_key: identity.token_key,
-        files: Vec::new(),
-    };
     spool.encode_checkpoint(&meta, &mut relocate);
     meta.next_pack_id = moves.last().map_or(first_pack, |last| last.0 + 1);
     let chunks = spool.encode_checkpoint(&meta, &mut |u: LocUse<'_>| placed[&u.loc]);
-    let mut keep = vec![checkpoint_file_name(seq)];
+    (moves, chunks)
+}
+
+/// Writes the packs `moves` lays out, each record read through `reframe`,
+/// and adds the name of each to `keep`.
+fn write_packs(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    salt: u64,
+    seq: u64,
+    moves: &[Move],
+    reframe: &Reframe<'_>,
+    keep: &mut Vec<String>,
+) -> Result<(), JournalError> {
     // The layout fills one pack after the other: each run of moves is one.
     for pack in moves.chunk_by(|a, b| a.0 == b.0) {
         let pack_id = pack[0].0;
@@ -472,7 +504,16 @@ fn write_out(
         .map_err(AtomicWriteError::into_inner)?;
         keep.push(pack_file_name(pack_id));
     }
-    write_checkpoint(storage, dir, salt, seq, 0, &chunks).map_err(AtomicWriteError::into_inner)?;
+    Ok(())
+}
+
+/// Deletes every journal file of `dir` (segment, pack, checkpoint) not
+/// named in `keep`.
+fn remove_obsolete(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    keep: &[String],
+) -> Result<(), JournalError> {
     let listing = list_files(storage.as_ref(), dir)?;
     let obsolete: Vec<String> = listing
         .segments
@@ -483,5 +524,5 @@ fn write_out(
         .filter(|name| !keep.contains(name))
         .collect();
     remove_files(storage, dir, &obsolete)?;
-    Ok(keep.len() as u64 - 1)
+    Ok(())
 }

@@ -5,11 +5,12 @@ use std::borrow::Cow;
 
 use tokio::sync::oneshot;
 
-use super::core::{Reply, SendOutcome, SendReply};
+use super::core::{Core, Reply, SendOutcome, SendReply};
 use super::error::SendError;
 use super::write::closed;
 use super::{Engine, SendRequest};
 use crate::spool::{Command, EnqueueMeta, Record};
+use crate::time::Millis;
 
 impl Engine {
     /// Sends a message: `Ok` only after the fsync that covers it.
@@ -42,18 +43,7 @@ impl Engine {
         }
         let mut core = self.core();
         let now = self.now(&mut core);
-        let q = core
-            .spool
-            .queue(queue)
-            .ok_or_else(|| SendError::QueueNotFound {
-                queue: queue.to_owned(),
-            })?;
-        if q.is_failure_queue() {
-            return Err(SendError::FailureQueue {
-                queue: queue.to_owned(),
-            });
-        }
-        let window_ms = q.settings.dedup_window_ms;
+        let window_ms = send_window(&core, queue)?;
         let dedup = match &request.dedup_key {
             None => None,
             Some(_) if window_ms == 0 => {
@@ -81,6 +71,21 @@ impl Engine {
                 Some((pending_key, hash))
             }
         };
+        self.append_enqueue(&mut core, queue, request, now, dedup, tx)
+    }
+
+    /// Appends the enqueue of a new message under the lock, its answer to
+    /// come on `tx`; if the append is refused, its dedup key (`dedup`: the
+    /// pending key and its hash) no longer waits.
+    fn append_enqueue(
+        &self,
+        core: &mut Core,
+        queue: &str,
+        request: &SendRequest,
+        now: Millis,
+        dedup: Option<((String, u64), u64)>,
+        tx: SendReply,
+    ) -> Result<Option<SendOutcome>, SendError> {
         let id = core.spool.allocate_id();
         let record = Record {
             at: now,
@@ -97,8 +102,8 @@ impl Engine {
             dedup: dedup.as_ref().map(|d| d.0.clone()),
         };
         let appended = self
-            .check_memory(&core, &record)
-            .and_then(|()| self.append(&core, record, Some(&request.payload), reply));
+            .check_memory(core, &record)
+            .and_then(|()| self.append(core, record, Some(&request.payload), reply));
         if let Err(e) = appended {
             if let Some((key, _)) = dedup {
                 core.pending_dedup.remove(&key);
@@ -107,4 +112,21 @@ impl Engine {
         }
         Ok(None)
     }
+}
+
+/// The dedup window of `queue`, if a send may go to it: refused when it
+/// does not exist or is a failure queue.
+fn send_window(core: &Core, queue: &str) -> Result<u64, SendError> {
+    let q = core
+        .spool
+        .queue(queue)
+        .ok_or_else(|| SendError::QueueNotFound {
+            queue: queue.to_owned(),
+        })?;
+    if q.is_failure_queue() {
+        return Err(SendError::FailureQueue {
+            queue: queue.to_owned(),
+        });
+    }
+    Ok(q.settings.dedup_window_ms)
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::Engine;
-use super::core::Reply;
+use super::core::{Core, Reply};
 use super::error::{ReadError, SettleError, WriteError};
 use super::lease::settle_error;
 use super::notes as operational;
@@ -18,7 +18,7 @@ use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};
 use crate::spool::queue::origin_queue_name;
 use crate::spool::record::decode_attempts;
 use crate::spool::state::{AttemptEffect, BreakerTurn};
-use crate::spool::{Command, FailReason, MessageId, Record};
+use crate::spool::{Command, FailReason, MessageId, Record, Spool};
 
 /// An open breaker's first probe comes this long after it opens; each
 /// failed probe doubles the wait up to [`PROBE_INTERVAL_MAX`]
@@ -112,23 +112,7 @@ impl Engine {
         }
         let id = lease.id;
         let last_status = attempt.status;
-        // A delivered message's attempts are kept only by a queue that
-        // keeps its history (they are shown with it); else they go with it.
-        let keeps_history = self
-            .core()
-            .spool
-            .queue(queue)
-            .is_some_and(|q| q.settings.history_retention_ms > 0);
-        let record_attempts = outcome != Outcome::Delivered || keeps_history;
-        let mut attempts = if record_attempts {
-            self.attempts(queue, id)?
-        } else {
-            Vec::new()
-        };
-        attempts.push(attempt);
-        if attempts.len() > ATTEMPTS_KEPT {
-            attempts.drain(..attempts.len() - ATTEMPTS_KEPT);
-        }
+        let attempts = self.attempts_to_record(queue, id, attempt, outcome)?;
         let (tx, rx) = oneshot::channel();
         let settled;
         let breaker;
@@ -136,60 +120,14 @@ impl Engine {
             let mut core = self.core();
             let now = self.now(&mut core);
             let q: Cow<'static, str> = Cow::Owned(queue.to_owned());
-            let settle = if let Outcome::Retry { delay_ms } = outcome {
-                // A nack: the retry count rises, past `max_retries` to the
-                // failure queue (the state machine decides which).
-                core.spool
-                    .reserve_nack(queue, id, lease.serial, now, delay_ms, last_status)
-                    .map_err(|e| settle_error(queue, e))?
-            } else {
-                core.spool
-                    .reserve_settle(queue, id, lease.serial, now)
-                    .map_err(|e| settle_error(queue, e))?;
-                let retry_count = retry_count(&core.spool, queue, id);
-                let queue = q.clone();
-                match outcome {
-                    Outcome::Delivered => Command::Ack { queue, id },
-                    Outcome::Permanent { status } => Command::Fail {
-                        queue,
-                        id,
-                        reason: FailReason::PermanentStatus,
-                        last_status: Some(status),
-                        retry_count,
-                    },
-                    Outcome::ProbeFailed { delay_ms } => Command::Retry {
-                        queue,
-                        id,
-                        visible_at: now + delay_ms as i64,
-                        retry_count,
-                    },
-                    Outcome::Retry { .. } => unreachable!("handled above"),
-                }
-            };
-            core.spool
-                .count_delivery(queue, outcome == Outcome::Delivered);
-            let effect = match outcome {
-                Outcome::Delivered => AttemptEffect::Delivered,
-                Outcome::Permanent { .. } => AttemptEffect::Permanent,
-                Outcome::Retry { .. } => AttemptEffect::Retryable { probe: false },
-                Outcome::ProbeFailed { .. } => AttemptEffect::Retryable { probe: true },
-            };
-            breaker = core.spool.count_attempt(
-                queue,
-                effect,
-                now + PROBE_INTERVAL_FIRST.as_millis() as i64,
-            );
-            settled = match &settle {
-                Command::Ack { .. } => Settled::Delivered,
-                Command::Fail { .. } => Settled::Failed,
-                _ => Settled::Retried,
-            };
+            let settle = reserve(&mut core.spool, queue, &lease, now, outcome, last_status)?;
+            breaker = count_attempt(&mut core.spool, queue, outcome, now);
+            settled = Settled::by(&settle);
             let settle = Record {
                 at: now,
                 command: settle,
             };
-            let undo = settle.clone();
-            let attempt_record = record_attempts.then_some(Record {
+            let attempt_record = attempts.map(|attempts| Record {
                 at: now,
                 command: Command::Attempt {
                     queue: q,
@@ -197,15 +135,7 @@ impl Engine {
                     attempts,
                 },
             });
-            let appended = match attempt_record {
-                Some(r) => self.append(&core, r, None, Reply::Nobody),
-                None => Ok(()),
-            }
-            .and_then(|()| self.append(&core, settle, None, Reply::Done(tx)));
-            if let Err(e) = appended {
-                core.release(&undo);
-                return Err(e.into());
-            }
+            self.append_settle(&mut core, attempt_record, settle, tx)?;
         }
         if breaker == BreakerTurn::Opened {
             let next_probe = self.breaker(queue);
@@ -216,6 +146,121 @@ impl Engine {
             breaker,
             durable: rx,
         })
+    }
+
+    /// The attempts to record beside a settle: the message's last ones
+    /// with `attempt` added, at most [`ATTEMPTS_KEPT`]. `None` for a
+    /// delivered message of a queue that keeps no history.
+    fn attempts_to_record(
+        &self,
+        queue: &str,
+        id: MessageId,
+        attempt: AttemptInfo,
+        outcome: Outcome,
+    ) -> Result<Option<Vec<AttemptInfo>>, SettleError> {
+        // A delivered message's attempts are kept only by a queue that
+        // keeps its history (they are shown with it); else they go with it.
+        let keeps_history = self
+            .core()
+            .spool
+            .queue(queue)
+            .is_some_and(|q| q.settings.history_retention_ms > 0);
+        if outcome == Outcome::Delivered && !keeps_history {
+            return Ok(None);
+        }
+        let mut attempts = self.attempts(queue, id)?;
+        attempts.push(attempt);
+        if attempts.len() > ATTEMPTS_KEPT {
+            attempts.drain(..attempts.len() - ATTEMPTS_KEPT);
+        }
+        Ok(Some(attempts))
+    }
+
+    /// Appends a settle's records under the lock, its attempts (if any)
+    /// first; if either is refused, the message's reservation is undone.
+    fn append_settle(
+        &self,
+        core: &mut Core,
+        attempt_record: Option<Record<'static>>,
+        settle: Record<'static>,
+        tx: oneshot::Sender<Result<(), WriteError>>,
+    ) -> Result<(), SettleError> {
+        let undo = settle.clone();
+        let appended = match attempt_record {
+            Some(r) => self.append(core, r, None, Reply::Nobody),
+            None => Ok(()),
+        }
+        .and_then(|()| self.append(core, settle, None, Reply::Done(tx)));
+        if let Err(e) = appended {
+            core.release(&undo);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+}
+
+/// Reserves the message of `lease` and says the command that settles it:
+/// a nack for a retryable outcome (the state machine decides whether past
+/// `max_retries` it goes to the failure queue), else an ack, a fail or a
+/// retry that keeps the retry count.
+fn reserve(
+    spool: &mut Spool,
+    queue: &str,
+    lease: &LeaseToken,
+    now: Millis,
+    outcome: Outcome,
+    last_status: Option<u16>,
+) -> Result<Command<'static>, SettleError> {
+    let id = lease.id;
+    if let Outcome::Retry { delay_ms } = outcome {
+        return spool
+            .reserve_nack(queue, id, lease.serial, now, delay_ms, last_status)
+            .map_err(|e| settle_error(queue, e));
+    }
+    spool
+        .reserve_settle(queue, id, lease.serial, now)
+        .map_err(|e| settle_error(queue, e))?;
+    let retry_count = retry_count(spool, queue, id);
+    let queue: Cow<'static, str> = Cow::Owned(queue.to_owned());
+    Ok(match outcome {
+        Outcome::Delivered => Command::Ack { queue, id },
+        Outcome::Permanent { status } => Command::Fail {
+            queue,
+            id,
+            reason: FailReason::PermanentStatus,
+            last_status: Some(status),
+            retry_count,
+        },
+        Outcome::ProbeFailed { delay_ms } => Command::Retry {
+            queue,
+            id,
+            visible_at: now + delay_ms as i64,
+            retry_count,
+        },
+        Outcome::Retry { .. } => unreachable!("handled above"),
+    })
+}
+
+/// Counts an attempt: as a delivery, for the queue's counters, and as an
+/// attempt for its circuit breaker, which it may open or close.
+fn count_attempt(spool: &mut Spool, queue: &str, outcome: Outcome, now: Millis) -> BreakerTurn {
+    spool.count_delivery(queue, outcome == Outcome::Delivered);
+    spool.count_attempt(
+        queue,
+        outcome.effect(),
+        now + PROBE_INTERVAL_FIRST.as_millis() as i64,
+    )
+}
+
+impl Outcome {
+    /// What the attempt counts as for the queue's circuit breaker.
+    fn effect(self) -> AttemptEffect {
+        match self {
+            Outcome::Delivered => AttemptEffect::Delivered,
+            Outcome::Permanent { .. } => AttemptEffect::Permanent,
+            Outcome::Retry { .. } => AttemptEffect::Retryable { probe: false },
+            Outcome::ProbeFailed { .. } => AttemptEffect::Retryable { probe: true },
+        }
     }
 }
 
@@ -246,6 +291,18 @@ pub(crate) enum Settled {
     Retried,
     /// Moved to the failure queue (a permanent status, or its last retry).
     Failed,
+}
+
+impl Settled {
+    /// What `settle`, the command that settles a delivery, does to its
+    /// message.
+    fn by(settle: &Command<'_>) -> Settled {
+        match settle {
+            Command::Ack { .. } => Settled::Delivered,
+            Command::Fail { .. } => Settled::Failed,
+            _ => Settled::Retried,
+        }
+    }
 }
 
 fn retry_count(spool: &crate::spool::Spool, queue: &str, id: MessageId) -> u32 {
