@@ -124,30 +124,8 @@ pub(crate) fn read(
         segment_ids: ids.clone(),
         ..OldSummary::default()
     };
-    let mut files = Vec::new();
-    for &id in &ids {
-        let path = dir.join(segment_file_name(id));
-        let mut buf = Vec::new();
-        super::scan::read_whole(storage.as_ref(), &path, &mut buf)?;
-        files.push((id, buf));
-    }
-    let corrupt = |id: u64, offset: usize, reason: &str| JournalError::Corrupt {
-        dir: dir.to_path_buf(),
-        file: dir.join(segment_file_name(id)),
-        offset: offset as u64,
-        reason: format!(
-            "{reason} in a format-1 segment; repair it with the spoold release that wrote it, then upgrade"
-        ),
-    };
-    let mut headers = Vec::new();
-    for (i, (id, buf)) in files.iter().enumerate() {
-        match decode_header(buf, salt, *id) {
-            Some(h) => headers.push(Some(h)),
-            // A rotation cut short: an empty last segment.
-            None if i + 1 == files.len() && buf.len() <= HEADER_BYTES => headers.push(None),
-            None => return Err(corrupt(*id, 0, "bad segment header")),
-        }
-    }
+    let files = read_segments(storage.as_ref(), dir, &ids)?;
+    let headers = decode_headers(dir, &files, salt)?;
     let covered = |id: u64| {
         ids.iter().zip(&headers).any(|(&other, h)| {
             h.as_ref()
@@ -162,31 +140,94 @@ pub(crate) fn read(
         summary.id_floor = summary.id_floor.max(header.id_floor);
         summary.last_seq = summary.last_seq.max(header.first_seq.saturating_sub(1));
         let is_last = i + 1 == files.len();
-        let mut off = HEADER_BYTES;
-        while off + FRAME_HEADER_BYTES <= buf.len() {
-            if buf[off..].iter().all(|&b| b == 0) {
-                break;
-            }
-            let len = FRAME_HEADER_BYTES + le_u32(&buf[off..off + 4]) as usize;
-            if off + len > buf.len() || !frame_ok(&buf[off..off + len], salt) {
-                if is_last {
-                    break; // a torn final write
-                }
-                return Err(corrupt(*id, off, "damaged record"));
-            }
-            let seq = le_u64(&buf[off + 8..off + 16]);
-            visit(OldRecord {
-                segment_id: *id,
-                offset: off as u64,
-                frame_len: len as u64,
-                seq,
-                kind: buf[off + 16],
-                body: &buf[off + FRAME_HEADER_BYTES..off + len],
-            })?;
-            summary.records += 1;
-            summary.last_seq = summary.last_seq.max(seq);
-            off += len;
-        }
+        read_frames(dir, *id, buf, salt, is_last, &mut summary, &mut visit)?;
     }
     Ok(summary)
+}
+
+/// The bytes of each segment `ids` names, whole.
+fn read_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    ids: &[u64],
+) -> Result<Vec<(u64, Vec<u8>)>, JournalError> {
+    let mut files = Vec::new();
+    for &id in ids {
+        let path = dir.join(segment_file_name(id));
+        let mut buf = Vec::new();
+        super::scan::read_whole(storage, &path, &mut buf)?;
+        files.push((id, buf));
+    }
+    Ok(files)
+}
+
+/// The header of each segment of `files`: `None` for an empty last one (a
+/// rotation cut short), any other bad header an error.
+fn decode_headers(
+    dir: &Path,
+    files: &[(u64, Vec<u8>)],
+    salt: u64,
+) -> Result<Vec<Option<OldHeader>>, JournalError> {
+    let mut headers = Vec::new();
+    for (i, (id, buf)) in files.iter().enumerate() {
+        match decode_header(buf, salt, *id) {
+            Some(h) => headers.push(Some(h)),
+            // A rotation cut short: an empty last segment.
+            None if i + 1 == files.len() && buf.len() <= HEADER_BYTES => headers.push(None),
+            None => return Err(corrupt(dir, *id, 0, "bad segment header")),
+        }
+    }
+    Ok(headers)
+}
+
+/// Visits each record of segment `id` (its bytes `buf`), counting them
+/// in `summary`: a damaged one is an error, except a torn final write in
+/// the last segment (`is_last`), which ends it.
+fn read_frames(
+    dir: &Path,
+    id: u64,
+    buf: &[u8],
+    salt: u64,
+    is_last: bool,
+    summary: &mut OldSummary,
+    visit: &mut impl FnMut(OldRecord<'_>) -> Result<(), JournalError>,
+) -> Result<(), JournalError> {
+    let mut off = HEADER_BYTES;
+    while off + FRAME_HEADER_BYTES <= buf.len() {
+        if buf[off..].iter().all(|&b| b == 0) {
+            break;
+        }
+        let len = FRAME_HEADER_BYTES + le_u32(&buf[off..off + 4]) as usize;
+        if off + len > buf.len() || !frame_ok(&buf[off..off + len], salt) {
+            if is_last {
+                break; // a torn final write
+            }
+            return Err(corrupt(dir, id, off, "damaged record"));
+        }
+        let seq = le_u64(&buf[off + 8..off + 16]);
+        visit(OldRecord {
+            segment_id: id,
+            offset: off as u64,
+            frame_len: len as u64,
+            seq,
+            kind: buf[off + 16],
+            body: &buf[off + FRAME_HEADER_BYTES..off + len],
+        })?;
+        summary.records += 1;
+        summary.last_seq = summary.last_seq.max(seq);
+        off += len;
+    }
+    Ok(())
+}
+
+/// A format-1 segment found damaged at `offset`: `reason`, and what to do.
+fn corrupt(dir: &Path, id: u64, offset: usize, reason: &str) -> JournalError {
+    JournalError::Corrupt {
+        dir: dir.to_path_buf(),
+        file: dir.join(segment_file_name(id)),
+        offset: offset as u64,
+        reason: format!(
+            "{reason} in a format-1 segment; repair it with the spoold release that wrote it, then upgrade"
+        ),
+    }
 }

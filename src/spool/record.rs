@@ -632,91 +632,109 @@ pub(crate) fn decode_payload_of(record_kind: u8, body: &[u8]) -> Result<Payload,
     let mut r = Reader { buf: body, pos: 0 };
     r.i64()?; // at
     if record_kind == kind::RESEND {
-        r.str16()?; // queue
-        r.id()?; // id
-        let from = r.id()?;
-        r.i64()?; // visible_at
-        let flags = r.u8()?;
-        let content_type = r.str16()?.to_owned();
-        let request = if flags & RESEND_HAS_REQUEST != 0 {
-            Some(read_request(&mut r)?)
-        } else {
-            None
-        };
-        let event = if flags & RESEND_HAS_EVENT != 0 {
-            let id = r.id()?;
-            let event_type = r.str16()?.to_owned();
-            let tenant = if flags & RESEND_HAS_TENANT != 0 {
-                Some(r.str16()?.to_owned())
-            } else {
-                None
-            };
-            Some(EventTag {
-                id,
-                event_type,
-                tenant,
-            })
-        } else {
-            None
-        };
-        let body = Bytes::copy_from_slice(r.bytes32()?);
-        let hops = if flags & RESEND_HAS_HOPS != 0 {
-            r.u8()?
-        } else {
-            0
-        };
-        return Ok(Payload {
-            content_type,
-            request,
-            event,
-            resent_from: Some(from),
-            trace: None,
-            hops,
-            ordering_key: None,
-            body,
-        });
+        return decode_resend_payload(&mut r);
     }
     if record_kind == kind::EVENT {
-        let (meta, flags) = read_event_head(&mut r)?;
-        let content_type = r.str16()?.to_owned();
-        let body = Bytes::copy_from_slice(r.bytes32()?);
-        let hops = if flags & EVENT_HAS_HOPS != 0 {
-            r.u8()?
-        } else {
-            0
-        };
-        if flags & EVENT_HAS_FINGERPRINT != 0 {
-            r.u64()?;
-        }
-        let ordering_key = if flags & EVENT_HAS_ORDERING != 0 {
-            Some(r.str16()?.to_owned())
-        } else {
-            None
-        };
-        let trace = if flags & EVENT_HAS_TRACE != 0 {
-            Some(r.str16()?.to_owned())
-        } else {
-            None
-        };
-        return Ok(Payload {
-            content_type,
-            request: None,
-            event: Some(EventTag {
-                id: meta.id,
-                event_type: meta.event_type.into_owned(),
-                tenant: meta.tenant.map(Cow::into_owned),
-            }),
-            resent_from: None,
-            trace,
-            hops,
-            ordering_key,
-            body,
-        });
+        return decode_event_payload(&mut r);
     }
-    let (_, flags) = read_enqueue_head(&mut r)?;
+    decode_enqueue_payload(&mut r)
+}
+
+/// A resend's payload, after its `at`: the copy's content type, request
+/// and event tag (each if its flag says so), bytes and hops.
+fn decode_resend_payload(r: &mut Reader<'_>) -> Result<Payload, DecodeError> {
+    r.str16()?; // queue
+    r.id()?; // id
+    let from = r.id()?;
+    r.i64()?; // visible_at
+    let flags = r.u8()?;
+    let content_type = r.str16()?.to_owned();
+    let request = if flags & RESEND_HAS_REQUEST != 0 {
+        Some(read_request(r)?)
+    } else {
+        None
+    };
+    let event = if flags & RESEND_HAS_EVENT != 0 {
+        let id = r.id()?;
+        let event_type = r.str16()?.to_owned();
+        let tenant = if flags & RESEND_HAS_TENANT != 0 {
+            Some(r.str16()?.to_owned())
+        } else {
+            None
+        };
+        Some(EventTag {
+            id,
+            event_type,
+            tenant,
+        })
+    } else {
+        None
+    };
+    let body = Bytes::copy_from_slice(r.bytes32()?);
+    let hops = if flags & RESEND_HAS_HOPS != 0 {
+        r.u8()?
+    } else {
+        0
+    };
+    Ok(Payload {
+        content_type,
+        request,
+        event,
+        resent_from: Some(from),
+        trace: None,
+        hops,
+        ordering_key: None,
+        body,
+    })
+}
+
+/// An event's payload, after its `at`: the event's tag from its head,
+/// then content type, bytes, hops, ordering key and trace.
+fn decode_event_payload(r: &mut Reader<'_>) -> Result<Payload, DecodeError> {
+    let (meta, flags) = read_event_head(r)?;
+    let content_type = r.str16()?.to_owned();
+    let body = Bytes::copy_from_slice(r.bytes32()?);
+    let hops = if flags & EVENT_HAS_HOPS != 0 {
+        r.u8()?
+    } else {
+        0
+    };
+    if flags & EVENT_HAS_FINGERPRINT != 0 {
+        r.u64()?;
+    }
+    let ordering_key = if flags & EVENT_HAS_ORDERING != 0 {
+        Some(r.str16()?.to_owned())
+    } else {
+        None
+    };
+    let trace = if flags & EVENT_HAS_TRACE != 0 {
+        Some(r.str16()?.to_owned())
+    } else {
+        None
+    };
+    Ok(Payload {
+        content_type,
+        request: None,
+        event: Some(EventTag {
+            id: meta.id,
+            event_type: meta.event_type.into_owned(),
+            tenant: meta.tenant.map(Cow::into_owned),
+        }),
+        resent_from: None,
+        trace,
+        hops,
+        ordering_key,
+        body,
+    })
+}
+
+/// An enqueue's payload, after its `at`: content type, stored request,
+/// bytes, trace, hops and ordering key.
+fn decode_enqueue_payload(r: &mut Reader<'_>) -> Result<Payload, DecodeError> {
+    let (_, flags) = read_enqueue_head(r)?;
     let content_type = r.str16()?.to_owned();
     let request = if flags & ENQUEUE_HAS_REQUEST != 0 {
-        Some(read_request(&mut r)?)
+        Some(read_request(r)?)
     } else {
         None
     };

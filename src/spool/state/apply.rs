@@ -106,21 +106,17 @@ impl Spool {
         applied
     }
 
-    /// The one dispatch from a command to the function that applies it.
+    /// The one dispatch from a command to the function that applies it
+    /// (a queue's own changes through [`Spool::apply_queue_change`], the
+    /// records that name no queue through [`Spool::apply_spool_wide`]).
     pub(super) fn apply_command(&mut self, record: &Record<'_>, loc: RecordLoc) -> Applied {
         let at = record.at;
         self.last_at = self.last_at.max(at);
         match &record.command {
-            Command::QueueUpsert {
-                name,
-                settings,
-                managed_by_config,
-            } => {
-                self.upsert_queue(name, settings, *managed_by_config, at);
-                Applied::Done
-            }
-            Command::QueueDelete { name } => self.delete_queue(name),
-            Command::QueuePause { name, paused } => self.apply_pause(name, *paused),
+            command @ (Command::QueueUpsert { .. }
+            | Command::QueueDelete { .. }
+            | Command::QueuePause { .. }
+            | Command::SecretExpire { .. }) => self.apply_queue_change(command, at),
             Command::Enqueue(meta) => self.apply_enqueue(meta, at, loc),
             Command::Event(meta) => self.apply_event(meta, at, loc),
             Command::Resend {
@@ -128,24 +124,9 @@ impl Spool {
                 id,
                 visible_at,
                 ..
-            } => {
-                let meta = EnqueueMeta {
-                    id: *id,
-                    queue: Cow::Borrowed(queue.as_ref()),
-                    visible_at: *visible_at,
-                    dedup_hash: None,
-                    ordering_key: None,
-                };
-                self.apply_enqueue(&meta, at, loc)
-            }
+            } => self.apply_resend(queue, *id, *visible_at, at, loc),
             Command::Ack { queue, id } => self.apply_ack(queue, *id, at),
-            Command::SecretExpire { queue, expires_at } => {
-                self.apply_secret_expire(queue, *expires_at)
-            }
-            Command::HistoryDrop { queue, ids } => {
-                let n = self.drop_history(queue, ids);
-                Applied::Count(n)
-            }
+            Command::HistoryDrop { queue, ids } => Applied::Count(self.drop_history(queue, ids)),
             Command::Expire { queue, id } => self.remove(queue, *id, |c| c.expired += 1),
             Command::Cancel { queue, id } => self.remove(queue, *id, |_| {}),
             Command::Retry {
@@ -170,23 +151,11 @@ impl Spool {
             }
             Command::Purge { queue, ids } => self.apply_purge(queue, ids),
             Command::Redrive { queue, ids } => self.apply_redrive(queue, ids, at),
-            Command::Epoch { epoch } => {
-                self.epoch = self.epoch.max(*epoch);
-                Applied::Done
-            }
-            Command::RaftBlank => Applied::Done,
-            Command::RaftMembership { config } => {
-                self.cluster_config = Some(config.to_vec());
-                Applied::Done
-            }
-            Command::RetireNode { id } => {
-                self.retired_nodes.insert(*id);
-                Applied::Done
-            }
-            Command::EventType { name, definition } => {
-                self.set_event_type(name, definition);
-                Applied::Done
-            }
+            command @ (Command::Epoch { .. }
+            | Command::RaftBlank
+            | Command::RaftMembership { .. }
+            | Command::RetireNode { .. }
+            | Command::EventType { .. }) => self.apply_spool_wide(command),
             Command::Attempt { queue, id, .. } => self.apply_attempt(queue, *id, loc),
             Command::DedupKey {
                 queue,
@@ -195,6 +164,64 @@ impl Spool {
                 id,
             } => self.apply_dedup_key(queue, *hash, *first_at, *id),
         }
+    }
+
+    /// Applies a record that changes a queue rather than its messages: an
+    /// upsert, a delete, a pause, the end of a rotated-out secret.
+    fn apply_queue_change(&mut self, command: &Command<'_>, at: Millis) -> Applied {
+        match command {
+            Command::QueueUpsert {
+                name,
+                settings,
+                managed_by_config,
+            } => {
+                self.upsert_queue(name, settings, *managed_by_config, at);
+                Applied::Done
+            }
+            Command::QueueDelete { name } => self.delete_queue(name),
+            Command::QueuePause { name, paused } => self.apply_pause(name, *paused),
+            Command::SecretExpire { queue, expires_at } => {
+                self.apply_secret_expire(queue, *expires_at)
+            }
+            _ => unreachable!("bug: apply_command routes only a queue's changes here"),
+        }
+    }
+
+    /// Applies a record that names no queue: the epoch, the replicated
+    /// log's blank entries, membership and retired nodes, and the event
+    /// catalogue.
+    fn apply_spool_wide(&mut self, command: &Command<'_>) -> Applied {
+        match command {
+            Command::Epoch { epoch } => self.epoch = self.epoch.max(*epoch),
+            Command::RaftBlank => {}
+            Command::RaftMembership { config } => self.cluster_config = Some(config.to_vec()),
+            Command::RetireNode { id } => {
+                self.retired_nodes.insert(*id);
+            }
+            Command::EventType { name, definition } => self.set_event_type(name, definition),
+            _ => unreachable!("bug: apply_command routes only records that name no queue here"),
+        }
+        Applied::Done
+    }
+
+    /// A resend, applied as the enqueue of its copy: `id` on `queue`,
+    /// visible at `visible_at`.
+    fn apply_resend(
+        &mut self,
+        queue: &str,
+        id: MessageId,
+        visible_at: Millis,
+        at: Millis,
+        loc: RecordLoc,
+    ) -> Applied {
+        let meta = EnqueueMeta {
+            id,
+            queue: Cow::Borrowed(queue),
+            visible_at,
+            dedup_hash: None,
+            ordering_key: None,
+        };
+        self.apply_enqueue(&meta, at, loc)
     }
 
     /// The rotated-out secret that ends at `expires_at` stops signing (one

@@ -3,8 +3,9 @@
 //! written, and dedup lookups. None is journaled; a restart drops them.
 
 use super::Spool;
+use super::fresh::FreshEvents;
 use super::queue::{Queue, QueueId, retry_or_fail};
-use super::types::{Lease, Leased, SpoolError};
+use super::types::{Lease, Leased, Message, SpoolError};
 use crate::spool::command::{Command, MessageId};
 use crate::time::Millis;
 
@@ -53,6 +54,7 @@ impl Spool {
         }))
     }
 
+    /// [`Spool::lease`] in queue `qid`, measured by the caller.
     fn lease_in(
         &mut self,
         qid: QueueId,
@@ -75,37 +77,19 @@ impl Spool {
         let mut fresh_from = MessageId(0);
         let mut record_bytes = 0u64;
         while out.len() < max && record_bytes < LEASE_BATCH_BYTES {
-            let kept = q.ready.first().copied();
-            let fresh = q
-                .fresh
-                .first_from(fresh_from)
-                .map(|(id, slot)| (self.fresh_events.get(slot).visible_at, id));
-            let (visible_at, id) = match (kept, fresh) {
-                (k, Some(f)) if k.is_none_or(|k| f < k) => {
-                    if f.0 > now {
-                        break;
-                    }
-                    // An untouched delivery's retention runs from when it
-                    // became visible.
-                    if f.0 + retention_ms <= now {
-                        fresh_from = MessageId(f.1.0 + 1);
-                        continue;
-                    }
-                    q.promote(f.1, &mut self.fresh_events);
-                    if let Some(promoted) = &mut self.promotions {
-                        promoted.push((qid, f.1));
-                    }
-                    q.ready.remove(&f);
-                    f
-                }
-                (Some(k), _) => {
-                    if k.0 > now {
-                        break;
-                    }
-                    q.ready.pop_first();
-                    k
-                }
-                (None, _) => break,
+            let events = &mut self.fresh_events;
+            let promotions = &mut self.promotions;
+            let next = take_next(
+                q,
+                events,
+                promotions,
+                qid,
+                now,
+                retention_ms,
+                &mut fresh_from,
+            );
+            let Some((visible_at, id)) = next else {
+                break;
             };
             let message = q.messages[&id];
             if message.retention_from + retention_ms <= now {
@@ -114,24 +98,9 @@ impl Spool {
                 continue;
             }
             self.next_lease_serial += 1;
-            let serial = self.next_lease_serial;
-            q.leases.insert(
-                id,
-                Lease {
-                    serial,
-                    expires_at,
-                    settling: false,
-                },
-            );
-            q.lease_expiry.insert((expires_at, id));
+            let leased = lease_one(q, id, message, self.next_lease_serial, expires_at);
             record_bytes += u64::from(message.loc.len);
-            out.push(Leased {
-                id,
-                serial,
-                expires_at,
-                message,
-                failure: q.failures.get(&id).copied(),
-            });
+            out.push(leased);
         }
         q.ready.extend(skipped);
         out
@@ -278,5 +247,82 @@ impl Spool {
         for qid in keyed {
             self.settle_keys(qid);
         }
+    }
+}
+
+/// Takes the next message to look at out of `q`'s two lines, the kept one
+/// and the untouched deliveries' (from `fresh_from` on), merged by
+/// (visible at, id): `None` once none is visible at `now`. An untouched
+/// delivery past its retention is passed over (`fresh_from` moves past
+/// it); one taken becomes an ordinary message (noted in `promotions`
+/// while they are watched).
+fn take_next(
+    q: &mut Queue,
+    events: &mut FreshEvents,
+    promotions: &mut Option<Vec<(QueueId, MessageId)>>,
+    qid: QueueId,
+    now: Millis,
+    retention_ms: i64,
+    fresh_from: &mut MessageId,
+) -> Option<(Millis, MessageId)> {
+    loop {
+        let kept = q.ready.first().copied();
+        let fresh = q
+            .fresh
+            .first_from(*fresh_from)
+            .map(|(id, slot)| (events.get(slot).visible_at, id));
+        return match (kept, fresh) {
+            (k, Some(f)) if k.is_none_or(|k| f < k) => {
+                if f.0 > now {
+                    return None;
+                }
+                // An untouched delivery's retention runs from when it
+                // became visible.
+                if f.0 + retention_ms <= now {
+                    *fresh_from = MessageId(f.1.0 + 1);
+                    continue;
+                }
+                q.promote(f.1, events);
+                if let Some(promoted) = promotions {
+                    promoted.push((qid, f.1));
+                }
+                q.ready.remove(&f);
+                Some(f)
+            }
+            (Some(k), _) => {
+                if k.0 > now {
+                    return None;
+                }
+                q.ready.pop_first();
+                Some(k)
+            }
+            (None, _) => None,
+        };
+    }
+}
+
+/// Leases `message`, `id` of `q`, with `serial` until `expires_at`.
+fn lease_one(
+    q: &mut Queue,
+    id: MessageId,
+    message: Message,
+    serial: u64,
+    expires_at: Millis,
+) -> Leased {
+    q.leases.insert(
+        id,
+        Lease {
+            serial,
+            expires_at,
+            settling: false,
+        },
+    );
+    q.lease_expiry.insert((expires_at, id));
+    Leased {
+        id,
+        serial,
+        expires_at,
+        message,
+        failure: q.failures.get(&id).copied(),
     }
 }

@@ -4,7 +4,8 @@
 use std::borrow::Cow;
 
 use super::Spool;
-use super::queue::{QueueId, retry_or_fail};
+use super::fresh::FreshEvents;
+use super::queue::{Queue, QueueId, retry_or_fail};
 use crate::spool::command::{Command, FailReason, MessageId};
 use crate::spool::queue::OnExpire;
 use crate::time::Millis;
@@ -37,78 +38,16 @@ impl Spool {
                     expires_at: previous.expires_at,
                 });
             }
-            let expired: Vec<MessageId> = q
-                .lease_expiry
-                .range(..=(now, MessageId(u64::MAX)))
-                .map(|&(_, id)| id)
-                .filter(|id| !q.leases[id].settling)
-                .take(max - out.len())
-                .collect();
-            for id in expired {
-                q.leases.get_mut(&id).expect("listed above").settling = true;
-                out.push(retry_or_fail(q, id, now, None));
-            }
-            let retention_ms = q.settings.retention_ms as i64;
-            let cut = (
-                now.saturating_sub(retention_ms).saturating_add(1),
-                MessageId(0),
-            );
-            let kept = q
-                .retention
-                .range(..cut)
-                .copied()
-                .filter(|(_, id)| !q.messages[id].pending && !q.leases.contains_key(id));
-            // Untouched deliveries are never pending nor leased, and their
-            // line is in retention order too.
-            let events = &self.fresh_events;
-            let fresh = q
-                .fresh
-                .iter()
-                .map(|(id, slot)| (events.get(slot).visible_at, id))
-                .take_while(|&key| key < cut);
-            let mut past: Vec<(Millis, MessageId)> = kept.chain(fresh).collect();
-            past.sort_unstable();
-            past.truncate(max - out.len());
+            expire_leases(q, now, max, &mut out);
+            let past = past_retention(q, &self.fresh_events, now, max - out.len());
             if past.iter().any(|(_, id)| q.fresh.position(*id).is_some()) {
                 for &(_, id) in &past {
                     self.promote(qid, id);
                 }
             }
             let q = self.queues.get_mut(&qid).expect("busy above");
-            for (_, id) in past {
-                let message = q.messages.get_mut(&id).expect("listed above");
-                message.pending = true;
-                q.ready.remove(&(message.visible_at, id));
-                let queue = Cow::Owned(q.name.clone());
-                out.push(
-                    if q.settings.on_expire == OnExpire::Fail && q.failed.is_some() {
-                        Command::Fail {
-                            queue,
-                            id,
-                            reason: FailReason::Expired,
-                            last_status: None,
-                            retry_count: message.retry_count,
-                        }
-                    } else {
-                        Command::Expire { queue, id }
-                    },
-                );
-            }
-            let keep_ms = q.settings.history_retention_ms as i64;
-            if keep_ms > 0 && out.len() < max {
-                let old: Vec<MessageId> = q
-                    .history_order
-                    .range(..(now.saturating_sub(keep_ms).saturating_add(1), MessageId(0)))
-                    .map(|&(_, id)| id)
-                    .take(crate::spool::command::IDS_PER_RECORD_MAX)
-                    .collect();
-                if !old.is_empty() {
-                    out.push(Command::HistoryDrop {
-                        queue: Cow::Owned(q.name.clone()),
-                        ids: old,
-                    });
-                }
-            }
+            expire_messages(q, past, &mut out);
+            drop_history_past(q, now, max, &mut out);
             if out.len() >= max {
                 break;
             }
@@ -185,5 +124,97 @@ impl Spool {
             .into_iter()
             .chain(q.fresh_delayed(now, &self.fresh_events).1)
             .min()
+    }
+}
+
+/// Reserves the leases of `q` that expired by `now`, as many as `out` has
+/// room for below `max`, and adds the nack (or fail) of each to `out`.
+fn expire_leases(q: &mut Queue, now: Millis, max: usize, out: &mut Vec<Command<'static>>) {
+    let expired: Vec<MessageId> = q
+        .lease_expiry
+        .range(..=(now, MessageId(u64::MAX)))
+        .map(|&(_, id)| id)
+        .filter(|id| !q.leases[id].settling)
+        .take(max - out.len())
+        .collect();
+    for id in expired {
+        q.leases.get_mut(&id).expect("listed above").settling = true;
+        out.push(retry_or_fail(q, id, now, None));
+    }
+}
+
+/// The messages of `q` past its retention at `now` that may go (neither
+/// pending nor leased), oldest first, at most `room` of them.
+fn past_retention(
+    q: &Queue,
+    events: &FreshEvents,
+    now: Millis,
+    room: usize,
+) -> Vec<(Millis, MessageId)> {
+    let retention_ms = q.settings.retention_ms as i64;
+    let cut = (
+        now.saturating_sub(retention_ms).saturating_add(1),
+        MessageId(0),
+    );
+    let kept = q
+        .retention
+        .range(..cut)
+        .copied()
+        .filter(|(_, id)| !q.messages[id].pending && !q.leases.contains_key(id));
+    // Untouched deliveries are never pending nor leased, and their
+    // line is in retention order too.
+    let fresh = q
+        .fresh
+        .iter()
+        .map(|(id, slot)| (events.get(slot).visible_at, id))
+        .take_while(|&key| key < cut);
+    let mut past: Vec<(Millis, MessageId)> = kept.chain(fresh).collect();
+    past.sort_unstable();
+    past.truncate(room);
+    past
+}
+
+/// Reserves each message of `past` (all promoted out of `q`'s fresh line)
+/// and adds its record to `out`: to the failure queue if the queue says so
+/// and has one, else an expire.
+fn expire_messages(q: &mut Queue, past: Vec<(Millis, MessageId)>, out: &mut Vec<Command<'static>>) {
+    for (_, id) in past {
+        let message = q.messages.get_mut(&id).expect("listed above");
+        message.pending = true;
+        q.ready.remove(&(message.visible_at, id));
+        let queue = Cow::Owned(q.name.clone());
+        out.push(
+            if q.settings.on_expire == OnExpire::Fail && q.failed.is_some() {
+                Command::Fail {
+                    queue,
+                    id,
+                    reason: FailReason::Expired,
+                    last_status: None,
+                    retry_count: message.retry_count,
+                }
+            } else {
+                Command::Expire { queue, id }
+            },
+        );
+    }
+}
+
+/// Adds to `out` the drop of `q`'s delivered messages whose history ended
+/// by `now`, at most a record's worth, while `out` has room below `max`.
+fn drop_history_past(q: &Queue, now: Millis, max: usize, out: &mut Vec<Command<'static>>) {
+    let keep_ms = q.settings.history_retention_ms as i64;
+    if keep_ms > 0 && out.len() < max {
+        let old: Vec<MessageId> = q
+            .history_order
+            .range(..(now.saturating_sub(keep_ms).saturating_add(1), MessageId(0)))
+            .map(|&(_, id)| id)
+            .take(crate::spool::command::IDS_PER_RECORD_MAX)
+            .collect();
+        if !old.is_empty() {
+            out.push(Command::HistoryDrop {
+                queue: Cow::Owned(q.name.clone()),
+                ids: old,
+            });
+        }
     }
 }
