@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use axum::extract::{Extension, Request, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -89,63 +90,84 @@ pub(crate) async fn publish(
         said_json(&content_type(headers), &body)?;
     }
     let mut request = match header_str(headers, "spooler-event-type")? {
-        Some(event_type) => EventRequest {
-            event_type: event_type.to_owned(),
-            tenant: header_str(headers, "spooler-tenant")?.map(str::to_owned),
-            payload: Payload {
-                content_type: content_type(headers),
-                request: None,
-                event: None,
-                resent_from: None,
-                trace: super::messages::incoming_trace(headers),
-                hops,
-                ordering_key: ordering_key(headers)?,
-                body,
-            },
-            dedup_key,
-            headers: filter_headers(headers),
-            publisher: Publisher::Client,
-        },
-        None => {
-            if header_str(headers, "spooler-tenant")?.is_some()
-                || header_str(headers, "spooler-ordering-key")?.is_some()
-            {
-                return Err(ApiError::bad_request(
-                    "Spooler-Tenant and Spooler-Ordering-Key go with Spooler-Event-Type; a JSON \
-                     event names its tenant and orderingKey in the body",
-                ));
-            }
-            let event: EventBody = serde_json::from_slice(&body).map_err(|e| {
-                ApiError::bad_request(format!(
-                    "an event is {{\"type\", \"tenant\"?, \"orderingKey\"?, \"payload\"}} (or a \
-                     raw body with Spooler-Event-Type): {e}"
-                ))
-            })?;
-            let payload = serde_json::to_vec(&event.payload).expect("JSON values serialize");
-            EventRequest {
-                event_type: event.event_type,
-                tenant: event.tenant,
-                payload: Payload {
-                    content_type: "application/json".into(),
-                    request: None,
-                    event: None,
-                    resent_from: None,
-                    trace: super::messages::incoming_trace(headers),
-                    hops,
-                    ordering_key: checked_ordering_key(event.ordering_key, "orderingKey")?,
-                    body: payload.into(),
-                },
-                dedup_key,
-                headers: filter_headers(headers),
-                publisher: Publisher::Client,
-            }
-        }
+        Some(event_type) => raw_event(headers, event_type, body, hops, dedup_key)?,
+        None => json_event(headers, &body, hops, dedup_key)?,
     };
     drop(parts);
     let grant = &presented.grant;
     own_tenant(grant, &mut request.tenant)?;
     let outcome = engine.publish(request).await?;
     Ok(published(engine.tokens(), in_scope(engine, grant, outcome)))
+}
+
+/// A raw event: `body` as sent, of `event_type` (`Spooler-Event-Type`),
+/// its tenant and ordering key in headers.
+fn raw_event(
+    headers: &HeaderMap,
+    event_type: &str,
+    body: Bytes,
+    hops: u8,
+    dedup_key: Option<String>,
+) -> Result<EventRequest, ApiError> {
+    Ok(EventRequest {
+        event_type: event_type.to_owned(),
+        tenant: header_str(headers, "spooler-tenant")?.map(str::to_owned),
+        payload: Payload {
+            content_type: content_type(headers),
+            request: None,
+            event: None,
+            resent_from: None,
+            trace: super::messages::incoming_trace(headers),
+            hops,
+            ordering_key: ordering_key(headers)?,
+            body,
+        },
+        dedup_key,
+        headers: filter_headers(headers),
+        publisher: Publisher::Client,
+    })
+}
+
+/// A JSON event: type, tenant, ordering key and payload in `body`
+/// ([`EventBody`]), which the headers may not name beside it.
+fn json_event(
+    headers: &HeaderMap,
+    body: &[u8],
+    hops: u8,
+    dedup_key: Option<String>,
+) -> Result<EventRequest, ApiError> {
+    if header_str(headers, "spooler-tenant")?.is_some()
+        || header_str(headers, "spooler-ordering-key")?.is_some()
+    {
+        return Err(ApiError::bad_request(
+            "Spooler-Tenant and Spooler-Ordering-Key go with Spooler-Event-Type; a JSON \
+             event names its tenant and orderingKey in the body",
+        ));
+    }
+    let event: EventBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "an event is {{\"type\", \"tenant\"?, \"orderingKey\"?, \"payload\"}} (or a \
+             raw body with Spooler-Event-Type): {e}"
+        ))
+    })?;
+    let payload = serde_json::to_vec(&event.payload).expect("JSON values serialize");
+    Ok(EventRequest {
+        event_type: event.event_type,
+        tenant: event.tenant,
+        payload: Payload {
+            content_type: "application/json".into(),
+            request: None,
+            event: None,
+            resent_from: None,
+            trace: super::messages::incoming_trace(headers),
+            hops,
+            ordering_key: checked_ordering_key(event.ordering_key, "orderingKey")?,
+            body: payload.into(),
+        },
+        dedup_key,
+        headers: filter_headers(headers),
+        publisher: Publisher::Client,
+    })
 }
 
 /// A raw event body that says JSON must be JSON: the one place it is

@@ -263,7 +263,15 @@ fn cluster() -> Value {
 
 /// The JSON of a successful answer of `op`.
 fn response_example(op: &str) -> Option<Value> {
-    let stored = json!({"id": ID, "queue": "orders"});
+    server_example(op)
+        .or_else(|| queue_example(op))
+        .or_else(|| message_example(op))
+        .or_else(|| event_example(op))
+}
+
+/// The answers of the server's own operations: probes, the OpenAPI
+/// document, the cluster's status and the rates.
+fn server_example(op: &str) -> Option<Value> {
     Some(match op {
         "healthz" => json!({"status": "ok"}),
         "openapi" => json!({
@@ -272,7 +280,29 @@ fn response_example(op: &str) -> Option<Value> {
             "paths": {"/v1/queues": {}}
         }),
         "readyz" => json!({"status": "ready", "clockStepMs": 0}),
-        op if takes_payload(op) => stored,
+        "clusterStatus" | "addMember" | "removeMember" => cluster(),
+        "rates" | "queueRates" => {
+            let mut rates = json!({
+                "pooled": false,
+                "series": ["enqueued", "delivered", "retried", "failed"],
+                "seconds": {"stepSeconds": 1, "lastStart": "2026-12-03T07:13:24.000Z",
+                    "counts": [[120, 118, 2, 0], [131, 130, 1, 0], [97, 99, 0, 1]]},
+                "minutes": {"stepSeconds": 60, "lastStart": "2026-12-03T07:13:00.000Z",
+                    "counts": [[7020, 7001, 12, 1], [2911, 2890, 4, 1]]}
+            });
+            if op == "queueRates" {
+                rates["queue"] = json!("orders");
+            }
+            rates
+        }
+        _ => return None,
+    })
+}
+
+/// The answers of the operations on queues: their settings and stats, a
+/// rotated secret, a purge and a redrive.
+fn queue_example(op: &str) -> Option<Value> {
+    Some(match op {
         "listQueues" => json!({"queues": [queue()], "next": "orders"}),
         "getQueue" | "putQueue" | "patchQueue" | "closeBreaker" | "probeBreaker" => queue(),
         "rotateSecret" => json!({
@@ -280,6 +310,17 @@ fn response_example(op: &str) -> Option<Value> {
             "signingSecrets": 2,
             "previousExpiresAt": "2026-12-04T07:13:24.840Z"
         }),
+        "purgeMessages" => json!({"purged": 12, "matched": 12, "remaining": 0, "dryRun": false}),
+        "redrive" => json!({"moved": 3, "matched": 3, "remaining": 0, "dryRun": false}),
+        _ => return None,
+    })
+}
+
+/// The answers of the operations on messages: a stored message, peeked,
+/// leased, delivered or failed ones, a resend and a renewed lease.
+fn message_example(op: &str) -> Option<Value> {
+    Some(match op {
+        op if takes_payload(op) => json!({"id": ID, "queue": "orders"}),
         "peekMessages" => json!({"messages": [message("visible")], "next": ID}),
         "receiveBatch" => {
             let mut m = message("leased");
@@ -305,6 +346,18 @@ fn response_example(op: &str) -> Option<Value> {
             delivered["messageState"] = json!("delivered");
             json!({"deliveries": [failed, delivered], "next": ID, "scanned": 2, "unsearched": 0})
         }
+        "resendDelivered" => json!({
+            "id": "00000000000000019685887553a11c07", "queue": "orders", "resentFrom": ID
+        }),
+        "renew" => json!({"leaseExpiresAt": "2026-12-03T07:14:24.840Z"}),
+        _ => return None,
+    })
+}
+
+/// The answers of the operations on events and the portal: the
+/// catalogue, a published event, a portal session and who it is.
+fn event_example(op: &str) -> Option<Value> {
+    Some(match op {
         "listEventTypes" => {
             let mut paid = event_type();
             paid["name"] = json!("invoice.paid");
@@ -326,12 +379,6 @@ fn response_example(op: &str) -> Option<Value> {
             "tenant": "cus_42", "may": ["read", "publish", "manage"], "queues": ["cus_42-*"],
             "expiresAt": "2026-12-04T08:13:24.840Z"
         }),
-        "resendDelivered" => json!({
-            "id": "00000000000000019685887553a11c07", "queue": "orders", "resentFrom": ID
-        }),
-        "renew" => json!({"leaseExpiresAt": "2026-12-03T07:14:24.840Z"}),
-        "purgeMessages" => json!({"purged": 12, "matched": 12, "remaining": 0, "dryRun": false}),
-        "redrive" => json!({"moved": 3, "matched": 3, "remaining": 0, "dryRun": false}),
         "publishEvent" => json!({
             "id": "0000000000000001968588a1c0d2e431",
             "deliveries": [
@@ -340,21 +387,6 @@ fn response_example(op: &str) -> Option<Value> {
             ],
             "matchedByType": 3
         }),
-        "clusterStatus" | "addMember" | "removeMember" => cluster(),
-        "rates" | "queueRates" => {
-            let mut rates = json!({
-                "pooled": false,
-                "series": ["enqueued", "delivered", "retried", "failed"],
-                "seconds": {"stepSeconds": 1, "lastStart": "2026-12-03T07:13:24.000Z",
-                    "counts": [[120, 118, 2, 0], [131, 130, 1, 0], [97, 99, 0, 1]]},
-                "minutes": {"stepSeconds": 60, "lastStart": "2026-12-03T07:13:00.000Z",
-                    "counts": [[7020, 7001, 12, 1], [2911, 2890, 4, 1]]}
-            });
-            if op == "queueRates" {
-                rates["queue"] = json!("orders");
-            }
-            rates
-        }
         _ => return None,
     })
 }

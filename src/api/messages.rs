@@ -29,7 +29,7 @@ use super::view::MessageJson;
 use super::{AppState, WAIT_SECONDS_MAX, query_pairs, read_body, seconds_param, view};
 use crate::engine::{Delivery, Engine, MessageError, SendOutcome, SendRequest};
 use crate::spool::search::Search;
-use crate::spool::{DeadLetterFilter, MessageId, Payload, StoredRequest};
+use crate::spool::{DeadLetterFilter, MessageId, MessageView, Payload, StoredRequest};
 use crate::time::format_rfc3339;
 
 /// Longest `Spooler-Delay` accepted: one year.
@@ -521,36 +521,7 @@ pub(crate) async fn peek(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    let mut limit = PEEK_DEFAULT;
-    let mut after = None;
-    let mut filter = DeadLetterFilter::default();
-    let mut search = Search::default();
-    for (k, v) in query_pairs(query.as_deref()) {
-        if take_term(engine, &mut filter, &k, &v)? {
-            continue;
-        }
-        if super::search::TERMS.contains(&k.as_str()) {
-            super::search::term(&mut search, &k, v)?;
-            continue;
-        }
-        match k.as_str() {
-            "limit" => {
-                limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|l| (1..=PEEK_MAX).contains(l))
-                    .ok_or_else(|| {
-                        ApiError::bad_request(format!("limit = {v:?}: allowed 1 to {PEEK_MAX}"))
-                    })?;
-            }
-            "after" => {
-                after = Some(engine.tokens().parse_id(&v).ok_or_else(|| {
-                    ApiError::bad_request(format!("after = {v:?} is not a message id"))
-                })?);
-            }
-            _ => {}
-        }
-    }
+    let (limit, after, filter, search) = peek_params(engine, query.as_deref())?;
     if !search.is_empty() {
         let page = super::search::off_runtime(&state, move |state, budget| {
             super::search::peek_search(state, &queue, &filter, &search, after, limit, budget)
@@ -591,6 +562,45 @@ pub(crate) async fn peek(
     }
     out.push('}');
     Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response())
+}
+
+/// The parameters of a peek: its `limit`, the id it starts `after`, its
+/// dead-letter filter and its search.
+fn peek_params(
+    engine: &Engine,
+    query: Option<&str>,
+) -> Result<(usize, Option<MessageId>, DeadLetterFilter, Search), ApiError> {
+    let mut limit = PEEK_DEFAULT;
+    let mut after = None;
+    let mut filter = DeadLetterFilter::default();
+    let mut search = Search::default();
+    for (k, v) in query_pairs(query) {
+        if take_term(engine, &mut filter, &k, &v)? {
+            continue;
+        }
+        if super::search::TERMS.contains(&k.as_str()) {
+            super::search::term(&mut search, &k, v)?;
+            continue;
+        }
+        match k.as_str() {
+            "limit" => {
+                limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|l| (1..=PEEK_MAX).contains(l))
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!("limit = {v:?}: allowed 1 to {PEEK_MAX}"))
+                    })?;
+            }
+            "after" => {
+                after = Some(engine.tokens().parse_id(&v).ok_or_else(|| {
+                    ApiError::bad_request(format!("after = {v:?} is not a message id"))
+                })?);
+            }
+            _ => {}
+        }
+    }
+    Ok((limit, after, filter, search))
 }
 
 /// `GET /v1/queues/{q}/messages/{id}`
@@ -683,36 +693,12 @@ pub(crate) async fn tail(
     presented: Option<Extension<Presented>>,
 ) -> Result<Response, ApiError> {
     let engine = state.engine()?.clone();
-    let mut last = 0;
-    for (k, v) in query_pairs(query.as_deref()) {
-        if k == "last" {
-            last = v
-                .parse::<usize>()
-                .ok()
-                .filter(|n| *n <= PEEK_MAX)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!("last = {v:?}: allowed 0 to {PEEK_MAX}"))
-                })?;
-        }
-    }
+    let last = tail_last(query.as_deref())?;
     // Subscribe before reading the newest, so that nothing falls between.
     let arrivals = engine.arrivals();
     let newest = engine.newest(&queue, last)?;
     let shown: HashSet<MessageId> = newest.iter().map(|v| v.id).collect();
-    // The newest that fit in ANSWER_BYTES_MAX (at least one), oldest first.
-    let mut backlog: Vec<String> = Vec::with_capacity(newest.len());
-    let mut bytes = 0;
-    for v in newest.iter().rev() {
-        if bytes >= ANSWER_BYTES_MAX {
-            break;
-        }
-        if let Ok(rendered) = render_stored(&state, &engine, &queue, v, None) {
-            let line = format!("{rendered}\n");
-            bytes += line.len();
-            backlog.push(line);
-        }
-    }
-    backlog.reverse();
+    let backlog = tail_backlog(&state, &engine, &queue, &newest);
     let stop = state.shutdown_signal();
     // The stream ends when the server stops, or when a reload no longer
     // accepts the key it was opened with.
@@ -755,4 +741,45 @@ pub(crate) async fn tail(
         HeaderValue::from_static("application/x-ndjson"),
     );
     Ok(response)
+}
+
+/// The `last` of a tail: how many of the newest messages come first.
+fn tail_last(query: Option<&str>) -> Result<usize, ApiError> {
+    let mut last = 0;
+    for (k, v) in query_pairs(query) {
+        if k == "last" {
+            last = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n <= PEEK_MAX)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("last = {v:?}: allowed 0 to {PEEK_MAX}"))
+                })?;
+        }
+    }
+    Ok(last)
+}
+
+/// The lines a tail starts with: of the `newest`, those that fit in
+/// ANSWER_BYTES_MAX (at least one), oldest first.
+fn tail_backlog(
+    state: &AppState,
+    engine: &Engine,
+    queue: &str,
+    newest: &[MessageView],
+) -> Vec<String> {
+    let mut backlog: Vec<String> = Vec::with_capacity(newest.len());
+    let mut bytes = 0;
+    for v in newest.iter().rev() {
+        if bytes >= ANSWER_BYTES_MAX {
+            break;
+        }
+        if let Ok(rendered) = render_stored(state, engine, queue, v, None) {
+            let line = format!("{rendered}\n");
+            bytes += line.len();
+            backlog.push(line);
+        }
+    }
+    backlog.reverse();
+    backlog
 }

@@ -132,6 +132,32 @@ pub(crate) async fn create(
             "a session is {{\"tenant\", \"ttlSeconds\"?, \"capabilities\"?, \"queues\"?}}: {e}"
         ))
     })?;
+    let ttl = check_session(&asked, policy.ttl_max_secs)?;
+    let capabilities = asked
+        .capabilities
+        .unwrap_or_else(|| Capability::ALL.to_vec());
+    let claims = Claims {
+        tenant: asked.tenant.clone(),
+        capabilities: capabilities.clone(),
+        queues: asked.queues,
+        expires: unix_now() + ttl,
+        nonce: rand::random(),
+    };
+    let token = sessions.sign(&claims);
+    let base = portal_base(policy, &headers);
+    let view = SessionView {
+        url: format!("{base}/portal/#token={token}"),
+        token,
+        tenant: asked.tenant,
+        capabilities,
+        expires_at: crate::time::format_rfc3339(claims.expires as i64 * 1000),
+    };
+    Ok((StatusCode::CREATED, axum::Json(view)).into_response())
+}
+
+/// Refuses a session asked for with a bad tenant, too many or bad queue
+/// patterns, or a lifetime out of range; else its lifetime in seconds.
+fn check_session(asked: &SessionRequest, ttl_max_secs: u64) -> Result<u64, ApiError> {
     if let Some(why) = tenant_problem(&asked.tenant) {
         return Err(ApiError::bad_request(format!("tenant: {why}")));
     }
@@ -148,24 +174,18 @@ pub(crate) async fn create(
         return Err(ApiError::bad_request(format!("queues: {why}")));
     }
     let ttl = asked.ttl_seconds.unwrap_or(TTL_DEFAULT_SECS);
-    if ttl == 0 || ttl > policy.ttl_max_secs {
+    if ttl == 0 || ttl > ttl_max_secs {
         return Err(ApiError::bad_request(format!(
-            "ttlSeconds = {ttl}: allowed 1 to {} (portal.session_ttl_max)",
-            policy.ttl_max_secs
+            "ttlSeconds = {ttl}: allowed 1 to {ttl_max_secs} (portal.session_ttl_max)"
         )));
     }
-    let capabilities = asked
-        .capabilities
-        .unwrap_or_else(|| Capability::ALL.to_vec());
-    let claims = Claims {
-        tenant: asked.tenant.clone(),
-        capabilities: capabilities.clone(),
-        queues: asked.queues,
-        expires: unix_now() + ttl,
-        nonce: rand::random(),
-    };
-    let token = sessions.sign(&claims);
-    let base = match &policy.url {
+    Ok(ttl)
+}
+
+/// Where the portal's links point: `portal.url`, else this server as the
+/// request's `Host` names it.
+fn portal_base(policy: &PortalPolicy, headers: &HeaderMap) -> String {
+    match &policy.url {
         Some(url) => url.trim_end_matches('/').to_owned(),
         None => {
             let host = headers
@@ -174,15 +194,7 @@ pub(crate) async fn create(
                 .unwrap_or("localhost");
             format!("http://{host}")
         }
-    };
-    let view = SessionView {
-        url: format!("{base}/portal/#token={token}"),
-        token,
-        tenant: asked.tenant,
-        capabilities,
-        expires_at: crate::time::format_rfc3339(claims.expires as i64 * 1000),
-    };
-    Ok((StatusCode::CREATED, axum::Json(view)).into_response())
+    }
 }
 
 /// Who the caller is: a key's or a session's scope.

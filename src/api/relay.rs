@@ -23,9 +23,11 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
+use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use tokio::sync::oneshot;
 
 use super::error::ApiError;
 use crate::cluster::Cluster;
@@ -91,44 +93,10 @@ impl Relay {
         let bound = asked_wait(&request) + cluster.election_timeout() * ELECTIONS_PER_RELAY;
         let (parts, body) = request.into_parts();
         let write = parts.method != Method::GET && parts.method != Method::HEAD;
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let url = format!("{}{path}", base.trim_end_matches('/'));
-        let mut outgoing = self.client.request(parts.method.clone(), url);
-        for (name, value) in &parts.headers {
-            if !hop_by_hop(name) {
-                outgoing = outgoing.header(name, value);
-            }
-        }
-        // Tells when the body's last byte went (or the body failed).
-        let (uploaded, mut upload_done) = tokio::sync::oneshot::channel::<()>();
-        let mut uploaded = Some(uploaded);
-        let body = body
-            .into_data_stream()
-            .chain(futures_util::stream::poll_fn(move |_| {
-                drop(uploaded.take());
-                std::task::Poll::Ready(None)
-            }));
-        let outgoing = outgoing
-            .header(FORWARDED_HEADER, cluster.node_id().to_string())
-            .body(reqwest::Body::wrap_stream(body));
+        let (outgoing, mut upload_done) = self.outgoing(&parts, body, base, cluster.node_id());
         let answer_bound = async {
             let _ = tokio::time::timeout(super::BODY_READ_TIMEOUT, &mut upload_done).await;
             tokio::time::sleep(bound).await;
-        };
-        let lost = |why: &str| {
-            if write {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "operation_unconfirmed",
-                    format!(
-                        "the call was relayed to the primary but {why}; its outcome is unknown"
-                    ),
-                )
-                .into_response()
-            } else {
-                ApiError::unavailable(format!("relaying to the primary failed: {why}"))
-                    .into_response()
-            }
         };
         let answer = tokio::select! {
             answer = outgoing.send() => match answer {
@@ -137,13 +105,13 @@ impl Relay {
                     return ApiError::unavailable(format!("the primary cannot be reached: {e}"))
                         .into_response();
                 }
-                Err(e) => return lost(&format!("its answer was lost ({e})")),
+                Err(e) => return lost(write, &format!("its answer was lost ({e})")),
             },
             () = cluster.primary_changed(Some(primary)) => {
-                return lost("the primary changed meanwhile");
+                return lost(write, "the primary changed meanwhile");
             }
             () = answer_bound => {
-                return lost(&format!(
+                return lost(write, &format!(
                     "it did not answer within {} ms of the body's end",
                     bound.as_millis()
                 ));
@@ -155,23 +123,79 @@ impl Relay {
             answer.status(),
             StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT
         ) {
-            return lost(&format!("a gateway answered {}", answer.status()));
+            return lost(write, &format!("a gateway answered {}", answer.status()));
         }
-        let mut response = Response::builder().status(answer.status());
-        for (name, value) in answer.headers() {
+        stream_back(cluster, primary, answer)
+    }
+
+    /// The call to the primary at `base`: the request's method, path,
+    /// headers (but the hop-by-hop ones) and body streamed, marked as
+    /// relayed by node `node_id`; and what tells when the body's last
+    /// byte went (or the body failed).
+    fn outgoing(
+        &self,
+        parts: &Parts,
+        body: Body,
+        base: &str,
+        node_id: u64,
+    ) -> (reqwest::RequestBuilder, oneshot::Receiver<()>) {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let url = format!("{}{path}", base.trim_end_matches('/'));
+        let mut outgoing = self.client.request(parts.method.clone(), url);
+        for (name, value) in &parts.headers {
             if !hop_by_hop(name) {
-                response = response.header(name, value);
+                outgoing = outgoing.header(name, value);
             }
         }
-        // A streamed answer (a tail) ends with this replica's view of the
-        // primary too.
-        let cluster = cluster.clone();
-        let changed = Box::pin(async move { cluster.primary_changed(Some(primary)).await });
-        let body = answer.bytes_stream().take_until(changed);
-        response.body(Body::from_stream(body)).unwrap_or_else(|e| {
-            ApiError::unavailable(format!("bad answer from the primary: {e}")).into_response()
-        })
+        // Tells when the body's last byte went (or the body failed).
+        let (uploaded, upload_done) = oneshot::channel::<()>();
+        let mut uploaded = Some(uploaded);
+        let body = body
+            .into_data_stream()
+            .chain(futures_util::stream::poll_fn(move |_| {
+                drop(uploaded.take());
+                std::task::Poll::Ready(None)
+            }));
+        let outgoing = outgoing
+            .header(FORWARDED_HEADER, node_id.to_string())
+            .body(reqwest::Body::wrap_stream(body));
+        (outgoing, upload_done)
     }
+}
+
+/// The answer to a relayed call whose outcome is unknown (`why`): a write
+/// may have reached the primary (`500 operation_unconfirmed`), a read
+/// can be tried again (`503`).
+fn lost(write: bool, why: &str) -> Response {
+    if write {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "operation_unconfirmed",
+            format!("the call was relayed to the primary but {why}; its outcome is unknown"),
+        )
+        .into_response()
+    } else {
+        ApiError::unavailable(format!("relaying to the primary failed: {why}")).into_response()
+    }
+}
+
+/// The primary's `answer`, streamed back with its headers (but the
+/// hop-by-hop ones), until this replica's view of the primary changes.
+fn stream_back(cluster: &Cluster, primary: u64, answer: reqwest::Response) -> Response {
+    let mut response = Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        if !hop_by_hop(name) {
+            response = response.header(name, value);
+        }
+    }
+    // A streamed answer (a tail) ends with this replica's view of the
+    // primary too.
+    let cluster = cluster.clone();
+    let changed = Box::pin(async move { cluster.primary_changed(Some(primary)).await });
+    let body = answer.bytes_stream().take_until(changed);
+    response.body(Body::from_stream(body)).unwrap_or_else(|e| {
+        ApiError::unavailable(format!("bad answer from the primary: {e}")).into_response()
+    })
 }
 
 /// Decides where a `/v1` call is served: `Ok` gives it back to be served

@@ -26,7 +26,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::spool::queue::{Backoff, OnExpire, Ordering, OrderingOnFailure, QueueSettings};
+use crate::spool::queue::{
+    Backoff, OnExpire, Ordering, OrderingOnFailure, PreviousSecret, QueueSettings,
+};
 use crate::spool::state::QueueStats;
 
 /// What a hidden value is shown as (and, in a `PUT`, means "keep").
@@ -337,7 +339,7 @@ impl SettingsBody {
     /// move to another origin that would leave one behind is
     /// [`SettingsRefusal::SecretsWouldMove`] unless `keep_secrets`.
     pub(crate) fn into_settings(
-        self,
+        mut self,
         previous: Option<&QueueSettings>,
         keep_secrets: bool,
     ) -> Result<(QueueSettings, Vec<String>), SettingsRefusal> {
@@ -346,6 +348,23 @@ impl SettingsBody {
             let (from, to) = (p.destination.as_deref()?, self.destination.as_deref()?);
             (origin(from) != origin(to)).then(|| (origin(from), origin(to)))
         });
+        self.check_secrets_move(previous, moved.as_ref(), keep_secrets)?;
+        let headers = self.headers.take().unwrap_or_default();
+        let headers = kept_headers(headers, previous, moved.as_ref(), &mut warnings)?;
+        let secrets = self.signing_secrets(previous);
+        let settings = self.with_defaults(headers, secrets)?;
+        Ok((settings, warnings))
+    }
+
+    /// Refuses a move to another origin (`moved`, from and to) that would
+    /// leave a kept secret behind: an omitted `signingSecret`, a header
+    /// sent as `"<redacted>"`. Unless `keep_secrets`.
+    fn check_secrets_move(
+        &self,
+        previous: Option<&QueueSettings>,
+        moved: Option<&(String, String)>,
+        keep_secrets: bool,
+    ) -> Result<(), SettingsRefusal> {
         let left: Vec<String> = moved
             .iter()
             .flat_map(|_| {
@@ -363,7 +382,7 @@ impl SettingsBody {
                     .chain(headers.map(|(name, _)| format!("headers.{name}")))
             })
             .collect();
-        if let (Some((from, to)), false, false) = (&moved, left.is_empty(), keep_secrets) {
+        if let (Some((from, to)), false, false) = (moved, left.is_empty(), keep_secrets) {
             return Err(SettingsRefusal::SecretsWouldMove(format!(
                 "the destination moves from {from} to {to}, and {} would not go with it: send \
                  them again in clear, or pass keepSecrets=true to keep the signing secret and \
@@ -371,40 +390,36 @@ impl SettingsBody {
                 left.join(", ")
             )));
         }
-        let mut dropped = Vec::new();
-        let previous_secret = previous.and_then(|p| p.signing_secret.clone());
-        let mut headers = self.headers.unwrap_or_default();
-        for (name, value) in &mut headers {
-            if value == REDACTED {
-                if moved.is_some() {
-                    dropped.push(format!("headers.{name}"));
-                    continue;
-                }
-                *value = previous
-                    .and_then(|p| p.headers.get(name).cloned())
-                    .ok_or_else(|| {
-                        format!("headers.{name} is \"{REDACTED}\", but the queue has no such header to keep")
-                    })?;
-            }
+        Ok(())
+    }
+
+    /// The signing secret the settings get, and the one a rotation
+    /// replaced: an omitted `signingSecret` keeps `previous`'s.
+    fn signing_secrets(
+        &mut self,
+        previous: Option<&QueueSettings>,
+    ) -> (Option<String>, Option<PreviousSecret>) {
+        match self.signing_secret.take() {
+            None => (
+                previous.and_then(|p| p.signing_secret.clone()),
+                // A rotated-out secret stays while the secret is kept,
+                // and goes with it when the body sets or clears it.
+                previous.and_then(|p| p.previous_secret.clone()),
+            ),
+            Some(set) => (set, None),
         }
-        headers.retain(|_, value| value != REDACTED);
-        if let (Some((from, to)), false) = (&moved, dropped.is_empty()) {
-            warnings.push(format!(
-                "the destination moved from {from} to {to}: {} not kept (a credential for one \
-                 origin is never sent to another); the signing secret is kept",
-                dropped.join(", ")
-            ));
-        }
-        // A rotated-out secret stays while the secret is kept, and goes
-        // with it when the body sets or clears it.
-        let previous_rotated = match &self.signing_secret {
-            None => previous.and_then(|p| p.previous_secret.clone()),
-            Some(_) => None,
-        };
+    }
+
+    /// The settings the body asks for, each omitted field at its default,
+    /// with `headers` as [`kept_headers`] made them and the signing
+    /// secrets as [`SettingsBody::signing_secrets`] chose them.
+    fn with_defaults(
+        self,
+        headers: BTreeMap<String, String>,
+        (signing_secret, previous_secret): (Option<String>, Option<PreviousSecret>),
+    ) -> Result<QueueSettings, SettingsRefusal> {
         let d = QueueSettings::default();
-        let b = Backoff::default();
-        let backoff = self.backoff.unwrap_or_default();
-        let settings = QueueSettings {
+        Ok(QueueSettings {
             lease_timeout_ms: ms(
                 "leaseTimeoutSeconds",
                 self.lease_timeout_seconds,
@@ -422,21 +437,9 @@ impl SettingsBody {
             concurrency: self.concurrency.unwrap_or(d.concurrency),
             rate_limit: self.rate_limit,
             timeout_ms: ms("timeoutSeconds", self.timeout_seconds, d.timeout_ms)?,
-            backoff: Backoff {
-                initial_ms: ms(
-                    "backoff.initialSeconds",
-                    backoff.initial_seconds,
-                    b.initial_ms,
-                )?,
-                multiplier: backoff.multiplier.unwrap_or(b.multiplier),
-                max_ms: ms("backoff.maxSeconds", backoff.max_seconds, b.max_ms)?,
-                jitter: backoff.jitter.unwrap_or(b.jitter),
-            },
+            backoff: self.backoff.unwrap_or_default().into_backoff()?,
             headers,
-            signing_secret: match self.signing_secret {
-                None => previous_secret,
-                Some(set) => set,
-            },
+            signing_secret,
             permanent_failure_statuses: self
                 .permanent_failure_statuses
                 .unwrap_or(d.permanent_failure_statuses),
@@ -455,9 +458,8 @@ impl SettingsBody {
             history_max_bytes: self.history_max_bytes.unwrap_or(d.history_max_bytes),
             ordering: self.ordering.unwrap_or(d.ordering),
             ordering_on_failure: self.ordering_on_failure.unwrap_or(d.ordering_on_failure),
-            previous_secret: previous_rotated,
-        };
-        Ok((settings, warnings))
+            previous_secret,
+        })
     }
 
     /// The body a `PATCH` (RFC 7396) means: `patch` merged into `previous`
@@ -485,6 +487,56 @@ impl SettingsBody {
         }
         Ok(body)
     }
+}
+
+impl BackoffBody {
+    /// The backoff in milliseconds, each omitted field at its default.
+    fn into_backoff(self) -> Result<Backoff, String> {
+        let b = Backoff::default();
+        Ok(Backoff {
+            initial_ms: ms("backoff.initialSeconds", self.initial_seconds, b.initial_ms)?,
+            multiplier: self.multiplier.unwrap_or(b.multiplier),
+            max_ms: ms("backoff.maxSeconds", self.max_seconds, b.max_ms)?,
+            jitter: self.jitter.unwrap_or(b.jitter),
+        })
+    }
+}
+
+/// The headers of a `PUT`: each sent as `"<redacted>"` keeps the value it
+/// had in `previous`, or, when the destination `moved` to another origin,
+/// is dropped with a warning (a credential for one origin is never sent
+/// to another).
+fn kept_headers(
+    mut headers: BTreeMap<String, String>,
+    previous: Option<&QueueSettings>,
+    moved: Option<&(String, String)>,
+    warnings: &mut Vec<String>,
+) -> Result<BTreeMap<String, String>, SettingsRefusal> {
+    let mut dropped = Vec::new();
+    for (name, value) in &mut headers {
+        if value == REDACTED {
+            if moved.is_some() {
+                dropped.push(format!("headers.{name}"));
+                continue;
+            }
+            *value = previous
+                .and_then(|p| p.headers.get(name).cloned())
+                .ok_or_else(|| {
+                    format!(
+                        "headers.{name} is \"{REDACTED}\", but the queue has no such header to keep"
+                    )
+                })?;
+        }
+    }
+    headers.retain(|_, value| value != REDACTED);
+    if let (Some((from, to)), false) = (moved, dropped.is_empty()) {
+        warnings.push(format!(
+            "the destination moved from {from} to {to}: {} not kept (a credential for one \
+             origin is never sent to another); the signing secret is kept",
+            dropped.join(", ")
+        ));
+    }
+    Ok(headers)
 }
 
 /// The origin (`scheme://host:port`) of a destination URL, as written if it

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::engine::token::Tokens;
 use crate::spool::command::AttemptInfo;
 use crate::spool::queue::origin_queue_name;
-use crate::spool::{MessageView, Payload};
+use crate::spool::{MessageView, Payload, StoredRequest};
 use crate::time::format_rfc3339;
 
 /// Header names whose stored values are never shown (they are still
@@ -123,7 +123,46 @@ pub(crate) fn render<'a>(
         Ok(text) => (Some(text), None),
         Err(_) => (None, Some(STANDARD.encode(&payload.body))),
     };
-    let request = payload.request.as_ref().map(|req| {
+    let request = (payload.request.as_ref()).map(|req| RequestJson::of(req, extra_redacted));
+    let last = attempts.last();
+    let failure = view.failure.as_ref();
+    MessageJson {
+        id: tokens.format_id(view.id),
+        queue,
+        state: view.state.as_str(),
+        message_state: None,
+        retry_count: m.retry_count,
+        enqueued_at: format_rfc3339(m.enqueued_at),
+        visible_at: format_rfc3339(m.visible_at),
+        content_type: Some(payload.content_type.as_str()).filter(|t| !t.is_empty()),
+        body,
+        body_base64,
+        request,
+        event_type: payload.event.as_ref().map(|e| e.event_type.as_str()),
+        event_id: payload.event.as_ref().map(|e| tokens.format_id(e.id)),
+        tenant: payload.event.as_ref().and_then(|e| e.tenant.as_deref()),
+        ordering_key: payload.ordering_key.as_deref(),
+        resent_from: payload.resent_from.map(|id| tokens.format_id(id)),
+        delivered_at: (view.state == crate::spool::MessageState::Delivered)
+            .then(|| format_rfc3339(m.visible_at)),
+        attempts: attempts.iter().map(AttemptJson::of).collect(),
+        // A failure's own status wins over the last attempt's.
+        last_status: failure
+            .and_then(|f| f.last_status)
+            .or(last.and_then(|a| a.status)),
+        last_error: last.map(|a| a.error.as_str()).filter(|e| !e.is_empty()),
+        origin_queue: failure.map(|_| origin_queue_name(queue)),
+        failed_at: failure.map(|f| format_rfc3339(f.failed_at)),
+        reason: failure.map(|f| f.reason.as_str()),
+        lease_token: None,
+        lease_expires_at: None,
+    }
+}
+
+impl<'a> RequestJson<'a> {
+    /// A stored request as shown: its path with its query, its secret
+    /// header values (and `extra_redacted` ones) `<redacted>`.
+    fn of(req: &'a StoredRequest, extra_redacted: &[String]) -> RequestJson<'a> {
         let headers = req
             .headers
             .iter()
@@ -147,47 +186,18 @@ pub(crate) fn render<'a>(
             path,
             headers,
         }
-    });
-    let last = attempts.last();
-    let failure = view.failure.as_ref();
-    MessageJson {
-        id: tokens.format_id(view.id),
-        queue,
-        state: view.state.as_str(),
-        message_state: None,
-        retry_count: m.retry_count,
-        enqueued_at: format_rfc3339(m.enqueued_at),
-        visible_at: format_rfc3339(m.visible_at),
-        content_type: Some(payload.content_type.as_str()).filter(|t| !t.is_empty()),
-        body,
-        body_base64,
-        request,
-        event_type: payload.event.as_ref().map(|e| e.event_type.as_str()),
-        event_id: payload.event.as_ref().map(|e| tokens.format_id(e.id)),
-        tenant: payload.event.as_ref().and_then(|e| e.tenant.as_deref()),
-        ordering_key: payload.ordering_key.as_deref(),
-        resent_from: payload.resent_from.map(|id| tokens.format_id(id)),
-        delivered_at: (view.state == crate::spool::MessageState::Delivered)
-            .then(|| format_rfc3339(m.visible_at)),
-        attempts: attempts
-            .iter()
-            .map(|a| AttemptJson {
-                at: format_rfc3339(a.at),
-                status: a.status,
-                error: &a.error,
-                duration_seconds: f64::from(a.duration_ms) / 1000.0,
-                response: &a.response,
-            })
-            .collect(),
-        // A failure's own status wins over the last attempt's.
-        last_status: failure
-            .and_then(|f| f.last_status)
-            .or(last.and_then(|a| a.status)),
-        last_error: last.map(|a| a.error.as_str()).filter(|e| !e.is_empty()),
-        origin_queue: failure.map(|_| origin_queue_name(queue)),
-        failed_at: failure.map(|f| format_rfc3339(f.failed_at)),
-        reason: failure.map(|f| f.reason.as_str()),
-        lease_token: None,
-        lease_expires_at: None,
+    }
+}
+
+impl<'a> AttemptJson<'a> {
+    /// An attempt as shown: its duration in seconds.
+    fn of(a: &'a AttemptInfo) -> AttemptJson<'a> {
+        AttemptJson {
+            at: format_rfc3339(a.at),
+            status: a.status,
+            error: &a.error,
+            duration_seconds: f64::from(a.duration_ms) / 1000.0,
+            response: &a.response,
+        }
     }
 }
