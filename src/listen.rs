@@ -390,31 +390,8 @@ pub(crate) async fn serve(
     grace: Duration,
     limits: Limits,
 ) {
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_headers(HEADERS_MAX)
-        .max_header_size(HEADER_BYTES_MAX)
-        .max_buf_size(HEADER_BYTES_MAX.max(8192));
-    let mut probe_builder = builder.clone();
-    probe_builder
-        .header_read_timeout(PROBE_TIMEOUT)
-        .keep_alive(false);
     let (stop, stopping) = watch::channel(false);
-    let shared = Arc::new(Shared {
-        builder,
-        probe_builder,
-        slots: Arc::new(Semaphore::new(limits.connections_max)),
-        per_client: PerClient::new(limits.per_client_max),
-        spare: Arc::new(Semaphore::new(PROBES_MAX)),
-        open: Arc::new(Semaphore::new(limits.open_max)),
-        open_per_client: PerClient::new(limits.open_per_client_max),
-        pending: Pending::default(),
-        router,
-        stopping,
-        limits,
-    });
+    let shared = Shared::new(router, limits, stopping);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -430,26 +407,7 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
-        // Past the open limits: closed at once, or (evicting) given the
-        // place of the oldest connection that holds no slot.
-        let open = shared.open.clone().try_acquire_owned().ok();
-        let client = shared.open_per_client.try_take(Client::of(peer.ip()));
-        if (open.is_none() || client.is_none()) && !shared.limits.evict_pending {
-            continue;
-        }
-        let _ = stream.set_nodelay(true);
-        let (shared, watcher) = (shared.clone(), graceful.watcher());
-        tokio::spawn(async move {
-            let held = match (open, client) {
-                (Some(open), Some(client)) => (open, client),
-                (open, client) => match make_room(&shared, peer.ip(), open, client).await {
-                    Some(held) => held,
-                    None => return,
-                },
-            };
-            connection(&shared, stream, peer.ip(), watcher).await;
-            drop(held);
-        });
+        spawn_connection(&shared, &graceful, stream, peer.ip());
     }
     drop(listener);
     // Connections still waiting for a first byte or a slot end now; those
@@ -464,6 +422,68 @@ pub(crate) async fn serve(
             "connections still open after the grace period"
         );
     }
+}
+
+impl Shared {
+    /// What the connections of a listener with `limits` share: hyper's
+    /// builders (the probes' answers one request each), the slots and
+    /// the open connections counted, `stopping` to tell them of a stop.
+    fn new(router: Router, limits: Limits, stopping: watch::Receiver<bool>) -> Arc<Shared> {
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .max_headers(HEADERS_MAX)
+            .max_header_size(HEADER_BYTES_MAX)
+            .max_buf_size(HEADER_BYTES_MAX.max(8192));
+        let mut probe_builder = builder.clone();
+        probe_builder
+            .header_read_timeout(PROBE_TIMEOUT)
+            .keep_alive(false);
+        Arc::new(Shared {
+            builder,
+            probe_builder,
+            slots: Arc::new(Semaphore::new(limits.connections_max)),
+            per_client: PerClient::new(limits.per_client_max),
+            spare: Arc::new(Semaphore::new(PROBES_MAX)),
+            open: Arc::new(Semaphore::new(limits.open_max)),
+            open_per_client: PerClient::new(limits.open_per_client_max),
+            pending: Pending::default(),
+            router,
+            stopping,
+            limits,
+        })
+    }
+}
+
+/// Takes an accepted connection from `ip`: closed at once past the open
+/// limits (unless the listener evicts), else served on a task of its own.
+fn spawn_connection(
+    shared: &Arc<Shared>,
+    graceful: &GracefulShutdown,
+    stream: TcpStream,
+    ip: IpAddr,
+) {
+    // Past the open limits: closed at once, or (evicting) given the
+    // place of the oldest connection that holds no slot.
+    let open = shared.open.clone().try_acquire_owned().ok();
+    let client = shared.open_per_client.try_take(Client::of(ip));
+    if (open.is_none() || client.is_none()) && !shared.limits.evict_pending {
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let (shared, watcher) = (shared.clone(), graceful.watcher());
+    tokio::spawn(async move {
+        let held = match (open, client) {
+            (Some(open), Some(client)) => (open, client),
+            (open, client) => match make_room(&shared, ip, open, client).await {
+                Some(held) => held,
+                None => return,
+            },
+        };
+        connection(&shared, stream, ip, watcher).await;
+        drop(held);
+    });
 }
 
 /// A new connection past the open cap on a listener that evicts: the
@@ -543,40 +563,8 @@ async fn connection(
 ) {
     let (place, mut evicted) = shared.pending.enter();
     let mut stopping = shared.stopping.clone();
-    tokio::select! {
-        first = first_byte(&stream, FIRST_BYTE_TIMEOUT) => if !first { return },
-        _ = stopping.wait_for(|s| *s) => return,
-        _ = &mut evicted => return,
-    }
-    let first_request = async {
-        let mut io: Box<dyn Io> = match &shared.limits.tls {
-            None => Box::new(stream),
-            Some(tls) => match tls.accept(stream).await {
-                Ok(stream) => Box::new(stream),
-                Err(e) => {
-                    tracing::debug!(error = %e, "TLS handshake failed");
-                    return None;
-                }
-            },
-        };
-        let head = read_head(&mut io).await.ok()?;
-        Some(Rewind {
-            prefix: head,
-            read: 0,
-            inner: io,
-        })
-    };
-    let mut io = tokio::select! {
-        io = tokio::time::timeout(shared.limits.first_request_timeout, first_request) => match io {
-            Ok(Some(io)) if !io.prefix.is_empty() => io,
-            Ok(_) => return,
-            Err(_) => {
-                crate::metrics::limit_reached(crate::metrics::Limit::FirstRequest);
-                return;
-            }
-        },
-        _ = stopping.wait_for(|s| *s) => return,
-        _ = &mut evicted => return,
+    let Some(mut io) = first_request(shared, stream, &mut stopping, &mut evicted).await else {
+        return;
     };
     let client = match &shared.limits.admit {
         None => Client::of(ip),
@@ -596,43 +584,12 @@ async fn connection(
                 && is_probe(&io.prefix)
                 && let Ok(spare) = shared.spare.clone().try_acquire_owned()
             {
-                let service = TowerToHyperService::new(probes.clone());
-                let conn = shared
-                    .probe_builder
-                    .serve_connection(TokioIo::new(io), service);
-                let _ = tokio::time::timeout(PROBE_TIMEOUT, conn).await;
-                drop(spare);
-                return;
+                return answer_probe(shared, probes, io, spare).await;
             }
             crate::metrics::limit_reached(crate::metrics::Limit::Connections);
-            // Wait for this client's slot, then the listener's, reading
-            // ahead to notice the client leave; a stop, an eviction or
-            // the listener's longest wait ends the wait.
-            let wait = async {
-                let client = shared.per_client.take(client).await;
-                let slot = shared
-                    .slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("semaphore never closes");
-                (slot, client)
-            };
-            let longest = async {
-                match shared.limits.slot_wait_max {
-                    Some(max) => tokio::time::sleep(max).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                held = wait => held,
-                () = read_ahead(&mut io) => return,
-                () = longest => {
-                    crate::metrics::limit_reached(crate::metrics::Limit::SlotWait);
-                    return;
-                }
-                _ = stopping.wait_for(|s| *s) => return,
-                _ = &mut evicted => return,
+            match wait_for_slot(shared, client, &mut io, &mut stopping, &mut evicted).await {
+                Some(held) => held,
+                None => return,
             }
         }
     };
@@ -645,4 +602,104 @@ async fn connection(
         tracing::debug!(error = %e, "connection ended with an error");
     }
     drop(held);
+}
+
+/// Waits for a connection's first byte, its TLS handshake (on a TLS
+/// listener) and its first request's head, each in its time: `None` when
+/// one does not come, or the listener stops or evicts the connection.
+async fn first_request(
+    shared: &Shared,
+    stream: TcpStream,
+    stopping: &mut watch::Receiver<bool>,
+    evicted: &mut oneshot::Receiver<()>,
+) -> Option<Rewind<Box<dyn Io>>> {
+    tokio::select! {
+        first = first_byte(&stream, FIRST_BYTE_TIMEOUT) => if !first { return None },
+        _ = stopping.wait_for(|s| *s) => return None,
+        _ = &mut *evicted => return None,
+    }
+    let read_first = async {
+        let mut io: Box<dyn Io> = match &shared.limits.tls {
+            None => Box::new(stream),
+            Some(tls) => match tls.accept(stream).await {
+                Ok(stream) => Box::new(stream),
+                Err(e) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    return None;
+                }
+            },
+        };
+        let head = read_head(&mut io).await.ok()?;
+        Some(Rewind {
+            prefix: head,
+            read: 0,
+            inner: io,
+        })
+    };
+    tokio::select! {
+        io = tokio::time::timeout(shared.limits.first_request_timeout, read_first) => match io {
+            Ok(Some(io)) if !io.prefix.is_empty() => Some(io),
+            Ok(_) => None,
+            Err(_) => {
+                crate::metrics::limit_reached(crate::metrics::Limit::FirstRequest);
+                None
+            }
+        },
+        _ = stopping.wait_for(|s| *s) => None,
+        _ = &mut *evicted => None,
+    }
+}
+
+/// Answers a probe that found no slot free on a `spare` connection: one
+/// request, within [`PROBE_TIMEOUT`].
+async fn answer_probe(
+    shared: &Shared,
+    probes: &Router,
+    io: Rewind<Box<dyn Io>>,
+    spare: OwnedSemaphorePermit,
+) {
+    let service = TowerToHyperService::new(probes.clone());
+    let conn = shared
+        .probe_builder
+        .serve_connection(TokioIo::new(io), service);
+    let _ = tokio::time::timeout(PROBE_TIMEOUT, conn).await;
+    drop(spare);
+}
+
+/// Waits for `client`'s slot, then the listener's, reading ahead on `io`
+/// to notice the client leave: `None` when it leaves, or a stop, an
+/// eviction or the listener's longest wait ends the wait.
+async fn wait_for_slot(
+    shared: &Shared,
+    client: Client,
+    io: &mut Rewind<Box<dyn Io>>,
+    stopping: &mut watch::Receiver<bool>,
+    evicted: &mut oneshot::Receiver<()>,
+) -> Option<(OwnedSemaphorePermit, ClientPermit)> {
+    let wait = async {
+        let client = shared.per_client.take(client).await;
+        let slot = shared
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore never closes");
+        (slot, client)
+    };
+    let longest = async {
+        match shared.limits.slot_wait_max {
+            Some(max) => tokio::time::sleep(max).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        held = wait => Some(held),
+        () = read_ahead(io) => None,
+        () = longest => {
+            crate::metrics::limit_reached(crate::metrics::Limit::SlotWait);
+            None
+        }
+        _ = stopping.wait_for(|s| *s) => None,
+        _ = &mut *evicted => None,
+    }
 }

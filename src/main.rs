@@ -451,14 +451,7 @@ fn dispatch(command: Command, target: &Target) -> anyhow::Result<ExitCode> {
         Command::Queues { filter, json } => {
             on_server(ops::queues(target, &filter, json, &mut stdout()))
         }
-        Command::Stats { queue: None, json } => {
-            let every = ops::QueueFilter::default();
-            on_server(ops::queues(target, &every, json, &mut stdout()))
-        }
-        Command::Stats {
-            queue: Some(queue),
-            json,
-        } => on_server(ops::queue_stats(target, &queue, json, &mut stdout())),
+        Command::Stats { queue, json } => stats(target, queue, json),
         Command::Queue { command } => queue(target, command),
         Command::Tail { queue, lines, json } => {
             on_server(commands::tail(target, &queue, lines, json, &mut stdout()))
@@ -493,25 +486,38 @@ fn dispatch(command: Command, target: &Target) -> anyhow::Result<ExitCode> {
         Command::Events { command } => events(target, command),
         Command::Dlq { command } => dlq(target, command),
         Command::Cluster { command } => cluster(target, command),
-        Command::Portal {
-            command:
-                PortalCommand::Link {
-                    tenant,
-                    ttl,
-                    capabilities,
-                    queues,
-                    json,
-                },
-        } => {
-            let link = ops::PortalLink {
-                tenant: &tenant,
-                ttl_seconds: ttl.as_secs(),
-                capabilities: &capabilities,
-                queues: &queues,
-            };
-            on_server(ops::portal_link(target, link, json, &mut stdout()))
-        }
+        Command::Portal { command } => portal(target, command),
     }
+}
+
+/// `spoold stats [QUEUE]`: without a queue the same as `spoold queues`;
+/// with one, that queue's state, stats and settings.
+fn stats(target: &Target, queue: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    match queue {
+        None => {
+            let every = ops::QueueFilter::default();
+            on_server(ops::queues(target, &every, json, &mut stdout()))
+        }
+        Some(queue) => on_server(ops::queue_stats(target, &queue, json, &mut stdout())),
+    }
+}
+
+/// `spoold portal link`: a link to the portal for one tenant's customers.
+fn portal(target: &Target, command: PortalCommand) -> anyhow::Result<ExitCode> {
+    let PortalCommand::Link {
+        tenant,
+        ttl,
+        capabilities,
+        queues,
+        json,
+    } = command;
+    let link = ops::PortalLink {
+        tenant: &tenant,
+        ttl_seconds: ttl.as_secs(),
+        capabilities: &capabilities,
+        queues: &queues,
+    };
+    on_server(ops::portal_link(target, link, json, &mut stdout()))
 }
 
 /// `spoold journal …`: offline, on a stopped spool (each tool takes its

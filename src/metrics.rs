@@ -167,7 +167,19 @@ fn from_the_start() {
 /// What `spoold_events_total` counts an event as.
 const EVENT_OUTCOMES: [&str; 3] = ["fanned_out", "no_subscribers", "deduplicated"];
 
+/// Gives every metric its unit and help text, one area at a time.
 fn describe() {
+    describe_messages();
+    describe_queues();
+    describe_delivery();
+    describe_storage();
+    describe_server();
+    describe_cluster();
+    describe_events();
+}
+
+/// The message counters: sent, acked, retried, failed, expired, deduplicated.
+fn describe_messages() {
     describe_counter!(
         MESSAGES_SENT,
         Unit::Count,
@@ -198,6 +210,11 @@ fn describe() {
         Unit::Count,
         "Sends answered from the dedup window without storing anything, since start."
     );
+}
+
+/// The per-queue gauges: messages by state, ages, pause, breaker and
+/// signing secrets.
+fn describe_queues() {
     describe_gauge!(
         QUEUE_MESSAGES,
         Unit::Count,
@@ -219,10 +236,6 @@ fn describe() {
         "Since when the oldest message still retrying was sent (0 when none): a message stuck retrying."
     );
     describe_gauge!(
-        BUILD_INFO,
-        "Always 1; the labels say which spoold runs (version, allocator)."
-    );
-    describe_gauge!(
         QUEUE_PAUSED,
         "1 while an operator paused a queue (its circuit breaker is spoold_queue_breaker_open)."
     );
@@ -238,6 +251,11 @@ fn describe() {
         QUEUE_PREVIOUS_SECRET_EXPIRY,
         "When the secret a rotation replaced stops signing (Unix seconds); 0 when none signs beside the new one."
     );
+}
+
+/// Push delivery: attempts by outcome, their durations and latency,
+/// running dispatchers.
+fn describe_delivery() {
     describe_counter!(
         DELIVERIES,
         Unit::Count,
@@ -249,15 +267,19 @@ fn describe() {
         "From a message's send to its delivery (the attempt that succeeded), retries included."
     );
     describe_histogram!(
-        HTTP_DURATION,
-        Unit::Seconds,
-        "Duration of HTTP requests by route template, from routing to the answer's head."
-    );
-    describe_histogram!(
         DELIVERY_DURATION,
         Unit::Seconds,
         "Duration of delivery attempts."
     );
+    describe_gauge!(
+        PUSH_DISPATCHERS,
+        "Push queues with a running dispatcher (those with messages); an idle push queue has none."
+    );
+}
+
+/// The journal and memory: fsync durations, bytes on disk and in
+/// memory, and their bounds.
+fn describe_storage() {
     describe_histogram!(
         FSYNC_DURATION,
         Unit::Seconds,
@@ -283,11 +305,39 @@ fn describe() {
         Unit::Bytes,
         "spool.max_memory: its configured value, or half the cgroup's memory limit."
     );
+}
+
+/// The server itself: which build runs, HTTP requests, scope refusals
+/// and limits reached.
+fn describe_server() {
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1; the labels say which spoold runs (version, allocator)."
+    );
     describe_counter!(
         HTTP_REQUESTS,
         Unit::Count,
         "HTTP requests by route template and status."
     );
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "Duration of HTTP requests by route template, from routing to the answer's head."
+    );
+    describe_counter!(
+        SCOPE_REFUSALS,
+        Unit::Count,
+        "Requests a scoped key or portal session may not make, by the answer's kind: forbidden (a verb it lacks, a route for operators) or queue_not_found (a queue outside its tenant or patterns)."
+    );
+    describe_counter!(
+        LIMIT_REACHED,
+        Unit::Count,
+        "Requests refused, or pages cut short, by a bound the server enforces, by limit (docs/reliability.md lists them)."
+    );
+}
+
+/// Replicated mode: role, term, replication, membership and snapshots.
+fn describe_cluster() {
     describe_gauge!(
         CLUSTER_ROLE,
         "Replicated mode: 1 for this replica's role (primary, follower, candidate, learner), 0 for the others."
@@ -329,9 +379,20 @@ fn describe() {
         Unit::Bytes,
         "Replicated mode: bytes of snapshots this replica received (catch-up progress)."
     );
-    describe_gauge!(
-        PUSH_DISPATCHERS,
-        "Push queues with a running dispatcher (those with messages); an idle push queue has none."
+    describe_counter!(
+        CLUSTER_SNAPSHOTS_INSTALLED,
+        Unit::Count,
+        "Replicated mode: snapshots this replica received and installed since start."
+    );
+}
+
+/// Events: those published, spoold's own operational events, the
+/// catalogue and filtered deliveries.
+fn describe_events() {
+    describe_counter!(
+        EVENTS_TOTAL,
+        Unit::Count,
+        "Events published (POST /v1/events) by outcome: fanned_out, no_subscribers (no queue subscribes to the type), deduplicated."
     );
     describe_counter!(
         OPERATIONAL_EVENTS,
@@ -343,29 +404,9 @@ fn describe() {
         "Entries of the event catalogue (at most 1000)."
     );
     describe_counter!(
-        SCOPE_REFUSALS,
-        Unit::Count,
-        "Requests a scoped key or portal session may not make, by the answer's kind: forbidden (a verb it lacks, a route for operators) or queue_not_found (a queue outside its tenant or patterns)."
-    );
-    describe_counter!(
         EVENT_DELIVERIES_FILTERED,
         Unit::Count,
         "Deliveries of events that a queue's content filter kept out (the queue's patterns took the type)."
-    );
-    describe_counter!(
-        EVENTS_TOTAL,
-        Unit::Count,
-        "Events published (POST /v1/events) by outcome: fanned_out, no_subscribers (no queue subscribes to the type), deduplicated."
-    );
-    describe_counter!(
-        LIMIT_REACHED,
-        Unit::Count,
-        "Requests refused, or pages cut short, by a bound the server enforces, by limit (docs/reliability.md lists them)."
-    );
-    describe_counter!(
-        CLUSTER_SNAPSHOTS_INSTALLED,
-        Unit::Count,
-        "Replicated mode: snapshots this replica received and installed since start."
     );
 }
 

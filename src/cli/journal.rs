@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::engine::rebuild::{self, RebuildReport};
 use crate::journal::format::{FileId, checkpoint_file_name, segment_file_name};
-use crate::journal::scan::{self, ScanSummary, list_files, scan_dir};
+use crate::journal::scan::{self, Listing, ScanSummary, list_files, scan_dir};
 use crate::journal::storage::{OsStorage, Storage};
 use crate::journal::{JournalError, load_identity};
 use crate::spool::{CheckpointLoader, Record};
@@ -110,38 +110,60 @@ pub fn verify_with(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport
     let mut checkpoint_seq = 0;
     if let Some(&seq) = listing.checkpoints.last() {
         checkpoint_seq = seq;
-        let name = checkpoint_file_name(seq);
-        let read = scan::read_checkpoint(&storage, dir, identity.salt, seq)?;
-        let decoded = read.map(|bytes| {
-            let mut loader = CheckpointLoader::new();
-            bytes
-                .chunks()
-                .try_for_each(|(kind, body)| loader.chunk(kind, body))
-                .and_then(|()| loader.finish())
-        });
-        match decoded {
-            Err(problem) => report.bad.push(format!("{name}: {}", problem.reason())),
-            Ok(Err(e)) => report
-                .bad
-                .push(format!("{name}: undecodable checkpoint: {e}")),
-            Ok(Ok((spool, _))) => {
-                report.checkpoint_messages = Some(spool.message_count());
-                for file in spool.referenced_files().map(FileId::from_loc) {
-                    let there = match file {
-                        FileId::Segment(id) => listing.segments.contains(&id),
-                        FileId::Pack(id) => listing.packs.contains(&id),
-                    };
-                    if !there {
-                        report.bad.push(format!(
-                            "{}: missing, and the checkpoint points at records in it",
-                            dir.join(file.file_name()).display()
-                        ));
-                    }
+        verify_checkpoint(&storage, dir, identity.salt, seq, &listing, &mut report)?;
+    }
+    let total = journal_bytes(storage.as_ref(), dir, &listing);
+    let (summary, bad) = verify_records(&storage, dir, identity.salt, checkpoint_seq, total)?;
+    report.summary = summary;
+    report.bad.extend(bad);
+    Ok(report)
+}
+
+/// Reads the checkpoint `seq` into `report`: its problems, or the
+/// messages it holds and the files it points at that are missing.
+fn verify_checkpoint(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    salt: u64,
+    seq: u64,
+    listing: &Listing,
+    report: &mut VerifyReport,
+) -> Result<(), JournalError> {
+    let name = checkpoint_file_name(seq);
+    let read = scan::read_checkpoint(storage, dir, salt, seq)?;
+    let decoded = read.map(|bytes| {
+        let mut loader = CheckpointLoader::new();
+        bytes
+            .chunks()
+            .try_for_each(|(kind, body)| loader.chunk(kind, body))
+            .and_then(|()| loader.finish())
+    });
+    match decoded {
+        Err(problem) => report.bad.push(format!("{name}: {}", problem.reason())),
+        Ok(Err(e)) => report
+            .bad
+            .push(format!("{name}: undecodable checkpoint: {e}")),
+        Ok(Ok((spool, _))) => {
+            report.checkpoint_messages = Some(spool.message_count());
+            for file in spool.referenced_files().map(FileId::from_loc) {
+                let there = match file {
+                    FileId::Segment(id) => listing.segments.contains(&id),
+                    FileId::Pack(id) => listing.packs.contains(&id),
+                };
+                if !there {
+                    report.bad.push(format!(
+                        "{}: missing, and the checkpoint points at records in it",
+                        dir.join(file.file_name()).display()
+                    ));
                 }
             }
         }
     }
-    // Bytes before each file, for the progress bar.
+    Ok(())
+}
+
+/// Bytes of the segments and packs `listing` names, for the progress bar.
+fn journal_bytes(storage: &dyn Storage, dir: &Path, listing: &Listing) -> u64 {
     let mut total = 0u64;
     for name in listing
         .segments
@@ -154,11 +176,24 @@ pub fn verify_with(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport
             .and_then(|f| f.size_bytes())
             .unwrap_or(0);
     }
+    total
+}
+
+/// Scans every record after checkpoint `checkpoint_seq` with a progress
+/// bar over `total` bytes: the scan's summary, and the records whose
+/// checksum holds but whose body does not decode.
+fn verify_records(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    salt: u64,
+    checkpoint_seq: u64,
+    total: u64,
+) -> Result<(ScanSummary, Vec<String>), JournalError> {
     let bar = progress_bar(total, "verifying");
     let mut seen = 0u64;
     let mut bytes = 0u64;
     let mut bad = Vec::new();
-    let summary = scan_dir(&storage, dir, identity.salt, checkpoint_seq, |rec| {
+    let summary = scan_dir(storage, dir, salt, checkpoint_seq, |rec| {
         seen += 1;
         bytes += rec.frame_len;
         if seen.is_multiple_of(PROGRESS_EVERY_RECORDS) {
@@ -174,9 +209,7 @@ pub fn verify_with(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport
         Ok(())
     })?;
     bar.finish_and_clear();
-    report.summary = summary;
-    report.bad.extend(bad);
-    Ok(report)
+    Ok((summary, bad))
 }
 
 /// How often (in records) the progress bar moves: often enough to watch,

@@ -32,6 +32,28 @@ pub(super) async fn send(
         Some(r) => Method::from_bytes(r.method.as_bytes()).map_err(|e| format!("method: {e}"))?,
         None => Method::POST,
     };
+    let mut headers = request_headers(shared, d);
+    spooler_headers(&mut headers, shared, d, id);
+    let now_ms = shared.engine_now_ms();
+    if let Some(secrets) = settings.signing_secrets(now_ms) {
+        let timestamp = now_ms.div_euclid(1000);
+        let signature = signature_header(&secrets, id, timestamp, &d.payload.body)?;
+        put(&mut headers, "webhook-id", id);
+        put(&mut headers, "webhook-timestamp", &timestamp.to_string());
+        put(&mut headers, "webhook-signature", &signature);
+    }
+    let body = d.payload.body.clone();
+    let timeout = Duration::from_millis(settings.timeout_ms.max(1));
+    match &shared.direct {
+        Some(direct) => direct.send(method, &url, headers, body, timeout).await,
+        None => through_pool(&shared.client, method, url, headers, body, timeout).await,
+    }
+}
+
+/// The headers of the stored request (those that are valid), or else the
+/// payload's content type; then the queue's static headers over them.
+fn request_headers(shared: &QueueShared, d: &PushDelivery) -> HeaderMap {
+    let request = d.payload.request.as_ref();
     let mut headers = HeaderMap::new();
     if let Some(r) = request {
         for (name, value) in &r.headers {
@@ -48,52 +70,43 @@ pub(super) async fn send(
     for (name, value) in &shared.static_headers {
         headers.insert(name, value.clone());
     }
-    let put = |headers: &mut HeaderMap, name: &'static str, value: &str| {
-        if let Ok(v) = HeaderValue::from_str(value) {
-            headers.insert(name, v);
-        }
-    };
-    put(&mut headers, "spooler-delivery-id", id);
-    put(
-        &mut headers,
-        "spooler-retry-count",
-        &d.retry_count.to_string(),
-    );
+    headers
+}
+
+/// Adds spoold's own headers (docs/contract.md §3): the delivery id
+/// (`id`), its retry count and hops, the trace, and what the message is
+/// (a resend, its ordering key, an event's type, id and tenant).
+fn spooler_headers(headers: &mut HeaderMap, shared: &QueueShared, d: &PushDelivery, id: &str) {
+    put(headers, "spooler-delivery-id", id);
+    put(headers, "spooler-retry-count", &d.retry_count.to_string());
     // One spoold delivery more than the message came through: a spoold
     // that receives it counts on (`api/hops.rs`).
     let hops = d.payload.hops.saturating_add(1).to_string();
-    put(&mut headers, "spooler-hops", &hops);
+    put(headers, "spooler-hops", &hops);
     if let Some(trace) = crate::telemetry::outgoing(d.payload.trace.as_deref()) {
-        put(&mut headers, "traceparent", &trace);
+        put(headers, "traceparent", &trace);
     }
     if let Some(from) = d.payload.resent_from {
         let from = shared.engine.tokens().format_id(from);
-        put(&mut headers, "spooler-resent-from", &from);
+        put(headers, "spooler-resent-from", &from);
     }
     if let Some(key) = &d.payload.ordering_key {
-        put(&mut headers, "spooler-ordering-key", key);
+        put(headers, "spooler-ordering-key", key);
     }
     if let Some(event) = &d.payload.event {
-        put(&mut headers, "spooler-event-type", &event.event_type);
+        put(headers, "spooler-event-type", &event.event_type);
         let event_id = shared.engine.tokens().format_id(event.id);
-        put(&mut headers, "spooler-event-id", &event_id);
+        put(headers, "spooler-event-id", &event_id);
         if let Some(tenant) = &event.tenant {
-            put(&mut headers, "spooler-tenant", tenant);
+            put(headers, "spooler-tenant", tenant);
         }
     }
-    let now_ms = shared.engine_now_ms();
-    if let Some(secrets) = settings.signing_secrets(now_ms) {
-        let timestamp = now_ms.div_euclid(1000);
-        let signature = signature_header(&secrets, id, timestamp, &d.payload.body)?;
-        put(&mut headers, "webhook-id", id);
-        put(&mut headers, "webhook-timestamp", &timestamp.to_string());
-        put(&mut headers, "webhook-signature", &signature);
-    }
-    let body = d.payload.body.clone();
-    let timeout = Duration::from_millis(settings.timeout_ms.max(1));
-    match &shared.direct {
-        Some(direct) => direct.send(method, &url, headers, body, timeout).await,
-        None => through_pool(&shared.client, method, url, headers, body, timeout).await,
+}
+
+/// Sets header `name` to `value`, unless `value` is not a valid one.
+fn put(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        headers.insert(name, v);
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -69,53 +69,14 @@ pub(crate) async fn dispatch(
             break;
         }
         if shared.engine.breaker(&shared.queue).is_some() {
-            // Armed, then looked at again: a close that comes after the
-            // second look wakes the wait below. (Armed only here: an armed
-            // waiter takes its share of the queue's wake-ups, which the
-            // lease below waits for.)
-            let changed = signal.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if shared.engine.breaker(&shared.queue).is_none() {
-                continue;
-            }
-            // The probe task owns the queue until the breaker closes. A
-            // pool that finds it open (its settings changed while it was)
-            // probes at once, with its own settings.
-            if !shared.probing.swap(true, Ordering::AcqRel) {
-                shared
-                    .engine
-                    .set_breaker(&shared.queue, Some(shared.engine_now_ms()));
-                tokio::spawn(probe(shared.clone(), stop.clone()));
-            }
-            tokio::select! {
-                _ = stop.changed(), if !stopping => {}
-                () = changed => {}
-            }
+            while_breaker_open(&shared, &signal, &mut stop, stopping).await;
             continue;
         }
-        // Wait for one free slot, then take every other free one.
-        let first = tokio::select! {
-            slot = slots.clone().acquire_owned() => slot.expect("bug: slots closed"),
-            _ = stop.changed(), if !stopping => continue,
+        let Some(mut free) = free_slots(&slots, &mut stop, stopping).await else {
+            continue;
         };
-        let mut free = vec![first];
-        while free.len() < LEASE_BATCH_MAX {
-            match slots.clone().try_acquire_owned() {
-                Ok(slot) => free.push(slot),
-                Err(_) => break,
-            }
-        }
-        let mut max = free.len();
-        if let Some(limiter) = &shared.limiter {
-            // A rate-limited queue leases one at a time, each when due.
-            limiter.until_ready().await;
-            max = 1;
-        }
-        let wait = if stopping { Duration::ZERO } else { LEASE_WAIT };
-        let leased = tokio::select! {
-            leased = shared.engine.lease_for_delivery(&shared.queue, max, wait, false) => leased,
-            _ = stop.changed(), if !stopping => continue,
+        let Some(leased) = lease_batch(&shared, free.len(), &mut stop, stopping).await else {
+            continue;
         };
         match leased {
             // Draining and nothing left: done.
@@ -130,15 +91,7 @@ pub(crate) async fn dispatch(
                 break;
             }
             Ok(deliveries) => {
-                // Each delivery holds a slot until it is settled; the slots
-                // not used go back when `free` is dropped.
-                for (d, slot) in deliveries.into_iter().zip(free.drain(..)) {
-                    let (shared, stop) = (shared.clone(), stop.clone());
-                    in_flight.spawn(async move {
-                        work(&shared, d, &stop, drain).await;
-                        drop(slot);
-                    });
-                }
+                spawn_workers(&shared, deliveries, &mut free, &mut in_flight, &stop, drain);
             }
             Err(LeaseError::QueueNotFound { .. } | LeaseError::NotPushQueue { .. }) => break,
             // Replicated mode: only the primary delivers; a follower's
@@ -159,6 +112,103 @@ pub(crate) async fn dispatch(
         }
     }
     while in_flight.join_next().await.is_some() {}
+}
+
+/// The dispatcher while the queue's breaker is open: starts its probe
+/// (unless one runs) and waits until the breaker changes or `stop` does;
+/// returns at once if the breaker closed meanwhile.
+async fn while_breaker_open(
+    shared: &Arc<QueueShared>,
+    signal: &Notify,
+    stop: &mut watch::Receiver<bool>,
+    stopping: bool,
+) {
+    // Armed, then looked at again: a close that comes after the
+    // second look wakes the wait below. (Armed only here: an armed
+    // waiter takes its share of the queue's wake-ups, which the
+    // lease below waits for.)
+    let changed = signal.notified();
+    tokio::pin!(changed);
+    changed.as_mut().enable();
+    if shared.engine.breaker(&shared.queue).is_none() {
+        return;
+    }
+    // The probe task owns the queue until the breaker closes. A
+    // pool that finds it open (its settings changed while it was)
+    // probes at once, with its own settings.
+    if !shared.probing.swap(true, Ordering::AcqRel) {
+        shared
+            .engine
+            .set_breaker(&shared.queue, Some(shared.engine_now_ms()));
+        tokio::spawn(probe(shared.clone(), stop.clone()));
+    }
+    tokio::select! {
+        _ = stop.changed(), if !stopping => {}
+        () = changed => {}
+    }
+}
+
+/// Waits for one free slot, then takes every other free one, at most
+/// [`LEASE_BATCH_MAX`]: `None` when `stop` changes first.
+async fn free_slots(
+    slots: &Arc<Semaphore>,
+    stop: &mut watch::Receiver<bool>,
+    stopping: bool,
+) -> Option<Vec<OwnedSemaphorePermit>> {
+    let first = tokio::select! {
+        slot = slots.clone().acquire_owned() => slot.expect("bug: slots closed"),
+        _ = stop.changed(), if !stopping => return None,
+    };
+    let mut free = vec![first];
+    while free.len() < LEASE_BATCH_MAX {
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => free.push(slot),
+            Err(_) => break,
+        }
+    }
+    Some(free)
+}
+
+/// Leases up to `free` deliveries (a rate-limited queue one at a time,
+/// each when due), waiting up to [`LEASE_WAIT`] for one unless
+/// `stopping`: `None` when `stop` changes first.
+async fn lease_batch(
+    shared: &QueueShared,
+    free: usize,
+    stop: &mut watch::Receiver<bool>,
+    stopping: bool,
+) -> Option<Result<Vec<PushDelivery>, LeaseError>> {
+    let mut max = free;
+    if let Some(limiter) = &shared.limiter {
+        // A rate-limited queue leases one at a time, each when due.
+        limiter.until_ready().await;
+        max = 1;
+    }
+    let wait = if stopping { Duration::ZERO } else { LEASE_WAIT };
+    tokio::select! {
+        leased = shared.engine.lease_for_delivery(&shared.queue, max, wait, false) => Some(leased),
+        _ = stop.changed(), if !stopping => None,
+    }
+}
+
+/// Starts a worker for each delivery, on a task of its own in `in_flight`.
+fn spawn_workers(
+    shared: &Arc<QueueShared>,
+    deliveries: Vec<PushDelivery>,
+    free: &mut Vec<OwnedSemaphorePermit>,
+    in_flight: &mut JoinSet<()>,
+    stop: &watch::Receiver<bool>,
+    drain: bool,
+) {
+    // Each delivery holds a slot until it is settled; the slots
+    // not used go back when `free` is dropped.
+    for (d, slot) in deliveries.into_iter().zip(free.drain(..)) {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        in_flight.spawn(async move {
+            work(&shared, d, &stop, drain).await;
+            drop(slot);
+        });
+    }
 }
 
 /// A worker: delivers `first`, then the queue's next visible messages one
