@@ -36,6 +36,7 @@ pub mod cluster;
 pub mod config;
 pub(crate) mod delivery;
 pub mod engine;
+pub(crate) mod failpoint;
 pub(crate) mod journal;
 pub(crate) mod listen;
 pub(crate) mod metrics;

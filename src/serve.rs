@@ -405,7 +405,9 @@ async fn open_spool(config: &Config, bound: &[(SocketAddr, &str)]) -> Result<Ope
                 .map_err(ServeError::Config)?;
             let max_body_bytes = config.server.max_body_bytes;
             match Cluster::open(options, cluster, &secret, max_body_bytes).await {
-                Ok((engine, report, cluster)) => Ok((engine, report, Some(cluster))),
+                Ok((replica, report, cluster)) => {
+                    Ok((Engine::clone(&replica), report, Some(cluster)))
+                }
                 Err(ClusterError::Journal(error)) => Err(error),
                 Err(e @ ClusterError::PoisonedVote { .. }) => {
                     return Ok(Opened::VoteNeedsRepair(e.to_string()));

@@ -14,6 +14,13 @@ pub use crate::api::forward::resolve_path;
 pub use crate::delivery::target::Destination;
 pub use crate::engine::rebuild::repair;
 pub use crate::engine::token::Tokens;
+/// The named fail points (`src/failpoint.rs`) and how a test arms them.
+pub mod fail_points {
+    pub use crate::failpoint::{
+        COMPACT_BEFORE_CHECKPOINT, COMPACT_BEFORE_SWAP, ENV, EXIT_CODE, HISTORY_DROPPED,
+        RAFT_BEFORE_APPLY, SNAPSHOT_BEFORE_RESTART,
+    };
+}
 pub use crate::journal::format::{
     FILE_HEADER_BYTES, FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FileId, FrameHeader,
     SegmentHeader, SpoolIdentity, segment_file_name,

@@ -19,13 +19,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::auth::{
-    API_HEADER, AUTH_HEADER, ClusterKey, FROM_HEADER, INCARNATION_HEADER, RequestLine,
+    API_HEADER, AUTH_HEADER, ClusterKey, FROM_HEADER, INCARNATION_HEADER, RequestLine, StreamMac,
     TARGET_HEADER,
 };
 use super::server::Hello;
 use super::store::{Snapshot, SnapshotData};
 use super::stream::put_message;
 use super::types::{Peer, TypeConfig, Vote};
+use crate::engine::replicated::RaftLog;
 
 /// How long a replica waits for a peer's `hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
@@ -399,43 +400,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .map_err(StreamingError::Unreachable)?;
         let head = postcard::to_allocvec(&(vote, &snapshot.meta)).map_err(|e| failed(&e))?;
         let (request, nonce) = self.post("snapshot", None);
-        let mut mac = self.network.key.stream_mac(&nonce);
+        let mac = self.network.key.stream_mac(&nonce);
         let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
         let target = self.target;
-        tokio::task::spawn_blocking(move || {
-            let mut piece = Vec::with_capacity(SNAPSHOT_PIECE_BYTES);
-            mac.update(&head);
-            put_message(&mut piece, &head);
-            let source = match log.snapshot_source(seq) {
-                Ok(source) => source,
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
-                    return;
-                }
-            };
-            tracing::info!(seq, target, "sending a snapshot");
-            for m in source {
-                match m {
-                    Ok(m) => {
-                        mac.update(&m);
-                        put_message(&mut piece, &m);
-                    }
-                    Err(e) => {
-                        let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
-                        return;
-                    }
-                }
-                if piece.len() >= SNAPSHOT_PIECE_BYTES {
-                    let full =
-                        std::mem::replace(&mut piece, Vec::with_capacity(SNAPSHOT_PIECE_BYTES));
-                    if tx.blocking_send(Ok(full.into())).is_err() {
-                        return;
-                    }
-                }
-            }
-            put_message(&mut piece, &mac.finish());
-            let _ = tx.blocking_send(Ok(piece.into()));
-        });
+        tokio::task::spawn_blocking(move || stream_checkpoint(&log, seq, target, &head, mac, &tx));
         let body = futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|piece| (piece, rx))
         });
@@ -452,4 +420,47 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             postcard::from_bytes(&bytes).map_err(|e| failed(&e))?;
         result.map_err(|e| failed(&e))
     }
+}
+
+/// Reads checkpoint `seq` of `log` and sends it to `tx` as the snapshot
+/// stream's body, in pieces of [`SNAPSHOT_PIECE_BYTES`]: the `head`
+/// message, every message of the checkpoint, and the stream's MAC over
+/// them. Runs on the blocking pool (it reads files). A read error ends the
+/// body with that error; a closed body ends it quietly.
+fn stream_checkpoint(
+    log: &RaftLog,
+    seq: u64,
+    target: u64,
+    head: &[u8],
+    mut mac: StreamMac,
+    tx: &tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+) {
+    let failed = |e: &dyn std::fmt::Display| {
+        let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+    };
+    let mut piece = Vec::with_capacity(SNAPSHOT_PIECE_BYTES);
+    mac.update(head);
+    put_message(&mut piece, head);
+    let source = match log.snapshot_source(seq) {
+        Ok(source) => source,
+        Err(e) => return failed(&e),
+    };
+    tracing::info!(seq, target, "sending a snapshot");
+    for m in source {
+        match m {
+            Ok(m) => {
+                mac.update(&m);
+                put_message(&mut piece, &m);
+            }
+            Err(e) => return failed(&e),
+        }
+        if piece.len() >= SNAPSHOT_PIECE_BYTES {
+            let full = std::mem::replace(&mut piece, Vec::with_capacity(SNAPSHOT_PIECE_BYTES));
+            if tx.blocking_send(Ok(full.into())).is_err() {
+                return;
+            }
+        }
+    }
+    put_message(&mut piece, &mac.finish());
+    let _ = tx.blocking_send(Ok(piece.into()));
 }

@@ -126,8 +126,8 @@ pub(crate) async fn last_log_term(
     options.storage = storage;
     options.lock = false;
     options.preallocate = false;
-    options.replicated = Some(committed.map_or(0, |c| super::types::seq_of(c.index())));
-    let (engine, _) = crate::engine::Engine::open(options).await?;
+    let committed = committed.map_or(0, |c| super::types::seq_of(c.index()));
+    let (engine, _) = crate::engine::Replica::open(options, committed).await?;
     // The last record's term, or the last purged one's when a snapshot
     // covers the whole log.
     let (_, _, term) = engine.raft_log().bounds();

@@ -16,7 +16,7 @@ use super::server::{self, ServerConfig};
 use super::status::{PeerClocks, SnapshotProgress};
 use super::{ClusterError, Raft};
 use crate::config::ClusterConfig;
-use crate::engine::Engine;
+use crate::engine::Replica;
 use crate::tls::ClusterTls;
 
 /// Most connections the replication listener serves at once: a cluster
@@ -56,7 +56,7 @@ pub(super) async fn bind(addr: &str) -> Result<TcpListener, ClusterError> {
 /// carries at least one record).
 pub(super) fn router(
     raft: &Raft,
-    engine: &Engine,
+    engine: &Replica,
     key: ClusterKey,
     config: &ClusterConfig,
     incarnation: u64,

@@ -132,25 +132,7 @@ impl Cluster {
             }
             membership.get_node(&id).cloned()
         };
-        let hello = self.inner.network.hello(id, addr).await.map_err(|reason| {
-            MembershipError::Unreachable {
-                id,
-                addr: addr.to_owned(),
-                reason,
-            }
-        })?;
-        if hello.node_id != id {
-            return Err(MembershipError::Unreachable {
-                id,
-                addr: addr.to_owned(),
-                reason: format!("the replica there is node {}", hello.node_id),
-            });
-        }
-        let peer = Peer {
-            raft_addr: addr.to_owned(),
-            incarnation: hello.incarnation,
-            api_url: hello.api_url,
-        };
+        let peer = self.greet(id, addr).await?;
         match known {
             Some(learner) if learner == peer => {
                 tracing::info!(
@@ -165,7 +147,45 @@ impl Cluster {
                 tracing::info!(id, addr, "added a learner; waiting for it to catch up");
             }
         }
-        // Everything committed by now must be on it before it may vote.
+        self.wait_caught_up(id, catch_up).await?;
+        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await?;
+        tracing::info!(id, addr, "node is a voter now");
+        Ok(self.status())
+    }
+
+    /// Asks the replica at `addr` who it is: it must answer as node `id`.
+    /// Its answer is the peer to record, with its incarnation and API URL.
+    async fn greet(&self, id: u64, addr: &str) -> Result<Peer, MembershipError> {
+        let unreachable = |reason: String| MembershipError::Unreachable {
+            id,
+            addr: addr.to_owned(),
+            reason,
+        };
+        let hello = self
+            .inner
+            .network
+            .hello(id, addr)
+            .await
+            .map_err(unreachable)?;
+        if hello.node_id != id {
+            return Err(unreachable(format!(
+                "the replica there is node {}",
+                hello.node_id
+            )));
+        }
+        Ok(Peer {
+            raft_addr: addr.to_owned(),
+            incarnation: hello.incarnation,
+            api_url: hello.api_url,
+        })
+    }
+
+    /// Waits until learner `id` holds everything committed when the wait
+    /// began: it may not vote before. Gives up after `catch_up`, or as soon
+    /// as this node is no longer the primary.
+    async fn wait_caught_up(&self, id: u64, catch_up: Duration) -> Result<(), MembershipError> {
+        let raft = &self.inner.raft;
         let target = raft
             .metrics()
             .borrow_watched()
@@ -182,7 +202,7 @@ impl Cluster {
                     .map(|l| l.index())
             };
             if matched.is_some_and(|i| i >= target) {
-                break;
+                return Ok(());
             }
             if started.elapsed() >= catch_up {
                 return Err(MembershipError::Behind {
@@ -192,10 +212,6 @@ impl Cluster {
             }
             tokio::time::sleep(CATCH_UP_POLL).await;
         }
-        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-            .await?;
-        tracing::info!(id, addr, "node is a voter now");
-        Ok(self.status())
     }
 
     /// Removes node `id`: a learner at once; a voter only if the voters

@@ -43,7 +43,7 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 
 use crate::config::{ClusterConfig, ClusterTlsConfig};
-use crate::engine::{Engine, EngineOptions, ReplayReport};
+use crate::engine::{EngineOptions, ReplayReport, Replica};
 use crate::journal::JournalError;
 use crate::tls::{self, ClusterTls};
 use auth::ClusterKey;
@@ -98,7 +98,7 @@ struct Inner {
     election_timeout: Duration,
     network: client::Network,
     /// The replica's engine: retired node ids are part of its state.
-    engine: Engine,
+    engine: Replica,
     /// A voter silent this long is not counted on (`members.rs`).
     silence: Duration,
     /// When this replica last became the primary: the age of a peer it
@@ -129,12 +129,12 @@ impl Cluster {
         config: &ClusterConfig,
         secret: &str,
         max_body_bytes: u64,
-    ) -> Result<(Engine, ReplayReport, Cluster), ClusterError> {
+    ) -> Result<(Replica, ReplayReport, Cluster), ClusterError> {
         let local = LocalFiles::open(&options, config.node_id)?;
         let tls = load_tls(config)?;
-        options.replicated = Some(local.files.committed().map_or(0, |c| seq_of(c.index())));
+        let committed = local.files.committed().map_or(0, |c| seq_of(c.index()));
         options.identity = Some(auth::cluster_identity(secret));
-        let (engine, report) = Engine::open(options).await?;
+        let (engine, report) = Replica::open(options, committed).await?;
 
         let key = ClusterKey::new(secret);
         let network = network(tls.as_ref(), key.clone(), config.node_id);
@@ -326,7 +326,7 @@ fn raft_config(config: &ClusterConfig) -> Result<Arc<openraft::Config>, ClusterE
 /// read at open.
 async fn start_raft(
     config: &ClusterConfig,
-    engine: &Engine,
+    engine: &Replica,
     network: &client::Network,
     files: RaftFiles,
     vote: Option<Vote>,

@@ -53,7 +53,7 @@ use sha2::{Digest, Sha256};
 use super::Raft;
 use super::auth::{
     API_HEADER, AUTH_HEADER, AuthError, ClusterKey, FROM_HEADER, INCARNATION_HEADER, Nonces,
-    RequestLine, TARGET_HEADER, Verified,
+    RequestLine, StreamMac, TARGET_HEADER, Verified,
 };
 use super::store::{Snapshot, SnapshotData, SnapshotMeta};
 use super::stream::Messages;
@@ -587,6 +587,63 @@ where
     }
 }
 
+/// What [`pass_on`] has passed to the snapshot's writer so far, and the
+/// message it holds back.
+#[derive(Default)]
+struct Passed {
+    bytes: u64,
+    count: u64,
+    held: Option<Vec<u8>>,
+}
+
+/// Passes each message of a snapshot's upload on to its writer once the
+/// next one arrived: the last one is the stream's MAC, not a message of the
+/// snapshot, and stays in `passed.held`. Logs progress every
+/// [`SNAPSHOT_PROGRESS_EVERY`]. Ends when the upload does, or early if the
+/// writer stopped taking messages (its own error says why).
+async fn pass_on<S, E>(
+    s: &ServerState,
+    seq: u64,
+    started: Instant,
+    messages: &mut Messages<S>,
+    mac: &mut StreamMac,
+    tx: &tokio::sync::mpsc::Sender<Result<Vec<u8>, StreamError>>,
+    passed: &mut Passed,
+) -> Result<(), (StatusCode, String)>
+where
+    S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let mut reported = Instant::now();
+    while let Some(m) = next_message(messages).await? {
+        let Some(previous) = passed.held.replace(m) else {
+            continue;
+        };
+        let len = previous.len() as u64;
+        passed.bytes += len;
+        passed.count += 1;
+        crate::metrics::record_snapshot_bytes(len);
+        s.progress
+            .received_bytes
+            .store(passed.bytes, Ordering::Relaxed);
+        if reported.elapsed() >= SNAPSHOT_PROGRESS_EVERY {
+            reported = Instant::now();
+            tracing::info!(
+                seq,
+                mib = passed.bytes >> 20,
+                messages = passed.count,
+                seconds = started.elapsed().as_secs(),
+                "catching up by snapshot: received so far"
+            );
+        }
+        mac.update(&previous);
+        if tx.send(Ok(previous)).await.is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
 async fn receive(
     s: &ServerState,
     v: &Verified,
@@ -614,39 +671,9 @@ async fn receive(
     });
     let _receiving = crate::metrics::SnapshotReceiving::start();
     let _progress = s.progress.start();
-    let (mut bytes, mut count, mut reported) = (0u64, 0u64, Instant::now());
-    // Each message goes on once the next one arrived: the last one is the
-    // stream's MAC, not a message of the snapshot.
-    let mut held: Option<Vec<u8>> = None;
-    let ended = loop {
-        let m = match next_message(&mut messages).await {
-            Ok(Some(m)) => m,
-            Ok(None) => break Ok(()),
-            Err(e) => break Err(e),
-        };
-        if let Some(previous) = held.replace(m) {
-            let len = previous.len() as u64;
-            bytes += len;
-            count += 1;
-            crate::metrics::record_snapshot_bytes(len);
-            s.progress.received_bytes.store(bytes, Ordering::Relaxed);
-            if reported.elapsed() >= SNAPSHOT_PROGRESS_EVERY {
-                reported = Instant::now();
-                tracing::info!(
-                    seq,
-                    mib = bytes >> 20,
-                    messages = count,
-                    seconds = started.elapsed().as_secs(),
-                    "catching up by snapshot: received so far"
-                );
-            }
-            mac.update(&previous);
-            if tx.send(Ok(previous)).await.is_err() {
-                break Ok(());
-            }
-        }
-    };
-    let ended = ended.and_then(|()| match held {
+    let mut passed = Passed::default();
+    let ended = pass_on(s, seq, started, &mut messages, &mut mac, &tx, &mut passed).await;
+    let ended = ended.and_then(|()| match passed.held.take() {
         Some(last) if mac.verify(&last) => Ok(()),
         _ => Err((
             StatusCode::UNAUTHORIZED,
@@ -668,7 +695,7 @@ async fn receive(
     ended?;
     tracing::info!(
         seq,
-        bytes,
+        bytes = passed.bytes,
         seconds = started.elapsed().as_secs_f64(),
         "received a snapshot; installing it"
     );

@@ -258,11 +258,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // A vote must never be durable ahead of the entries appended
         // before it (openraft's I/O ordering rule).
         self.log.flush().await.map_err(io_error)?;
-        self.files.save_vote(vote).map_err(io_error)?;
+        // Its file is written, fsynced and renamed: on the blocking pool,
+        // as engine/core.rs's blocking rule says.
+        let (files, to_save) = (self.files.clone(), *vote);
+        match tokio::task::spawn_blocking(move || files.save_vote(&to_save)).await {
+            Ok(saved) => saved.map_err(io_error)?,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
         *self.vote.lock().expect("bug: vote lock poisoned") = Some(*vote);
         Ok(())
     }
 
+    /// One `pwrite` to a file kept open, without an fsync (a lost commit
+    /// pointer is learned again from the primary), so it runs inline.
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
         self.files
             .save_committed(committed.as_ref())
@@ -565,7 +573,7 @@ mod suite {
     use openraft::type_config::TypeConfigExt;
 
     use super::*;
-    use crate::engine::Engine;
+    use crate::engine::Replica;
     use crate::engine::replicated::testing;
     use crate::journal::sim::SimStorage;
 
@@ -573,13 +581,13 @@ mod suite {
     /// on simulated storage (the engine is the guard that keeps it open).
     struct Builder;
 
-    impl StoreBuilder<TypeConfig, LogStore, StateMachine, Engine> for Builder {
+    impl StoreBuilder<TypeConfig, LogStore, StateMachine, Replica> for Builder {
         async fn build(
             &self,
-        ) -> Result<(Engine, LogStore, StateMachine), StorageError<TypeConfig>> {
+        ) -> Result<(Replica, LogStore, StateMachine), StorageError<TypeConfig>> {
             let broken = |e: String| StorageError::read(TypeConfig::err_from_string(e));
             let sim = SimStorage::new();
-            let (engine, _) = Engine::open(testing::options(&sim, 1 << 20, 0))
+            let (engine, _) = Replica::open(testing::options(&sim, 1 << 20, 0), 0)
                 .await
                 .map_err(|e| broken(e.to_string()))?;
             let (files, vote) = RaftFiles::open(Arc::new(sim), Path::new("/spool"))
@@ -590,7 +598,7 @@ mod suite {
         }
     }
 
-    type S = Suite<TypeConfig, LogStore, StateMachine, Builder, Engine>;
+    type S = Suite<TypeConfig, LogStore, StateMachine, Builder, Replica>;
 
     /// Longest a case may run (each takes milliseconds when it fits).
     const CASE_TIME_MAX: Duration = Duration::from_secs(5);

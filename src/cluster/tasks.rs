@@ -20,7 +20,7 @@ use super::client::Network;
 use super::members;
 use super::types::{RecordData, seq_of};
 use crate::config::ClusterConfig;
-use crate::engine::Engine;
+use crate::engine::Replica;
 use crate::engine::replicated::Proposal;
 
 /// Longest a proposal waits for Raft before its outcome is called
@@ -45,7 +45,7 @@ pub(super) fn snapshot_trigger(raft: Raft) -> Box<dyn Fn() + Send + Sync> {
 /// handles are the replica's to abort at shutdown.
 pub(super) fn start(
     raft: &Raft,
-    engine: &Engine,
+    engine: &Replica,
     network: &Network,
     config: &ClusterConfig,
     incarnation: u64,
@@ -74,7 +74,7 @@ pub(super) fn start(
 /// Keeps every member's API URL and cluster address among what a push
 /// destination may never be (`engine/guard.rs`): a delivery to a peer's
 /// API is relayed back to the primary, a loop like one to this node's.
-async fn own_members(raft: Raft, engine: Engine) {
+async fn own_members(raft: Raft, engine: Replica) {
     let mut metrics = raft.metrics();
     let mut known = None;
     loop {
@@ -115,7 +115,7 @@ fn leader_lease(raft: &Raft, election_timeout_ms: u64) -> Box<dyn Fn() -> bool +
 /// each bound to the term it was decided in, and answers each once Raft
 /// has: applied (its waiter learns the outcome), refused before it was
 /// appended (`503`), or unknown (`500 operation_unconfirmed`).
-async fn propose(raft: Raft, engine: Engine, mut rx: mpsc::Receiver<Proposal>) {
+async fn propose(raft: Raft, engine: Replica, mut rx: mpsc::Receiver<Proposal>) {
     while let Some(p) = rx.recv().await {
         let proposed = std::time::Instant::now();
         let (responder, done) = ProgressResponder::complete_only();
@@ -159,7 +159,7 @@ async fn propose(raft: Raft, engine: Engine, mut rx: mpsc::Receiver<Proposal>) {
 /// (once its barrier is applied), stop at once when it does not.
 async fn lead(
     raft: Raft,
-    engine: Engine,
+    engine: Replica,
     node_id: u64,
     leading_since: Arc<Mutex<Option<std::time::Instant>>>,
 ) {

@@ -307,7 +307,7 @@ mod tests {
 
         let sim = SimStorage::new();
         let options = testing::options(&sim, 1 << 20, 0);
-        let (engine, _) = Engine::open(options).await.unwrap();
+        let engine = crate::engine::replicated::testing::open(options).await;
         raft_of_one(&engine, 1);
         engine.start_serving(1).await.unwrap();
         let settings = QueueSettings {
@@ -324,7 +324,12 @@ mod tests {
             .await
             .unwrap();
         let (_stop, stop) = watch::channel(false);
-        let delivery = tokio::spawn(super::run(engine.clone(), stop, false, Vec::new()));
+        let delivery = tokio::spawn(super::run(
+            crate::engine::Engine::clone(&engine),
+            stop,
+            false,
+            Vec::new(),
+        ));
 
         tokio::time::timeout(Duration::from_secs(10), arrived)
             .await

@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use super::Engine;
 use super::core::{CheckpointOnDisk, Core, FileMeta};
+use crate::failpoint;
 use crate::journal::JournalError;
 use crate::journal::RecordLoc;
 use crate::journal::atomic::{AtomicWriteError, remove_files};
@@ -86,6 +87,73 @@ enum Holder {
     /// Every untouched delivery of the event whose record it is: they move
     /// as one (`Spool::relocate_fresh`), whatever their number.
     Event,
+}
+
+/// Where a compaction's plan moves each record of its run: into one new
+/// pack, in the order the checkpoint's encoding meets them, each record
+/// once however many hold it.
+struct Relocation {
+    in_run: BTreeSet<u32>,
+    pack: u32,
+    /// Where the next record placed in the pack starts.
+    offset: u64,
+    placed: HashMap<RecordLoc, RecordLoc>,
+    /// Records whose event's untouched deliveries already have their move.
+    events_moved: HashSet<RecordLoc>,
+    moves: Vec<Move>,
+}
+
+impl Relocation {
+    fn new(run: &[u32], pack: u32) -> Self {
+        Relocation {
+            in_run: run.iter().copied().collect(),
+            pack,
+            offset: FILE_HEADER_BYTES as u64,
+            placed: HashMap::new(),
+            events_moved: HashSet::new(),
+            moves: Vec::new(),
+        }
+    }
+
+    /// Where the checkpoint records `u`: its place in the pack if its
+    /// file is in the run (noting the move), else where it is.
+    fn relocate(&mut self, u: LocUse<'_>) -> RecordLoc {
+        if !self.in_run.contains(&u.loc.file) {
+            return u.loc;
+        }
+        let copy = !self.placed.contains_key(&u.loc);
+        let (pack, offset) = (self.pack, &mut self.offset);
+        let to = *self.placed.entry(u.loc).or_insert_with(|| {
+            // A run's live bytes fit in one segment (`pick_run`), and
+            // segments and packs are far below 4 GiB.
+            let to = RecordLoc {
+                file: pack,
+                offset: u32::try_from(*offset).expect("bug: a pack beyond 4 GiB"),
+                len: u.loc.len,
+            };
+            *offset += u64::from(u.loc.len);
+            to
+        });
+        let holder = if u.fresh {
+            if !self.events_moved.insert(u.loc) {
+                return to;
+            }
+            Holder::Event
+        } else {
+            Holder::Message {
+                queue: u.queue.to_owned(),
+                id: u.id,
+                attempts: u.attempts,
+            }
+        };
+        self.moves.push(Move {
+            holder,
+            from: u.loc,
+            to,
+            copy,
+        });
+        to
+    }
 }
 
 /// What step 1 decided.
@@ -175,9 +243,10 @@ impl Engine {
         }
 
         // Step 2: the pack, then the checkpoint.
-        let written = self
-            .write_new_pack(&plan)
-            .and_then(|pack| Ok((self.write_new_checkpoint(&plan, pack.is_some())?, pack)));
+        let written = self.write_new_pack(&plan).and_then(|pack| {
+            failpoint::hit(failpoint::COMPACT_BEFORE_CHECKPOINT);
+            Ok((self.write_new_checkpoint(&plan, pack.is_some())?, pack))
+        });
         let (checkpoint_bytes, pack) = match written {
             Ok(written) => written,
             Err(e) => {
@@ -187,6 +256,7 @@ impl Engine {
             }
         };
 
+        failpoint::hit(failpoint::COMPACT_BEFORE_SWAP);
         // Step 3: point memory at the new files.
         let bytes_before = plan.bytes_before();
         let pack_bytes = pack.as_ref().map_or(0, |(_, len)| *len);
@@ -223,58 +293,14 @@ impl Engine {
         for &f in &run {
             handles.insert(f, self.inner.reader.file(f)?);
         }
-        let in_run: BTreeSet<u32> = run.iter().copied().collect();
         let seq = core.spool.applied_seq();
-        let term = if self.is_replicated() {
-            self.raft_log()
+        let term = self.replica().map_or(0, |r| {
+            r.raft_log()
                 .term(seq)
                 .unwrap_or_else(|| panic!("bug: applied record {seq} has no term"))
-        } else {
-            0
-        };
+        });
         let pack_id = core.next_pack_id;
-        let pack = FileId::Pack(pack_id).to_loc();
-        let mut moves = Vec::new();
-        let mut offset = FILE_HEADER_BYTES as u64;
-        let mut placed: HashMap<RecordLoc, RecordLoc> = HashMap::new();
-        // Records whose event's untouched deliveries already have their move.
-        let mut events_moved: HashSet<RecordLoc> = HashSet::new();
-        let mut relocate = |u: LocUse<'_>| {
-            if !in_run.contains(&u.loc.file) {
-                return u.loc;
-            }
-            let copy = !placed.contains_key(&u.loc);
-            let to = *placed.entry(u.loc).or_insert_with(|| {
-                // A run's live bytes fit in one segment (`pick_run`), and
-                // segments and packs are far below 4 GiB.
-                let to = RecordLoc {
-                    file: pack,
-                    offset: u32::try_from(offset).expect("bug: a pack beyond 4 GiB"),
-                    len: u.loc.len,
-                };
-                offset += u64::from(u.loc.len);
-                to
-            });
-            let holder = if u.fresh {
-                if !events_moved.insert(u.loc) {
-                    return to;
-                }
-                Holder::Event
-            } else {
-                Holder::Message {
-                    queue: u.queue.to_owned(),
-                    id: u.id,
-                    attempts: u.attempts,
-                }
-            };
-            moves.push(Move {
-                holder,
-                from: u.loc,
-                to,
-                copy,
-            });
-            to
-        };
+        let mut relocation = Relocation::new(&run, FileId::Pack(pack_id).to_loc());
         let meta = CheckpointMeta {
             seq,
             next_segment_id: active,
@@ -283,7 +309,10 @@ impl Engine {
             token_key: self.inner.identity.token_key,
             files: Vec::new(),
         };
-        let chunks = core.spool.encode_checkpoint(&meta, &mut relocate);
+        let chunks = core
+            .spool
+            .encode_checkpoint(&meta, &mut |u| relocation.relocate(u));
+        let moves = relocation.moves;
         if !moves.is_empty() {
             core.next_pack_id += 1;
         }
@@ -467,10 +496,10 @@ impl Engine {
                 }
                 // A full spool compacts whatever it can.
                 let full = engine.is_full();
-                if engine.is_replicated() {
+                if let Some(replica) = engine.replica() {
                     // openraft runs the compaction as its snapshot builder.
-                    if engine.snapshot_due(full) {
-                        engine.request_snapshot();
+                    if replica.snapshot_due(full) {
+                        replica.request_snapshot();
                     }
                     continue;
                 }

@@ -1,6 +1,41 @@
 //! The engine's mutable state behind its one lock: the state machine, the
 //! reservations and waiters that live beside it, and what compaction knows
 //! of the files on disk.
+//!
+//! # Lock order
+//!
+//! A thread that holds more than one of the engine's locks took them in
+//! this order, and never the other way:
+//!
+//! ```text
+//! compacting  →  core  →  { journal pending, replication index and
+//!                           unwritten, reader's file table }
+//! ```
+//!
+//! `compacting` (engine/mod.rs) makes compactions and snapshot installs
+//! one at a time; `core` (this file) is the state machine; the three on
+//! the right are leaves: each is held for a few field updates and takes
+//! no other lock (journal/writer/mod.rs `Shared::pending`,
+//! engine/replicated/mod.rs `Replication::index` and `unwritten`,
+//! journal/reader.rs). Smaller locks beside these (the vote, a proposer's
+//! sender, metrics handles) are leaves too. No lock of these is held
+//! across an `.await`: each is a `std::sync::Mutex`, and its guard is
+//! dropped before the task can yield (clippy's `await_holding_lock` would
+//! say so).
+//!
+//! # Blocking on runtime threads
+//!
+//! A tokio worker may not wait on the disk. An fsync, a file created,
+//! renamed or removed, and a read of bytes that may not be in the page
+//! cache run on a thread of their own (the journal's writer and applier,
+//! the preallocator) or on the blocking pool (`spawn_blocking`), and the
+//! task awaits the answer. Two kinds of I/O may run inline, because they
+//! do not wait on the device: a `pread` of a record in the journal's
+//! active segment or the one before it (written moments ago, so in the
+//! page cache: engine/lease.rs `read_leased_off_runtime`), and reads of
+//! small files at start-up, before the runtime serves anything. The core
+//! lock is held only for memory work, never around I/O: a record's file
+//! is pinned under it (engine/lease.rs `PinnedFile`) and read after.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

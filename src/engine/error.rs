@@ -250,3 +250,10 @@ pub enum QueueError {
     #[error(transparent)]
     Write(#[from] WriteError),
 }
+
+/// The journal stopped before it answered: it is shutting down.
+pub(in crate::engine) fn closed() -> WriteError {
+    WriteError::Unavailable {
+        reason: "the spool is shutting down".into(),
+    }
+}

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use super::Engine;
 use super::core::{Core, Reply};
 use super::error::EventError;
-use super::write::closed;
+use super::error::closed;
 use crate::spool::command::EventMeta;
 use crate::spool::content_filter::FILTER_PAYLOAD_BYTES_MAX;
 use crate::spool::event::{event_type_problem, tenant_problem};

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::error::{LeaseError, ReadError, SettleError};
 use super::token::LeaseToken;
 use super::{Delivery, Engine, PushDelivery, RECEIVE_BATCH_MAX};
+use crate::journal::format::FileId;
 use crate::journal::storage::StorageFile;
 use crate::journal::{JournalError, RecordLoc};
 use crate::spool::DecodeError;
@@ -30,6 +31,10 @@ enum Consumer {
 /// A file's handle taken under the core lock (or why it could not be
 /// opened).
 pub(super) type PinnedFile = Result<Arc<dyn StorageFile>, JournalError>;
+
+/// A lease and the file its record is in, taken together under the core
+/// lock.
+type PinnedLease = (Leased, PinnedFile);
 
 impl Engine {
     /// Leases up to `max` messages of a pull queue, waiting up to `wait` for
@@ -109,61 +114,14 @@ impl Engine {
     ) -> Result<Vec<(Leased, Payload)>, LeaseError> {
         let deadline = tokio::time::Instant::now() + wait;
         let max = max.clamp(1, RECEIVE_BATCH_MAX);
-        let not_found = || LeaseError::QueueNotFound {
-            queue: queue.to_owned(),
-        };
         loop {
             let notify = self.core().notify_for(queue);
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (leased, next_visible) = {
-                let mut core = self.core();
-                // Under the lock that the lease is taken under: a primary
-                // whose leader lease ran out between a check and the lease
-                // could hand out what a new primary already acked.
-                if !self.is_serving() {
-                    return Err(LeaseError::NotPrimary);
-                }
-                let now = self.now(&mut core);
-                let q = core.spool.queue(queue).ok_or_else(not_found)?;
-                let (lease_ms, probe) = match consumer {
-                    Consumer::Pull if q.settings.is_push() => {
-                        return Err(LeaseError::NotPullQueue {
-                            queue: queue.to_owned(),
-                        });
-                    }
-                    Consumer::Pull => (q.settings.lease_timeout_ms, false),
-                    Consumer::Worker { .. } if !q.settings.is_push() => {
-                        return Err(LeaseError::NotPushQueue {
-                            queue: queue.to_owned(),
-                        });
-                    }
-                    // The worker's lease outlasts its request, so it cannot
-                    // lapse mid-request (docs/contract.md §3).
-                    Consumer::Worker { probe } => {
-                        (q.settings.timeout_ms + WORKER_LEASE_SLACK_MS, probe)
-                    }
-                };
-                let leased = core
-                    .spool
-                    .lease(queue, now, lease_ms, max, probe)
-                    .map_err(|_| not_found())?;
-                let bytes: u64 = leased.iter().map(|l| u64::from(l.message.loc.len)).sum();
-                if leased.len() < max && bytes >= LEASE_BATCH_BYTES {
-                    crate::metrics::limit_reached(crate::metrics::Limit::LeaseBytes);
-                }
-                // Take each record's file under the lock: compaction swaps
-                // files and locations under it too.
-                let pinned: Vec<_> = leased
-                    .into_iter()
-                    .map(|l| (l, self.inner.reader.file(l.message.loc.file)))
-                    .collect();
-                let next = core.spool.next_visible_at(queue, now).map(|t| t - now);
-                (pinned, next)
-            };
+            let (leased, next_visible) = self.take_leases(queue, max, consumer)?;
             if !leased.is_empty() {
-                return Ok(self.read_leased(queue, leased));
+                return Ok(self.read_leased_off_runtime(queue, leased).await);
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
@@ -177,6 +135,86 @@ impl Engine {
                 () = &mut notified => {}
                 () = tokio::time::sleep_until(until) => {}
             }
+        }
+    }
+
+    /// Leases up to `max` of `queue`'s visible messages under the core
+    /// lock, with each record's file pinned, and says how long until the
+    /// next one becomes visible.
+    fn take_leases(
+        &self,
+        queue: &str,
+        max: usize,
+        consumer: Consumer,
+    ) -> Result<(Vec<PinnedLease>, Option<Millis>), LeaseError> {
+        let not_found = || LeaseError::QueueNotFound {
+            queue: queue.to_owned(),
+        };
+        let mut core = self.core();
+        // Under the lock that the lease is taken under: a primary whose
+        // leader lease ran out between a check and the lease could hand
+        // out what a new primary already acked.
+        if !self.is_serving() {
+            return Err(LeaseError::NotPrimary);
+        }
+        let now = self.now(&mut core);
+        let q = core.spool.queue(queue).ok_or_else(not_found)?;
+        let (lease_ms, probe) = match consumer {
+            Consumer::Pull if q.settings.is_push() => {
+                return Err(LeaseError::NotPullQueue {
+                    queue: queue.to_owned(),
+                });
+            }
+            Consumer::Pull => (q.settings.lease_timeout_ms, false),
+            Consumer::Worker { .. } if !q.settings.is_push() => {
+                return Err(LeaseError::NotPushQueue {
+                    queue: queue.to_owned(),
+                });
+            }
+            // The worker's lease outlasts its request, so it cannot lapse
+            // mid-request (docs/contract.md §3).
+            Consumer::Worker { probe } => (q.settings.timeout_ms + WORKER_LEASE_SLACK_MS, probe),
+        };
+        let leased = core
+            .spool
+            .lease(queue, now, lease_ms, max, probe)
+            .map_err(|_| not_found())?;
+        let bytes: u64 = leased.iter().map(|l| u64::from(l.message.loc.len)).sum();
+        if leased.len() < max && bytes >= LEASE_BATCH_BYTES {
+            crate::metrics::limit_reached(crate::metrics::Limit::LeaseBytes);
+        }
+        // Take each record's file under the lock: compaction swaps files
+        // and locations under it too.
+        let pinned: Vec<_> = leased
+            .into_iter()
+            .map(|l| (l, self.inner.reader.file(l.message.loc.file)))
+            .collect();
+        let next = core.spool.next_visible_at(queue, now).map(|t| t - now);
+        Ok((pinned, next))
+    }
+
+    /// Reads the leased records' payloads where the blocking rule of
+    /// `engine/core.rs` says: inline when every record is in the journal's
+    /// active segment or the one before it (written moments ago, so in the
+    /// page cache), else on the blocking pool so that a cold read waits
+    /// there and not on a runtime worker.
+    async fn read_leased_off_runtime(
+        &self,
+        queue: &str,
+        leased: Vec<PinnedLease>,
+    ) -> Vec<(Leased, Payload)> {
+        let active = self.inner.journal.active_segment();
+        let recent = |l: &Leased| match FileId::from_loc(l.message.loc.file) {
+            FileId::Segment(id) => id + 1 >= active,
+            FileId::Pack(_) => false,
+        };
+        if leased.iter().all(|(l, _)| recent(l)) {
+            return self.read_leased(queue, leased);
+        }
+        let (engine, queue) = (self.clone(), queue.to_owned());
+        match tokio::task::spawn_blocking(move || engine.read_leased(&queue, leased)).await {
+            Ok(read) => read,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
     }
 

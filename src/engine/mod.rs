@@ -46,6 +46,7 @@ pub mod rates;
 pub(crate) mod rebuild;
 mod replay;
 pub(crate) mod replicated;
+pub use replicated::Replica;
 pub(crate) mod rules;
 mod secrets;
 mod send;

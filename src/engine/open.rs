@@ -356,8 +356,8 @@ fn start_engine(
         inner: Arc::new(Inner {
             shared,
             journal,
-            appender: match replication {
-                Some(_) => Appender::Raft,
+            appender: match &replication {
+                Some(r) => Appender::Raft(r.clone()),
                 None => Appender::Journal,
             },
             replication,

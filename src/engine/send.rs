@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 
 use super::core::{Core, Reply, SendOutcome, SendReply};
 use super::error::SendError;
-use super::write::closed;
+use super::error::closed;
 use super::{Engine, SendRequest};
 use crate::spool::{Command, EnqueueMeta, Record};
 use crate::time::Millis;

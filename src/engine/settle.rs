@@ -9,11 +9,11 @@ use tokio::sync::oneshot;
 
 use super::Engine;
 use super::core::{Core, Reply};
+use super::error::closed;
 use super::error::{ReadError, SettleError, WriteError};
 use super::lease::settle_error;
 use super::notes as operational;
 use super::token::LeaseToken;
-use super::write::closed;
 use crate::spool::command::{ATTEMPTS_KEPT, AttemptInfo};
 use crate::spool::queue::origin_queue_name;
 use crate::spool::record::decode_attempts;

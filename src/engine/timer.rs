@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 
 use super::Engine;
 use super::core::Reply;
-use crate::spool::Record;
+use crate::spool::{Command, Record};
 
 /// Most records the timer writes per tick, so one tick never holds the core
 /// lock for long; the rest waits for the next tick.
@@ -27,10 +27,12 @@ impl Engine {
             return 0;
         }
         let mut waiting = Vec::new();
+        let mut drops_history = false;
         {
             let mut core = self.core();
             let now = self.now(&mut core);
             for command in core.spool.due(now, DUE_RECORDS_PER_TICK_MAX) {
+                drops_history |= matches!(command, Command::HistoryDrop { .. });
                 let record = Record { at: now, command };
                 let undo = record.clone();
                 let (tx, rx) = oneshot::channel();
@@ -45,6 +47,9 @@ impl Engine {
             if let Ok(Ok(())) = rx.await {
                 written += 1;
             }
+        }
+        if drops_history {
+            crate::failpoint::hit(crate::failpoint::HISTORY_DROPPED);
         }
         written
     }

@@ -2,12 +2,15 @@
 //! append in reservation order, undo the reservation if the journal
 //! refuses, and wait for the answer the sink sends after the fsync.
 
+use std::sync::Arc;
+
 use tokio::sync::oneshot;
 
 use super::Engine;
 use super::core::Core;
 use super::core::Reply;
-use super::error::WriteError;
+use super::error::{WriteError, closed};
+use super::replicated::Replication;
 use super::sink::{Entry, Op};
 use crate::journal::JournalError;
 use crate::spool::{Command, Payload, Record};
@@ -25,8 +28,8 @@ impl Engine {
         reply: Reply,
     ) -> Result<(), WriteError> {
         let cost = crate::spool::state::memory::record_cost(&record.command);
-        match self.inner.appender {
-            Appender::Raft => self.propose(record, payload, reply, 0)?,
+        match &self.inner.appender {
+            Appender::Raft(r) => r.propose(record, payload, reply, 0)?,
             Appender::Journal => self
                 .append_local(record, payload, reply)
                 .map_err(unavailable)?,
@@ -123,8 +126,8 @@ impl Engine {
     /// none) on a single node; in replicated mode, proposes them in order,
     /// all or none.
     fn append_all(&self, _core: &Core, ops: Vec<Op>) -> Result<(), WriteError> {
-        if let Appender::Raft = self.inner.appender {
-            return Ok(self.propose_all(ops)?);
+        if let Appender::Raft(r) = &self.inner.appender {
+            return Ok(r.propose_all(ops)?);
         }
         let entries = ops
             .into_iter()
@@ -151,17 +154,9 @@ fn unavailable(e: JournalError) -> WriteError {
 }
 
 /// Where a decided record goes, chosen once when the spool opens.
-#[derive(Debug, Clone, Copy)]
 pub(super) enum Appender {
     /// A single node: the journal, applied once durable.
     Journal,
     /// Replicated mode: Raft's proposer, applied once committed.
-    Raft,
-}
-
-/// The journal stopped before it answered: it is shutting down.
-pub(super) fn closed() -> WriteError {
-    WriteError::Unavailable {
-        reason: "the spool is shutting down".into(),
-    }
+    Raft(Arc<Replication>),
 }

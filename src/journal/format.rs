@@ -380,7 +380,18 @@ impl FrameHeader {
     /// Fills in the frame header at `frame[..FRAME_HEADER_BYTES]` for the
     /// body that follows it in `frame`.
     pub fn seal(frame: &mut [u8], salt: u64, header: FrameHeader) {
-        let body_len = (frame.len() - FRAME_HEADER_BYTES) as u32;
+        // Paired with the reader's check of a location's size
+        // (`journal/reader.rs`, `read_frame_from`): every path that makes a
+        // record refused a bigger body (`check_record_body`), so one here
+        // is a bug, and sealing it would write a frame no reader takes.
+        assert!(
+            frame.len() >= FRAME_HEADER_BYTES
+                && frame.len() - FRAME_HEADER_BYTES <= RECORD_BODY_MAX_BYTES,
+            "bug: sealing a frame of {} bytes",
+            frame.len()
+        );
+        let body_len = u32::try_from(frame.len() - FRAME_HEADER_BYTES)
+            .expect("bug: a record body beyond 4 GiB");
         frame[0..4].copy_from_slice(&body_len.to_le_bytes());
         frame[8..16].copy_from_slice(&header.seq.to_le_bytes());
         frame[16..24].copy_from_slice(&header.term.to_le_bytes());
@@ -545,6 +556,44 @@ pub(crate) const LOCK_FILE_NAME: &str = "spool.lock";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn header(seq: u64) -> FrameHeader {
+        FrameHeader {
+            body_len: 0,
+            seq,
+            term: 1,
+            kind: 1,
+            flags: FRAME_FLAG_BATCH_END,
+            batch_index: 0,
+        }
+    }
+
+    #[test]
+    fn a_sealed_frame_verifies_with_its_salt_only() {
+        let mut frame = vec![7u8; FRAME_HEADER_BYTES + 10];
+        FrameHeader::seal(&mut frame, 5, header(3));
+        let read = crate::journal::frames::frame_at(&frame, 0, 5).expect("a sealed frame verifies");
+        assert_eq!(read.frame_len(), frame.len());
+        assert!(crate::journal::frames::frame_at(&frame, 0, 6).is_err());
+    }
+
+    /// The paired assertion of the writer's seal: a body beyond
+    /// [`RECORD_BODY_MAX_BYTES`] never reaches the disk as a frame. (The
+    /// buffer is zeroed lazily: the assertion trips before a page is
+    /// touched.)
+    #[test]
+    #[should_panic(expected = "bug: sealing a frame of")]
+    fn a_record_too_big_for_its_frame_trips_the_seal() {
+        let mut frame = vec![0u8; FRAME_HEADER_BYTES + RECORD_BODY_MAX_BYTES + 1];
+        FrameHeader::seal(&mut frame, 5, header(3));
+    }
+
+    #[test]
+    #[should_panic(expected = "bug: sealing a frame of")]
+    fn a_frame_shorter_than_its_header_trips_the_seal() {
+        let mut frame = vec![0u8; FRAME_HEADER_BYTES - 1];
+        FrameHeader::seal(&mut frame, 5, header(3));
+    }
 
     #[test]
     fn file_headers_round_trip_and_reject_damage() {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::error::JournalError;
-use super::format::FileId;
 use super::format::RecordLoc;
+use super::format::{FRAME_HEADER_BYTES, FileId, RECORD_BODY_MAX_BYTES};
 use super::frames::frame_at;
 use super::storage::{Storage, StorageFile};
 
@@ -102,6 +102,15 @@ impl SegmentReader {
         loc: RecordLoc,
     ) -> Result<Vec<u8>, JournalError> {
         let path = || self.dir.join(FileId::from_loc(loc.file).file_name());
+        // Paired with the writer's seal (`FrameHeader::seal`): a location
+        // comes from a frame replay verified, so one that cannot hold a
+        // frame is a bug, not damage.
+        assert!(
+            (FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + RECORD_BODY_MAX_BYTES)
+                .contains(&(loc.len as usize)),
+            "bug: a record location of {} bytes",
+            loc.len
+        );
         let mut frame = vec![0u8; loc.len as usize];
         file.read_exact_at(&mut frame, u64::from(loc.offset))
             .map_err(|e| JournalError::io(path(), e))?;

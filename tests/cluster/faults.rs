@@ -522,3 +522,93 @@ async fn a_slow_upload_through_a_follower_is_stored() {
     let stored = all_ids(&cluster.replicas[primary].base(), QUEUE).await;
     assert!(stored.contains(&id));
 }
+
+/// Issue 42: a follower that installs a snapshot stops between the
+/// checkpoint's rename and the restart of its log (fail point
+/// `snapshot.before_restart`, `src/failpoint.rs`). Restarted, it reads the
+/// installed checkpoint, catches up, and the replicas agree; nothing
+/// acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_stopped_between_a_snapshots_rename_and_its_restart_catches_up() {
+    use spoold::testing::fail_points::{ENV, EXIT_CODE, SNAPSHOT_BEFORE_RESTART};
+    let tables = format!("[queues.{QUEUE}]\n");
+    let spool = "segment_bytes = \"256KiB\"\ncompaction_interval = \"100ms\"";
+    let mut cluster = TestCluster::with_spool(3, spool, "", &tables);
+    cluster.start_all().await;
+    let p = cluster.primary(Duration::from_secs(10)).await;
+    let (behind, other) = ((p + 1) % 3, (p + 2) % 3);
+    cluster.kill(behind);
+    let load = Load::start(vec![cluster.replicas[p].base()], 8, 8 << 10);
+    more_sent(&load, 3000).await;
+    common::wait_until(
+        "the primary purged the log the follower missed",
+        async || {
+            cluster
+                .status(p)
+                .await
+                .is_some_and(|s| s["purgedIndex"].as_u64().unwrap_or(0) > 1500)
+        },
+    )
+    .await;
+    let armed = format!("{SNAPSHOT_BEFORE_RESTART}=exit");
+    cluster.start_with_env(behind, &[(ENV, &armed)]);
+    let (code, log) = cluster.wait_exited(behind);
+    assert_eq!(code, EXIT_CODE, "{log}");
+    assert!(log.contains("receiving a snapshot"), "{log}");
+
+    cluster.start(behind);
+    more_sent(&load, 200).await;
+    let acknowledged = load.finish().await;
+    cluster
+        .same_state(&[p, behind, other], Duration::from_secs(60))
+        .await;
+    nothing_lost(&cluster, behind, &acknowledged).await;
+    eprintln!(
+        "follower stopped between a snapshot's rename and its restart: {} acknowledged, 0 lost",
+        acknowledged.len()
+    );
+}
+
+/// Issue 42: the primary stops between a record's commit and its apply
+/// (fail point `raft.before_apply`, armed at the same record on every
+/// replica: they apply the same log in the same order), and the
+/// followers go down with it. Restarted, they apply it once, agree, and
+/// lose nothing acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_stopped_between_a_commit_and_its_apply_lose_nothing() {
+    use spoold::testing::fail_points::{ENV, EXIT_CODE, RAFT_BEFORE_APPLY};
+    let tables = format!("[queues.{QUEUE}]\n");
+    let mut cluster = TestCluster::new(3, "", &tables);
+    let armed = format!("{RAFT_BEFORE_APPLY}=exit@400");
+    for i in 0..3 {
+        cluster.start_with_env(i, &[(ENV, &armed)]);
+    }
+    let p = cluster.primary(Duration::from_secs(10)).await;
+    let load = Load::start(vec![cluster.replicas[p].base()], 4, 100);
+    let (code, log) = cluster.wait_exited(p);
+    assert_eq!(code, EXIT_CODE, "the primary: {log}");
+    // The followers stop at the same record once they learn it committed,
+    // or are killed first: a follower alone never learns it.
+    for i in (0..3).filter(|&i| i != p) {
+        cluster.kill(i);
+    }
+    let acknowledged = load.finish().await;
+    assert!(
+        acknowledged.len() > 100,
+        "{} acknowledged",
+        acknowledged.len()
+    );
+
+    cluster.start_all().await;
+    cluster
+        .same_state(&[0, 1, 2], Duration::from_secs(60))
+        .await;
+    let now = cluster.primary(Duration::from_secs(20)).await;
+    nothing_lost(&cluster, now, &acknowledged).await;
+    let stored = all_ids(&cluster.replicas[now].base(), QUEUE).await;
+    eprintln!(
+        "replicas stopped between commit and apply: {} acknowledged, {} stored, 0 lost",
+        acknowledged.len(),
+        stored.len()
+    );
+}

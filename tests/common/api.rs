@@ -4,6 +4,7 @@
 use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
 use serde_json::Value;
 
+#[derive(Clone)]
 pub struct Api {
     pub base: String,
     pub client: Client,

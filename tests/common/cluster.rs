@@ -390,6 +390,17 @@ impl TestCluster {
         }
     }
 
+    /// Waits for replica `i` to exit on its own (a fail point ended it):
+    /// its exit code and its log.
+    pub fn wait_exited(&mut self, i: usize) -> (i32, String) {
+        let mut p = self.replicas[i]
+            .process
+            .take()
+            .expect("the replica was running");
+        let code = p.wait_exit();
+        (code, p.log())
+    }
+
     /// The last lines of every running replica's log (for a failure).
     pub fn dump_logs(&self, lines: usize) {
         for r in &self.replicas {

@@ -1054,3 +1054,83 @@ async fn messages_are_found_by_type_tenant_text_and_json_path() {
     assert_eq!(lines.len(), 1, "{}", ran.stdout);
     assert_eq!(lines[0]["id"], ids[0].as_str());
 }
+
+/// Issue 42: a crash right after the timer's history drop is durable and
+/// applied, before any checkpoint covers it (fail point
+/// `history.dropped`, `src/failpoint.rs`). Restarted with a retention of a
+/// day, nothing would drop those entries again: only the journaled drop
+/// can keep them gone, and it does, through a compaction and a restart.
+#[tokio::test]
+async fn a_history_drop_stopped_before_its_checkpoint_stays_dropped() {
+    use crate::common::process::{bin, spawn_command, write_config};
+    use spoold::testing::fail_points::{ENV, EXIT_CODE, HISTORY_DROPPED};
+    let dir = tempfile::tempdir().unwrap();
+    let spool_keys = "segment_bytes = \"64KiB\"\ncompaction_interval = \"1d\"";
+    let queues = |retention: &str| {
+        format!(
+            "[queues.kept]\nhistory_retention = \"{retention}\"\n\
+             [queues.quiet]\nhistory_retention = \"1d\"\n[queues.junk]\n"
+        )
+    };
+    // Kept a day, all three entries are still there when spoold stops;
+    // restarted with a retention of a millisecond, they are all past it at
+    // once, so one record drops all three, and the fail point stops spoold
+    // right after it is durable and applied.
+    let spoold = start_config(dir.path(), "", spool_keys, &queues("1d")).await;
+    let api = spoold.api().clone();
+    for queue in ["kept", "quiet"] {
+        for n in 0..3 {
+            api.send_id(queue, &format!("{queue} {n}")).await;
+            let token = api.lease(queue).await;
+            assert_eq!(
+                api.settle(queue, &token, "ack").await.status(),
+                StatusCode::NO_CONTENT
+            );
+        }
+    }
+    let count = async |api: &Api, queue: &str| {
+        let page = api.get_json(&format!("/v1/queues/{queue}/history")).await;
+        page["messages"].as_array().unwrap().len()
+    };
+    assert_eq!(count(&api, "kept").await, 3);
+    assert_eq!(count(&api, "quiet").await, 3);
+    drop(spoold);
+    let config = write_config(dir.path(), "", spool_keys, &queues("1ms"));
+    let mut spoold = spawn_command(
+        std::process::Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&config)
+            .env(ENV, format!("{HISTORY_DROPPED}=exit")),
+    );
+    assert_eq!(spoold.wait_exit(), EXIT_CODE, "{}", spoold.log());
+
+    let spool = dir.path().join("spool");
+    let checkpoint = newest_checkpoint(&spool);
+    let spool_keys = "segment_bytes = \"64KiB\"\ncompaction_interval = \"100ms\"";
+    let spoold = start_config(dir.path(), "", spool_keys, &queues("1d")).await;
+    let api = spoold.api().clone();
+    assert_eq!(count(&api, "kept").await, 0, "the drop was replayed");
+    assert_eq!(
+        count(&api, "quiet").await,
+        3,
+        "another queue's history stays"
+    );
+    // A compaction writes the drop into a checkpoint; a restart reads it.
+    for n in 0..200 {
+        api.send_id("junk", &"x".repeat(512 + n)).await;
+    }
+    let purged = api
+        .call(reqwest::Method::DELETE, "/v1/queues/junk/messages")
+        .await;
+    assert_eq!(purged.status(), StatusCode::OK);
+    wait_for_checkpoint(&spool, checkpoint).await;
+    drop(spoold);
+    let spoold = start_config(dir.path(), "", spool_keys, &queues("1d")).await;
+    let api = spoold.api().clone();
+    assert_eq!(
+        count(&api, "kept").await,
+        0,
+        "still dropped after compaction"
+    );
+    assert_eq!(count(&api, "quiet").await, 3);
+}

@@ -2,14 +2,15 @@
 //! store and the spool as its state machine (`cluster/store.rs` drives
 //! it). A [`RaftLog`] reads and writes entries of the Raft log, applies
 //! committed ones, and takes and installs snapshots (`snapshot/`); the
-//! primary's side (proposals, serving, stepping down) stays on the engine
-//! (`mod.rs`).
+//! primary's side (proposals, serving, stepping down) is on the
+//! [`Replica`](super::Replica) (`mod.rs`).
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tokio::sync::oneshot;
 
-use super::LogRecord;
+use super::{LogRecord, Replication};
 use crate::engine::Engine;
 use crate::engine::sink::{self, Entry, FlushCallback, Replicated};
 use crate::journal::{Control, JournalError, Truncate};
@@ -19,6 +20,7 @@ use crate::spool::{Applied, Record};
 #[derive(Clone)]
 pub(crate) struct RaftLog {
     pub(super) engine: Engine,
+    pub(super) r: Arc<Replication>,
 }
 
 impl RaftLog {
@@ -30,7 +32,7 @@ impl RaftLog {
         entries: Vec<LogRecord>,
         done: FlushCallback,
     ) -> Result<(), JournalError> {
-        let r = self.engine.replication();
+        let r = &self.r;
         let Some(last) = entries.last().map(|e| e.seq) else {
             done(Ok(()));
             return Ok(());
@@ -78,7 +80,7 @@ impl RaftLog {
     /// Cuts the log after record `keep_seq`: the entries after it were
     /// never committed (Raft replaces a follower's conflicting suffix).
     pub(crate) async fn truncate(&self, keep_seq: u64) -> Result<(), JournalError> {
-        let r = self.engine.replication();
+        let r = &self.r;
         let appended = r.appended_seq.load(Ordering::Acquire);
         if keep_seq >= appended {
             return Ok(());
@@ -114,11 +116,7 @@ impl RaftLog {
     /// Waits until everything appended so far is durable (the vote must
     /// never reach the disk before log entries appended ahead of it).
     pub(crate) async fn flush(&self) -> Result<(), JournalError> {
-        let appended = self
-            .engine
-            .replication()
-            .appended_seq
-            .load(Ordering::Acquire);
+        let appended = self.r.appended_seq.load(Ordering::Acquire);
         self.engine.durable(appended).await.map(|_| ())
     }
 
@@ -126,7 +124,7 @@ impl RaftLog {
     /// the last one; `last < first` when it is empty (`last` is then the
     /// last purged record, 0 if none).
     pub(crate) fn bounds(&self) -> (u64, u64, Option<u64>) {
-        let r = self.engine.replication();
+        let r = &self.r;
         let appended = r.appended_seq.load(Ordering::Acquire);
         let first = r.index().first_seq;
         (first, appended, self.term(appended))
@@ -134,14 +132,14 @@ impl RaftLog {
 
     /// `(seq, term)` of the last purged record, if any.
     pub(crate) fn purged(&self) -> Option<(u64, u64)> {
-        let index = self.engine.replication().index();
+        let index = self.r.index();
         (index.first_seq > 1).then(|| (index.first_seq - 1, index.purged_term))
     }
 
     /// The term of record `seq`, if the live log holds it or it is the
     /// last purged one.
     pub(crate) fn term(&self, seq: u64) -> Option<u64> {
-        let r = self.engine.replication();
+        let r = &self.r;
         // The tail first: the sink places an entry in the index before it
         // leaves the tail, so one of the two always has it.
         if let Some(e) = r.unwritten_entry(seq, |e| e.term) {
@@ -158,7 +156,7 @@ impl RaftLog {
     /// it, and openraft will never read it again. Compaction may then
     /// delete the segments that hold only such records.
     pub(crate) fn purge(&self, seq: u64, term: u64) {
-        let r = self.engine.replication();
+        let r = &self.r;
         let mut index = r.index();
         if seq < index.first_seq {
             return;
@@ -175,7 +173,7 @@ impl RaftLog {
     /// Reads record `seq` of the live log back (from memory while it is not
     /// yet written).
     pub(crate) fn read(&self, seq: u64) -> Result<Option<LogRecord>, JournalError> {
-        let r = self.engine.replication();
+        let r = &self.r;
         // The tail first: the sink places an entry in the index before it
         // leaves the tail, so one of the two always has it.
         let unwritten = r.unwritten_entry(seq, LogRecord::clone);
@@ -206,7 +204,7 @@ impl RaftLog {
     ) -> Result<Applied, JournalError> {
         self.engine.durable(seq).await?;
         let loc = {
-            let index = self.engine.replication().index();
+            let index = self.r.index();
             index.get(seq).map(|(_, _, loc)| loc)
         };
         let loc = loc.ok_or_else(|| JournalError::BadRecord {
@@ -219,6 +217,7 @@ impl RaftLog {
             offset: u64::from(loc.offset),
             reason: e.to_string(),
         })?;
+        crate::failpoint::hit(crate::failpoint::RAFT_BEFORE_APPLY);
         // The primary's stamp: this replica's time runs on from it (never
         // frozen behind it) should it become the primary.
         self.engine.inner.clock.not_before(record.at);

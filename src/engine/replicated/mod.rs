@@ -30,15 +30,16 @@ pub(crate) mod log;
 pub(crate) mod snapshot;
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::Engine;
 use super::core::Reply;
 use super::error::WriteError;
 use super::sink::{self, Op};
+use super::{Engine, EngineOptions, ReplayReport};
 use crate::journal::format::check_record_body;
 use crate::journal::{Durable, JournalError, RecordLoc};
 use crate::spool::{Applied, Command, Payload, Record};
@@ -198,21 +199,31 @@ impl Replication {
     }
 }
 
-impl Engine {
-    /// Replicated mode: the Raft side's handle (openraft's log store and
-    /// state machine).
-    pub(crate) fn raft_log(&self) -> RaftLog {
-        assert!(self.is_replicated(), "bug: a Raft log of a single node");
-        RaftLog {
-            engine: self.clone(),
-        }
-    }
+/// An engine opened in replicated mode: the handle that the calls only a
+/// replica has take (`Cluster::open` returns one; `Engine::replica` makes
+/// one). Everything an engine does, it does too. Cheap to clone.
+#[derive(Clone)]
+pub struct Replica {
+    engine: Engine,
+    r: Arc<Replication>,
+}
 
-    pub(super) fn replication(&self) -> &Replication {
-        self.inner
-            .replication
-            .as_deref()
-            .expect("bug: replicated-mode call on a single node")
+impl Deref for Replica {
+    type Target = Engine;
+
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl Engine {
+    /// The replicated-mode handle on this engine; `None` on a single node.
+    pub fn replica(&self) -> Option<Replica> {
+        let r = self.inner.replication.clone()?;
+        Some(Replica {
+            engine: self.clone(),
+            r,
+        })
     }
 
     /// True in replicated mode.
@@ -257,91 +268,65 @@ impl Engine {
         }
     }
 
+    /// Waits until record `seq` is durable in this replica's journal.
+    pub(super) async fn durable(&self, seq: u64) -> Result<Durable, JournalError> {
+        let mut watch = self.inner.journal.durable_seq();
+        if watch.wait_for(|&d| d >= seq).await.is_err() {
+            return Err(JournalError::Closed);
+        }
+        self.inner
+            .journal
+            .durable_receipt(seq)
+            .ok_or(JournalError::Closed)
+    }
+
+    /// The segment (as a record location's file) that holds the oldest
+    /// record of the Raft log: compaction leaves it and every later one
+    /// alone. `None` on a single node, or when the log is all purged.
+    pub(super) fn purge_floor(&self) -> Option<u32> {
+        let r = self.inner.replication.as_ref()?;
+        let index = r.index();
+        index.entries.front().map(|&(_, _, loc)| loc.file)
+    }
+
+    /// Whether node `id` was retired.
+    pub(crate) fn node_retired(&self, id: u64) -> bool {
+        self.core().spool.retired_nodes().contains(&id)
+    }
+}
+
+impl Replica {
+    /// Opens a spool in replicated mode: replays what the log holds, but
+    /// applies only up to `committed` (what Raft knows is committed); the
+    /// rest waits for Raft to commit it again.
+    pub(crate) async fn open(
+        mut options: EngineOptions,
+        committed: u64,
+    ) -> Result<(Replica, ReplayReport), JournalError> {
+        options.replicated = Some(committed);
+        let (engine, report) = Engine::open(options).await?;
+        let replica = engine
+            .replica()
+            .expect("bug: an engine opened replicated has no replication");
+        Ok((replica, report))
+    }
+
+    /// The Raft side's handle (openraft's log store and state machine).
+    pub(crate) fn raft_log(&self) -> RaftLog {
+        RaftLog {
+            engine: self.engine.clone(),
+            r: self.r.clone(),
+        }
+    }
+
     /// Sets the check of the leader lease (see [`Replication`]).
     pub(crate) fn set_quorum_check(&self, fresh: Box<dyn Fn() -> bool + Send + Sync>) {
-        let _ = self.replication().quorum.set(fresh);
+        let _ = self.r.quorum.set(fresh);
     }
 
     /// Where proposals go from now on.
     pub(crate) fn attach_proposer(&self, tx: mpsc::Sender<Proposal>) {
-        *self
-            .replication()
-            .proposer
-            .lock()
-            .expect("bug: proposer lock poisoned") = Some(tx);
-    }
-
-    /// Hands a record decided under the core lock to the proposer (the
-    /// replicated half of [`Engine::append`]). `term` 0 means "the term
-    /// this replica serves in".
-    pub(super) fn propose(
-        &self,
-        record: Record<'static>,
-        payload: Option<&Payload>,
-        reply: Reply,
-        term: u64,
-    ) -> Result<(), ReplicationError> {
-        let r = self.replication();
-        let term = match term {
-            0 => r.serving_now(),
-            t => t,
-        };
-        if term == 0 {
-            return Err(ReplicationError::NotPrimary);
-        }
-        let mut body = Vec::new();
-        record.encode(payload, &mut body);
-        check_record_body(body.len())?;
-        let proposal = Proposal {
-            kind: record.kind(),
-            body,
-            term,
-            ticket: Ticket(Op { record, reply }),
-        };
-        let tx = r.proposer()?;
-        tx.try_send(proposal).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => ReplicationError::Backlog {
-                queued: PROPOSALS_QUEUED_MAX,
-            },
-            mpsc::error::TrySendError::Closed(_) => ReplicationError::Closed,
-        })
-    }
-
-    /// Hands several records decided under the core lock to the proposer,
-    /// all or none: each is encoded and checked, and room for all of them
-    /// is reserved in the proposer's queue, before the first goes. (One at
-    /// a time, a purge of more than 65 536 ids whose later record met a
-    /// full queue was refused as if nothing had been proposed, while its
-    /// first records committed.)
-    pub(super) fn propose_all(&self, ops: Vec<Op>) -> Result<(), ReplicationError> {
-        let r = self.replication();
-        let term = r.serving_now();
-        if term == 0 {
-            return Err(ReplicationError::NotPrimary);
-        }
-        let mut proposals = Vec::with_capacity(ops.len());
-        for op in ops {
-            let mut body = Vec::new();
-            op.record.encode(None, &mut body);
-            check_record_body(body.len())?;
-            proposals.push(Proposal {
-                kind: op.record.kind(),
-                body,
-                term,
-                ticket: Ticket(op),
-            });
-        }
-        let tx = r.proposer()?;
-        let permits = tx.try_reserve_many(proposals.len()).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(()) => ReplicationError::Backlog {
-                queued: PROPOSALS_QUEUED_MAX,
-            },
-            mpsc::error::TrySendError::Closed(()) => ReplicationError::Closed,
-        })?;
-        for (permit, proposal) in permits.zip(proposals) {
-            permit.send(proposal);
-        }
-        Ok(())
+        *self.r.proposer.lock().expect("bug: proposer lock poisoned") = Some(tx);
     }
 
     /// Raft committed and applied a proposal of this replica as record
@@ -370,32 +355,11 @@ impl Engine {
         sink::refuse(&self.inner.shared, vec![ticket.0], make_error, &reason);
     }
 
-    /// Waits until record `seq` is durable in this replica's journal.
-    pub(super) async fn durable(&self, seq: u64) -> Result<Durable, JournalError> {
-        let mut watch = self.inner.journal.durable_seq();
-        if watch.wait_for(|&d| d >= seq).await.is_err() {
-            return Err(JournalError::Closed);
-        }
-        self.inner
-            .journal
-            .durable_receipt(seq)
-            .ok_or(JournalError::Closed)
-    }
-
-    /// The segment (as a record location's file) that holds the oldest
-    /// record of the Raft log: compaction leaves it and every later one
-    /// alone. `None` on a single node, or when the log is all purged.
-    pub(super) fn purge_floor(&self) -> Option<u32> {
-        let r = self.inner.replication.as_ref()?;
-        let index = r.index();
-        index.entries.front().map(|&(_, _, loc)| loc.file)
-    }
-
     /// This replica was elected primary in `term`: propose the barrier and
     /// serve once it is applied (every record of earlier terms is then in
     /// the state, so ids and leases start above them).
     pub(crate) async fn start_serving(&self, term: u64) -> Result<(), WriteError> {
-        let r = self.replication();
+        let r = &self.r;
         r.starting.store(term, Ordering::Release);
         let (tx, rx) = oneshot::channel();
         {
@@ -405,9 +369,9 @@ impl Engine {
                 at,
                 command: Command::Epoch { epoch: term },
             };
-            self.propose(record, None, Reply::Done(tx), term)?;
+            r.propose(record, None, Reply::Done(tx), term)?;
         }
-        rx.await.map_err(|_| super::write::closed())??;
+        rx.await.map_err(|_| super::error::closed())??;
         let mut core = self.core();
         if r.starting.load(Ordering::Acquire) != term {
             return Err(WriteError::NotPrimary {
@@ -426,7 +390,7 @@ impl Engine {
     /// forget every lease (their messages are visible on the new primary,
     /// retry counts unchanged).
     pub(crate) fn stop_serving(&self) {
-        let r = self.replication();
+        let r = &self.r;
         let was = r.serving.swap(0, Ordering::AcqRel);
         r.starting.store(0, Ordering::Release);
         r.serving_changes.send_replace(0);
@@ -444,10 +408,78 @@ impl Engine {
     pub(crate) async fn retire_node(&self, id: u64) -> Result<(), WriteError> {
         self.write_done(|_, _| Ok(Command::RetireNode { id })).await
     }
+}
 
-    /// Whether node `id` was retired.
-    pub(crate) fn node_retired(&self, id: u64) -> bool {
-        self.core().spool.retired_nodes().contains(&id)
+impl Replication {
+    /// Hands a record decided under the core lock to the proposer (the
+    /// replicated half of `Engine::append`). `term` 0 means "the term
+    /// this replica serves in".
+    pub(in crate::engine) fn propose(
+        &self,
+        record: Record<'static>,
+        payload: Option<&Payload>,
+        reply: Reply,
+        term: u64,
+    ) -> Result<(), ReplicationError> {
+        let term = match term {
+            0 => self.serving_now(),
+            t => t,
+        };
+        if term == 0 {
+            return Err(ReplicationError::NotPrimary);
+        }
+        let mut body = Vec::new();
+        record.encode(payload, &mut body);
+        check_record_body(body.len())?;
+        let proposal = Proposal {
+            kind: record.kind(),
+            body,
+            term,
+            ticket: Ticket(Op { record, reply }),
+        };
+        let tx = self.proposer()?;
+        tx.try_send(proposal).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => ReplicationError::Backlog {
+                queued: PROPOSALS_QUEUED_MAX,
+            },
+            mpsc::error::TrySendError::Closed(_) => ReplicationError::Closed,
+        })
+    }
+
+    /// Hands several records decided under the core lock to the proposer,
+    /// all or none: each is encoded and checked, and room for all of them
+    /// is reserved in the proposer's queue, before the first goes. (One at
+    /// a time, a purge of more than 65 536 ids whose later record met a
+    /// full queue was refused as if nothing had been proposed, while its
+    /// first records committed.)
+    pub(in crate::engine) fn propose_all(&self, ops: Vec<Op>) -> Result<(), ReplicationError> {
+        let term = self.serving_now();
+        if term == 0 {
+            return Err(ReplicationError::NotPrimary);
+        }
+        let mut proposals = Vec::with_capacity(ops.len());
+        for op in ops {
+            let mut body = Vec::new();
+            op.record.encode(None, &mut body);
+            check_record_body(body.len())?;
+            proposals.push(Proposal {
+                kind: op.record.kind(),
+                body,
+                term,
+                ticket: Ticket(op),
+            });
+        }
+        let tx = self.proposer()?;
+        let permits = tx.try_reserve_many(proposals.len()).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(()) => ReplicationError::Backlog {
+                queued: PROPOSALS_QUEUED_MAX,
+            },
+            mpsc::error::TrySendError::Closed(()) => ReplicationError::Closed,
+        })?;
+        for (permit, proposal) in permits.zip(proposals) {
+            permit.send(proposal);
+        }
+        Ok(())
     }
 }
 
@@ -456,7 +488,7 @@ impl Engine {
 pub(crate) mod testing {
     use tokio::sync::{mpsc, oneshot};
 
-    use super::{Engine, LogRecord};
+    use super::{Engine, LogRecord, Replica};
     use crate::engine::EngineOptions;
     use crate::journal::sim::SimStorage;
 
@@ -473,9 +505,15 @@ pub(crate) mod testing {
         o
     }
 
+    /// Opens a replicated-mode engine with `options` (of [`options`]).
+    pub(crate) async fn open(options: EngineOptions) -> Replica {
+        let (engine, _) = Engine::open(options).await.unwrap();
+        engine.replica().expect("replicated options")
+    }
+
     /// A Raft of one: each proposal is appended in `term`, then committed
     /// and applied at once.
-    pub(crate) fn raft_of_one(engine: &Engine, term: u64) {
+    pub(crate) fn raft_of_one(engine: &Replica, term: u64) {
         let (tx, mut rx) = mpsc::channel::<super::Proposal>(super::PROPOSALS_QUEUED_MAX);
         engine.attach_proposer(tx);
         let e = engine.clone();
@@ -532,7 +570,7 @@ mod tests {
         }
     }
 
-    async fn append(engine: &Engine, seqs: std::ops::RangeInclusive<u64>, term: u64) {
+    async fn append(engine: &Replica, seqs: std::ops::RangeInclusive<u64>, term: u64) {
         let records = seqs.map(|s| entry(s, term, 4 << 10)).collect();
         let (tx, rx) = oneshot::channel();
         engine
@@ -548,7 +586,7 @@ mod tests {
     }
 
     /// The term of every record of the log, in order (and each body whole).
-    fn terms(engine: &Engine) -> Vec<u64> {
+    fn terms(engine: &Replica) -> Vec<u64> {
         let (first, last, _) = engine.raft_log().bounds();
         (first..=last)
             .map(|seq| {
@@ -566,7 +604,7 @@ mod tests {
         let mut o = options(&sim);
         o.segment_bytes = 8 << 20;
         o.fsync = false;
-        let (engine, _) = Engine::open(o).await.unwrap();
+        let engine = testing::open(o).await;
         testing::raft_of_one(&engine, 1);
         engine.start_serving(1).await.unwrap();
         engine
@@ -603,7 +641,7 @@ mod tests {
     async fn a_truncated_suffix_never_comes_back_and_the_kept_prefix_stays() {
         for cut in [0, 1, 15, 16, 39] {
             let sim = SimStorage::new();
-            let (engine, _) = Engine::open(options(&sim)).await.unwrap();
+            let engine = testing::open(options(&sim)).await;
             // Forty 4 KiB records in batches of five: three 64 KiB
             // segments, the cut falling inside one or on a boundary.
             for first in (1..=40).step_by(5) {
@@ -619,7 +657,7 @@ mod tests {
             // and nothing of the old suffix.
             sim.crash(Tear::DropUnsynced);
             drop(engine);
-            let (engine, _) = Engine::open(options(&sim)).await.unwrap();
+            let engine = testing::open(options(&sim)).await;
             assert_eq!(terms(&engine), expected, "cut after {cut}, replayed");
             // The log goes on from there.
             append(&engine, cut + 6..=cut + 6, 3).await;

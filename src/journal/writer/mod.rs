@@ -24,7 +24,7 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -146,6 +146,57 @@ struct Shared<E> {
     durable_seq: tokio::sync::watch::Sender<u64>,
 }
 
+impl<E> Shared<E> {
+    /// The state of a journal whose writer starts at `next_seq` in
+    /// `segment`, with `disk_bytes` on disk in all.
+    fn new(disk_bytes: u64, segment: &ActiveSegment, next_seq: u64) -> Self {
+        Shared {
+            pending: Mutex::new(Pending {
+                buf: Vec::new(),
+                frames: Vec::new(),
+                entries: Vec::new(),
+                control: None,
+                closed: false,
+                writer_waiting: false,
+            }),
+            wake: Condvar::new(),
+            poisoned: AtomicBool::new(false),
+            disk_bytes: AtomicU64::new(disk_bytes),
+            active_segment: AtomicU64::new(segment.id),
+            active_file_bytes: AtomicU64::new(segment.file_len),
+            batches: AtomicU64::new(0),
+            records: AtomicU64::new(0),
+            #[cfg(any(test, feature = "testing"))]
+            hold: Arc::default(),
+            durable_seq: tokio::sync::watch::Sender::new(next_seq.saturating_sub(1)),
+        }
+    }
+}
+
+/// Starts the applier thread: it applies, in order, the outcomes the
+/// writer queued through `to` because the state machine was still busy
+/// with earlier ones.
+fn spawn_applier<E: Send + 'static, S: BatchSink<E>>(
+    dir: &Path,
+    rx: std::sync::mpsc::Receiver<Outcome<E>>,
+    to: &ToApplier<E, S>,
+) -> Result<JoinHandle<()>, JournalError> {
+    let (sink, queued) = (to.sink.clone(), to.queued.clone());
+    #[cfg(any(test, feature = "testing"))]
+    let hold = to.hold.clone();
+    std::thread::Builder::new()
+        .name("journal-applier".into())
+        .spawn(move || {
+            for outcome in rx {
+                #[cfg(any(test, feature = "testing"))]
+                hold.wait_released();
+                apply(&sink, outcome);
+                queued.fetch_sub(1, Ordering::Release);
+            }
+        })
+        .map_err(|e| JournalError::io(dir, e))
+}
+
 /// Cutting the log after `keep_seq` (replicated mode: a follower's
 /// uncommitted suffix that the primary's log replaces).
 #[derive(Debug)]
@@ -224,29 +275,8 @@ impl<E: Send + 'static> Journal<E> {
         } else {
             segment.open_existing()?;
         }
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(Pending {
-                buf: Vec::new(),
-                frames: Vec::new(),
-                entries: Vec::new(),
-                control: None,
-                closed: false,
-                writer_waiting: false,
-            }),
-            wake: Condvar::new(),
-            poisoned: AtomicBool::new(false),
-            disk_bytes: AtomicU64::new(disk_bytes),
-            active_segment: AtomicU64::new(segment.id),
-            active_file_bytes: AtomicU64::new(segment.file_len),
-            batches: AtomicU64::new(0),
-            records: AtomicU64::new(0),
-            #[cfg(any(test, feature = "testing"))]
-            hold: Arc::default(),
-            durable_seq: tokio::sync::watch::Sender::new(start.next_seq.saturating_sub(1)),
-        });
+        let shared = Arc::new(Shared::new(disk_bytes, &segment, start.next_seq));
         let (tx, rx) = std::sync::mpsc::sync_channel(APPLY_QUEUE_BATCHES_MAX);
-        let sink = Arc::new(Mutex::new(sink));
-        let queued = Arc::new(AtomicUsize::new(0));
         let writer = Writer {
             shared: shared.clone(),
             segment,
@@ -254,25 +284,13 @@ impl<E: Send + 'static> Journal<E> {
             next_seq: start.next_seq,
             sink: ToApplier {
                 tx,
-                sink: sink.clone(),
-                queued: queued.clone(),
+                sink: Arc::new(Mutex::new(sink)),
+                queued: Arc::default(),
                 #[cfg(any(test, feature = "testing"))]
                 hold: shared.hold.clone(),
             },
         };
-        #[cfg(any(test, feature = "testing"))]
-        let hold = shared.hold.clone();
-        let applier = std::thread::Builder::new()
-            .name("journal-applier".into())
-            .spawn(move || {
-                for outcome in rx {
-                    #[cfg(any(test, feature = "testing"))]
-                    hold.wait_released();
-                    apply(&sink, outcome);
-                    queued.fetch_sub(1, Ordering::Release);
-                }
-            })
-            .map_err(|e| JournalError::io(dir, e))?;
+        let applier = spawn_applier(dir, rx, &writer.sink)?;
         let writer = std::thread::Builder::new()
             .name("journal-writer".into())
             .spawn(move || writer.run())

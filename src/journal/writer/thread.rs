@@ -3,6 +3,7 @@
 //! with a [`Durable`] receipt.
 
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -124,9 +125,13 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
     /// replay can tell which batch a write was cut short in (a torn tail)
     /// from damage anywhere else.
     fn seal_frames(&self, buf: &mut [u8], frames: &[(usize, u8, u64)], first_seq: u64) {
+        assert!(!frames.is_empty(), "bug: sealing an empty batch");
         let last = frames.len() - 1;
         for (i, &(start, kind, term)) in frames.iter().enumerate() {
             let end = frames.get(i + 1).map_or(buf.len(), |f| f.0);
+            // Frames tile the batch in order: each starts where the one
+            // before it ended, and `seal` checks each one's size.
+            assert!(start < end, "bug: frame {i} of a batch is empty");
             FrameHeader::seal(
                 &mut buf[start..end],
                 self.segment.salt,
@@ -292,6 +297,46 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         let FileId::Segment(cut_id) = FileId::from_loc(cut.file) else {
             panic!("bug: truncating inside a pack");
         };
+        let mut removed_bytes = self.remove_segments_after(cut_id)?;
+        let (storage, dir) = (self.segment.storage.clone(), self.segment.dir.clone());
+        let cut_path = dir.join(segment_file_name(cut_id));
+        let old = storage
+            .open(&cut_path)
+            .map_err(|e| JournalError::io(&cut_path, e))?;
+        removed_bytes += old.size_bytes().unwrap_or(0);
+        self.segment.reader.unregister(FileId::Segment(cut_id));
+        match last_kept.filter(|l| l.file == cut.file) {
+            None => {
+                // Nothing of this segment is kept: the next batch creates
+                // it again, starting at the record after `keep_seq`.
+                crate::journal::atomic::remove_files(&storage, &dir, &[segment_file_name(cut_id)])?;
+                self.segment.file = None;
+                self.segment.len = 0;
+                self.segment.file_len = 0;
+            }
+            Some(last) => {
+                self.keep_prefix(&old, &cut_path, (cut_id, cut), last)?;
+                removed_bytes -= u64::from(cut.offset).min(removed_bytes);
+            }
+        }
+        self.segment.id = cut_id;
+        self.shared.disk_bytes.fetch_sub(
+            removed_bytes.min(self.shared.disk_bytes.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+        self.shared.active_segment.store(cut_id, Ordering::Release);
+        self.shared
+            .active_file_bytes
+            .store(self.segment.file_len, Ordering::Relaxed);
+        self.next_seq = keep_seq + 1;
+        self.shared.durable_seq.send_replace(keep_seq);
+        Ok(())
+    }
+
+    /// Removes every segment after `cut_id` (newest first, so a crash
+    /// leaves a prefix of the log) and syncs the directory. Returns the
+    /// bytes they held.
+    fn remove_segments_after(&mut self, cut_id: u64) -> Result<u64, JournalError> {
         let storage = self.segment.storage.clone();
         let dir = self.segment.dir.clone();
         let mut removed_bytes = 0;
@@ -311,57 +356,41 @@ impl<E: Send + 'static, S: BatchSink<E>> Writer<E, S> {
         storage
             .sync_dir(&dir)
             .map_err(|e| JournalError::io(&dir, e))?;
-        let cut_path = dir.join(segment_file_name(cut_id));
-        let old = storage
-            .open(&cut_path)
-            .map_err(|e| JournalError::io(&cut_path, e))?;
-        removed_bytes += old.size_bytes().unwrap_or(0);
-        self.segment.reader.unregister(FileId::Segment(cut_id));
-        match last_kept.filter(|l| l.file == cut.file) {
-            None => {
-                // Nothing of this segment is kept: the next batch creates
-                // it again, starting at the record after `keep_seq`.
-                crate::journal::atomic::remove_files(&storage, &dir, &[segment_file_name(cut_id)])?;
-                self.segment.file = None;
-                self.segment.len = 0;
-                self.segment.file_len = 0;
-            }
-            Some(last) => {
-                let mut prefix = vec![0u8; cut.offset as usize];
-                old.read_exact_at(&mut prefix, 0)
-                    .map_err(|e| JournalError::io(&cut_path, e))?;
-                let frame = &mut prefix[last.offset as usize..(last.offset + last.len) as usize];
-                let mut header = FrameHeader::peek(frame);
-                header.flags |= FRAME_FLAG_BATCH_END;
-                header.body_len = 0;
-                FrameHeader::seal(frame, self.segment.salt, header);
-                let file = crate::journal::atomic::write_atomically(
-                    &storage,
-                    &dir,
-                    &segment_file_name(cut_id),
-                    |f| f.write_all_at(&prefix, 0),
-                )
-                .map_err(|e| e.into_inner())?;
-                self.segment
-                    .reader
-                    .register(FileId::Segment(cut_id), file.clone());
-                self.segment.file = Some(file);
-                self.segment.len = u64::from(cut.offset);
-                self.segment.file_len = u64::from(cut.offset);
-                removed_bytes -= u64::from(cut.offset).min(removed_bytes);
-            }
-        }
-        self.segment.id = cut_id;
-        self.shared.disk_bytes.fetch_sub(
-            removed_bytes.min(self.shared.disk_bytes.load(Ordering::Relaxed)),
-            Ordering::Relaxed,
-        );
-        self.shared.active_segment.store(cut_id, Ordering::Release);
-        self.shared
-            .active_file_bytes
-            .store(self.segment.file_len, Ordering::Relaxed);
-        self.next_seq = keep_seq + 1;
-        self.shared.durable_seq.send_replace(keep_seq);
+        Ok(removed_bytes)
+    }
+
+    /// Rewrites segment `cut_id`, which `cut` falls in (`old`, at `cut_path`), as its
+    /// bytes before `cut`, atomically, with `last` (the last record kept)
+    /// marked as the end of a batch, and makes it the active segment.
+    fn keep_prefix(
+        &mut self,
+        old: &Arc<dyn StorageFile>,
+        cut_path: &Path,
+        (cut_id, cut): (u64, RecordLoc),
+        last: RecordLoc,
+    ) -> Result<(), JournalError> {
+        let mut prefix = vec![0u8; cut.offset as usize];
+        old.read_exact_at(&mut prefix, 0)
+            .map_err(|e| JournalError::io(cut_path, e))?;
+        let frame = &mut prefix[last.offset as usize..(last.offset + last.len) as usize];
+        let mut header = FrameHeader::peek(frame);
+        header.flags |= FRAME_FLAG_BATCH_END;
+        header.body_len = 0;
+        FrameHeader::seal(frame, self.segment.salt, header);
+        let storage = &self.segment.storage;
+        let file = crate::journal::atomic::write_atomically(
+            storage,
+            &self.segment.dir,
+            &segment_file_name(cut_id),
+            |f| f.write_all_at(&prefix, 0),
+        )
+        .map_err(|e| e.into_inner())?;
+        self.segment
+            .reader
+            .register(FileId::Segment(cut_id), file.clone());
+        self.segment.file = Some(file);
+        self.segment.len = u64::from(cut.offset);
+        self.segment.file_len = u64::from(cut.offset);
         Ok(())
     }
 

@@ -3,20 +3,20 @@
 //! writes a checkpoint of the last applied record.
 
 use super::SnapshotInfo;
-use crate::engine::Engine;
 use crate::engine::compact::pick_run;
+use crate::engine::replicated::Replica;
 use crate::engine::replicated::log::RaftLog;
 use crate::journal::JournalError;
 
-impl Engine {
+impl Replica {
     /// Lets the compactor ask openraft for a snapshot.
     pub(crate) fn set_snapshot_trigger(&self, trigger: Box<dyn Fn() + Send + Sync>) {
-        let _ = self.replication().snapshot_trigger.set(trigger);
+        let _ = self.r.snapshot_trigger.set(trigger);
     }
 
     /// Asks openraft for a snapshot (it then calls the builder).
     pub(in crate::engine) fn request_snapshot(&self) {
-        if let Some(trigger) = self.replication().snapshot_trigger.get() {
+        if let Some(trigger) = self.r.snapshot_trigger.get() {
             trigger();
         }
     }
@@ -40,7 +40,7 @@ impl Engine {
         if full && applied > checkpoint {
             return true;
         }
-        let index = self.replication().index();
+        let index = self.r.index();
         match (index.get(checkpoint + 1), index.get(applied)) {
             (Some((_, _, after)), Some((_, _, last))) => after.file < last.file,
             _ => false,

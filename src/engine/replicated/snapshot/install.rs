@@ -53,6 +53,7 @@ impl RaftLog {
         // The point of no return.
         let bytes = self.commit_checkpoint(&meta, term, &chunks)?;
         staged.installed = true;
+        crate::failpoint::hit(crate::failpoint::SNAPSHOT_BEFORE_RESTART);
         if !keep_log {
             self.restart_log(seq)?;
         }
@@ -82,7 +83,7 @@ impl RaftLog {
     /// conflicting suffix before). Otherwise the log is dropped and starts
     /// again right after the snapshot.
     fn keeps_log(&self, seq: u64, term: u64) -> bool {
-        let r = self.engine.replication();
+        let r = &self.r;
         r.appended_seq.load(Ordering::Acquire) > seq && self.term(seq) == Some(term)
     }
 
@@ -193,7 +194,7 @@ impl RaftLog {
         listing: &Listing,
         obsolete: &mut Vec<FileId>,
     ) -> (u64, u64) {
-        let r = self.engine.replication();
+        let r = &self.r;
         let (seq, term) = (staged.seq, staged.term);
         let mut core = self.engine.core();
         // The log before the snapshot is purged; without a log of its

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use super::SnapshotInfo;
 use crate::engine::replicated::testing::{self, raft_of_one};
 use crate::engine::replicated::{LogRecord, StreamError};
-use crate::engine::{Engine, EngineOptions, Origin, SendRequest};
+use crate::engine::{Engine, EngineOptions, Origin, Replica, SendRequest};
 use crate::journal::scan::list_files;
 use crate::journal::sim::{SimStorage, Tear};
 use crate::spool::Spool;
@@ -30,8 +30,8 @@ async fn send(engine: &Engine, i: usize) {
 
 /// A primary with 300 messages, 250 acked, snapshotted twice (the
 /// second time after openraft purged the log behind the first).
-async fn primary(sim: &SimStorage) -> (Engine, SnapshotInfo) {
-    let (a, _) = Engine::open(options(sim, 0)).await.unwrap();
+async fn primary(sim: &SimStorage) -> (Replica, SnapshotInfo) {
+    let a = testing::open(options(sim, 0)).await;
     raft_of_one(&a, 1);
     a.start_serving(1).await.unwrap();
     let settings = QueueSettings {
@@ -92,7 +92,7 @@ async fn a_snapshot_sent_to_a_replica_that_fell_behind_is_the_same_state_after_a
 
     // The replica holds an old log of its own, all before the snapshot.
     let sim_b = SimStorage::new();
-    let (b, _) = Engine::open(options(&sim_b, 0)).await.unwrap();
+    let b = testing::open(options(&sim_b, 0)).await;
     let old: Vec<LogRecord> = (1..=3).map(|seq| a_blank(seq, 1)).collect();
     append(&b, old).await;
 
@@ -119,7 +119,7 @@ async fn a_snapshot_sent_to_a_replica_that_fell_behind_is_the_same_state_after_a
     // Power lost before the log went on: the checkpoint is the spool.
     sim_b.crash(Tear::DropUnsynced);
     drop(b);
-    let (b, _) = Engine::open(options(&sim_b, u64::MAX)).await.unwrap();
+    let b = testing::open(options(&sim_b, u64::MAX)).await;
     assert_eq!(b.state().without_locations(), expected);
     assert_eq!(b.raft_log().purged(), Some((info.seq, info.term)));
 
@@ -138,7 +138,7 @@ async fn a_snapshot_sent_to_a_replica_that_fell_behind_is_the_same_state_after_a
     let state = b.state().without_locations();
     sim_b.crash(Tear::DropUnsynced);
     drop(b);
-    let (b, _) = Engine::open(options(&sim_b, u64::MAX)).await.unwrap();
+    let b = testing::open(options(&sim_b, u64::MAX)).await;
     assert_eq!(b.state().without_locations(), state);
     b.close();
     a.close();
@@ -155,7 +155,7 @@ async fn a_replica_whose_log_goes_on_past_the_snapshot_keeps_that_log() {
     // The replica has the primary's records up to the end of the log,
     // but has applied none of them.
     let sim_b = SimStorage::new();
-    let (b, _) = Engine::open(options(&sim_b, 0)).await.unwrap();
+    let b = testing::open(options(&sim_b, 0)).await;
     let (first, last, _) = a.raft_log().bounds();
     assert!(first <= info.seq && info.seq < last);
     let blanks: Vec<LogRecord> = (1..first).map(|seq| a_blank(seq, 1)).collect();
@@ -186,7 +186,7 @@ async fn a_replica_whose_log_goes_on_past_the_snapshot_keeps_that_log() {
     }
     sim_b.crash(Tear::DropUnsynced);
     drop(b);
-    let (b, _) = Engine::open(options(&sim_b, last)).await.unwrap();
+    let b = testing::open(options(&sim_b, last)).await;
     assert_eq!(b.state().without_locations(), a.state().without_locations());
     b.close();
     a.close();
@@ -197,7 +197,7 @@ async fn a_snapshot_cut_short_or_damaged_changes_nothing() {
     let sim_a = SimStorage::new();
     let (a, info) = primary(&sim_a).await;
     let sim_b = SimStorage::new();
-    let (b, _) = Engine::open(options(&sim_b, 0)).await.unwrap();
+    let b = testing::open(options(&sim_b, 0)).await;
     let all: Vec<_> = a.raft_log().snapshot_source(info.seq).unwrap().collect();
     let n = all.len();
     for cut in [1, n / 2, n - 1] {
@@ -245,7 +245,7 @@ fn a_blank(seq: u64, term: u64) -> LogRecord {
     }
 }
 
-async fn append(engine: &Engine, records: Vec<LogRecord>) {
+async fn append(engine: &Replica, records: Vec<LogRecord>) {
     let (tx, rx) = oneshot::channel();
     let done = Box::new(move |r: std::io::Result<()>| {
         let _ = tx.send(r.is_ok());
