@@ -547,13 +547,16 @@ impl Background {
             delivery: tokio::spawn(crate::delivery::run(
                 engine.clone(),
                 delivery_stop,
-                config.server.drain_on_shutdown,
-                config
-                    .server
-                    .redact_headers
-                    .iter()
-                    .map(|h| h.to_ascii_lowercase())
-                    .collect(),
+                crate::delivery::DeliveryOptions {
+                    drain: config.server.drain_on_shutdown,
+                    redact_headers: config
+                        .server
+                        .redact_headers
+                        .iter()
+                        .map(|h| h.to_ascii_lowercase())
+                        .collect(),
+                    plain_http_client: config.server.plain_http_client,
+                },
             )),
         }
     }

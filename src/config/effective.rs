@@ -149,6 +149,10 @@ fn server_table(c: &Config) -> Table {
     }
     server.insert("redact_headers".into(), strings(&c.server.redact_headers));
     server.insert("max_queues".into(), (c.server.max_queues as i64).into());
+    server.insert(
+        "plain_http_client".into(),
+        c.server.plain_http_client.as_str().into(),
+    );
     server
 }
 

@@ -46,8 +46,8 @@ pub use keys::{
 pub use portal::{PortalConfig, THEME_KEYS};
 pub use reload::reload_changes;
 pub use shape::{
-    BackoffConfig, Config, EventsConfig, LogConfig, LogFormat, OnCorruption, QueueConfig,
-    ServerConfig, SpoolConfig, TelemetryConfig,
+    BackoffConfig, Config, EventsConfig, LogConfig, LogFormat, OnCorruption, PlainHttpClient,
+    QueueConfig, ServerConfig, SpoolConfig, TelemetryConfig,
 };
 pub use units::parse_duration;
 pub(crate) use units::parse_duration_ms;

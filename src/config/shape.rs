@@ -54,6 +54,32 @@ pub struct ServerConfig {
     /// Most queues the API may create (failure queues not counted; the
     /// file's count too).
     pub max_queues: usize,
+    /// How push delivery reaches a plain-HTTP destination without a
+    /// proxy (`delivery/direct.rs`).
+    pub plain_http_client: PlainHttpClient,
+}
+
+/// How push delivery reaches a plain-HTTP destination without a proxy.
+/// Both send the same requests and read the same answers
+/// (`tests/http/clients.rs` runs one matrix over both).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlainHttpClient {
+    /// A worker drives its own HTTP/1.1 connection (`delivery/direct.rs`):
+    /// less CPU per message (docs/performance.md, "push").
+    #[default]
+    Direct,
+    /// reqwest's pooled client, as every other destination.
+    Pooled,
+}
+
+impl PlainHttpClient {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlainHttpClient::Direct => "direct",
+            PlainHttpClient::Pooled => "pooled",
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -69,6 +95,7 @@ impl Default for ServerConfig {
             redact_headers: Vec::new(),
             metrics_listen: None,
             max_queues: crate::engine::rules::MAX_QUEUES_DEFAULT,
+            plain_http_client: PlainHttpClient::Direct,
         }
     }
 }

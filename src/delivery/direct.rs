@@ -38,6 +38,7 @@ use tower_service::Service;
 use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError, with_sources};
 use super::client::{CONNECT_TIMEOUT_MAX, POOL_IDLE_TIMEOUT, USER_AGENT_VALUE};
 use super::resolve::GuardedResolver;
+use crate::config::PlainHttpClient;
 use crate::engine::guard::Guard;
 use crate::metrics::AttemptClass;
 
@@ -73,18 +74,25 @@ pub(crate) struct Direct {
 pub(crate) struct Ways {
     by_origin: HashMap<(Uri, HeaderValue), Arc<Direct>>,
     guard: Guard,
+    /// `server.plain_http_client`: with `pooled`, no destination has a
+    /// direct way and reqwest's pool sends everything.
+    client: PlainHttpClient,
 }
 
 impl Ways {
-    pub(crate) fn new(guard: Guard) -> Ways {
+    pub(crate) fn new(guard: Guard, client: PlainHttpClient) -> Ways {
         Ways {
             by_origin: HashMap::new(),
             guard,
+            client,
         }
     }
 
     /// The direct way to `destination`, if it has one.
     pub(crate) fn to(&mut self, destination: Option<&Url>) -> Option<Arc<Direct>> {
+        if self.client == PlainHttpClient::Pooled {
+            return None;
+        }
         let key = destination.and_then(origin)?;
         let guard = &self.guard;
         let way = self

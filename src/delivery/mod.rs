@@ -34,6 +34,17 @@ use tokio::task::JoinHandle;
 use crate::engine::{Engine, PushWake};
 use shared::QueueShared;
 
+/// The server's settings that delivery reads (`[server]` of the config).
+#[derive(Default)]
+pub(crate) struct DeliveryOptions {
+    /// `drain_on_shutdown`: on a stop, deliver what is visible first.
+    pub drain: bool,
+    /// `redact_headers`, in lower case.
+    pub redact_headers: Vec<String>,
+    /// `plain_http_client`.
+    pub plain_http_client: crate::config::PlainHttpClient,
+}
+
 /// A running dispatcher.
 struct Running {
     stop: watch::Sender<bool>,
@@ -44,13 +55,8 @@ struct Running {
 /// with `drain`, keeps delivering while messages are visible) and returns
 /// when every worker is done. The caller bounds that wait by the grace
 /// period.
-pub(crate) async fn run(
-    engine: Engine,
-    mut stop: watch::Receiver<bool>,
-    drain: bool,
-    redact_headers: Vec<String>,
-) {
-    let mut pools = Pools::new(engine.clone(), drain, redact_headers);
+pub(crate) async fn run(engine: Engine, mut stop: watch::Receiver<bool>, options: DeliveryOptions) {
+    let mut pools = Pools::new(engine.clone(), options);
     let (mut wakeups, busy) = engine.listen_for_push_work();
     for queue in busy {
         pools.start(queue);
@@ -112,14 +118,14 @@ const PRUNE_IDLE_EVERY: Duration = Duration::from_secs(15);
 const PRUNE_MIN: usize = 256;
 
 impl Pools {
-    fn new(engine: Engine, drain: bool, redact_headers: Vec<String>) -> Pools {
+    fn new(engine: Engine, options: DeliveryOptions) -> Pools {
         let guard = engine.guard().clone();
         Pools {
             engine,
-            drain,
-            redact_headers: Arc::new(redact_headers),
+            drain: options.drain,
+            redact_headers: Arc::new(options.redact_headers),
             clients: client::Clients::new(guard.clone()),
-            ways: direct::Ways::new(guard),
+            ways: direct::Ways::new(guard, options.plain_http_client),
             running: HashMap::new(),
             retired: Vec::new(),
             prune_at: PRUNE_MIN,
@@ -251,7 +257,7 @@ mod tests {
             .unwrap();
         let (mut wakeups, busy) = engine.listen_for_push_work();
         assert!(busy.is_empty());
-        let mut pools = super::Pools::new(engine.clone(), false, Vec::new());
+        let mut pools = super::Pools::new(engine.clone(), super::DeliveryOptions::default());
         // The queue's last dispatcher: asleep in the engine's eyes (it was
         // never counted awake here), its task not ended yet.
         let (stop, _) = watch::channel(false);
@@ -327,8 +333,7 @@ mod tests {
         let delivery = tokio::spawn(super::run(
             crate::engine::Engine::clone(&engine),
             stop,
-            false,
-            Vec::new(),
+            super::DeliveryOptions::default(),
         ));
 
         tokio::time::timeout(Duration::from_secs(10), arrived)

@@ -15,9 +15,9 @@ use tokio::net::TcpListener;
 use crate::common::server::Server;
 use crate::common::{eventually, wait_until};
 
-/// How a [`RawSink`] treats a connection after each answer.
+/// How a [`raw_sink`] treats a connection after each answer.
 #[derive(Clone, Copy)]
-enum After {
+pub(super) enum After {
     /// Waits for the next request (keep-alive).
     KeepOpen,
     /// Closes it once it has been idle this long (a keep-alive timeout).
@@ -26,14 +26,16 @@ enum After {
 
 /// A destination spoken to at the socket level: every request's head
 /// (request line and headers, as sent) and the connections it accepted.
-#[derive(Default)]
-struct Seen {
-    heads: Vec<String>,
-    connections: usize,
+#[derive(Default, Clone)]
+pub(super) struct Seen {
+    pub heads: Vec<String>,
+    pub connections: usize,
+    /// Connections it closed for being idle too long.
+    pub closed: usize,
 }
 
 /// A plain HTTP/1.1 destination answering `200` with `body`.
-async fn raw_sink(after: After, body: &'static [u8]) -> (String, Arc<Mutex<Seen>>) {
+pub(super) async fn raw_sink(after: After, body: &'static [u8]) -> (String, Arc<Mutex<Seen>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/in", listener.local_addr().unwrap());
     let seen: Arc<Mutex<Seen>> = Arc::default();
@@ -62,7 +64,10 @@ async fn serve(
             After::CloseIdle(idle) => {
                 match tokio::time::timeout(idle, stream.read_line(&mut first)).await {
                     Ok(read) => read,
-                    Err(_) => return,
+                    Err(_) => {
+                        seen.lock().unwrap().closed += 1;
+                        return;
+                    }
                 }
             }
         };
@@ -92,6 +97,17 @@ async fn serve(
     }
 }
 
+/// Waits until `queue` has delivered all it holds and the sink has seen
+/// `n` requests; returns what the sink saw.
+pub(super) async fn delivered(s: &Server, queue: &str, seen: &Arc<Mutex<Seen>>, n: usize) -> Seen {
+    delivered_all(s, queue).await;
+    wait_until("the sink to see them", async || {
+        seen.lock().unwrap().heads.len() >= n
+    })
+    .await;
+    seen.lock().unwrap().clone()
+}
+
 async fn delivered_all(s: &Server, queue: &str) {
     wait_until("all delivered", async || {
         let st = s.get_json(&format!("/v1/queues/{queue}")).await["stats"].clone();
@@ -100,7 +116,7 @@ async fn delivered_all(s: &Server, queue: &str) {
     .await;
 }
 
-async fn failures(s: &Server, queue: &str) -> u64 {
+pub(super) async fn failures(s: &Server, queue: &str) -> u64 {
     s.get_json(&format!("/v1/queues/{queue}")).await["stats"]["deliveryFailuresTotal"]
         .as_u64()
         .unwrap()

@@ -11,6 +11,7 @@
 //! One module per subject: `cargo test --test http push_delivery::` runs
 //! one.
 
+mod clients;
 #[path = "../common/mod.rs"]
 mod common;
 mod connections;

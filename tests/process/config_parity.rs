@@ -143,6 +143,11 @@ const BAD_SERVER: &[(&str, &str, &[&str])] = &[
         "[spool]\nsegment_bytes = \"64KiB\"\nmax_bytes = \"2GiB\"\n",
         &["spool.max_bytes", "line 5", "16384"],
     ),
+    (
+        "a plain-HTTP client that is neither way",
+        "[server]\nplain_http_client = \"hyper\"\n",
+        &["server.plain_http_client", "line 4", "direct", "pooled"],
+    ),
 ];
 
 fn write(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {

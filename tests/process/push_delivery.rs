@@ -464,3 +464,37 @@ async fn an_events_deliveries_are_spans_of_the_publishers_trace() {
     }
     assert_eq!(attempt_ids, ids, "each attempt names its delivery");
 }
+
+/// Issue 42: a proxy from the environment (`http_proxy`, as curl and
+/// reqwest read it) carries every plain-HTTP delivery, whichever
+/// `server.plain_http_client` says: the direct way steps aside for it
+/// (`src/delivery/direct.rs`, `origin`), and reqwest sends the request in
+/// absolute form to the proxy. The destination's name is never resolved
+/// here: only the proxy could reach it.
+#[tokio::test]
+async fn a_proxy_from_the_environment_carries_plain_http_deliveries_both_ways() {
+    use crate::common::process::{bin, start_command, write_config};
+    for client in ["direct", "pooled"] {
+        let (proxy, proxy_url) = Sink::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = write_config(
+            dir.path(),
+            &format!("plain_http_client = \"{client}\""),
+            "segment_bytes = \"1MiB\"",
+            "[queues.hooks]\ndestination = \"http://hooks.example.test/in\"\n",
+        );
+        let spoold = start_command(
+            Command::new(bin())
+                .args(["run", "--config"])
+                .arg(&config)
+                .env("http_proxy", &proxy_url)
+                .env_remove("no_proxy")
+                .env_remove("NO_PROXY"),
+        )
+        .await;
+        spoold.api().send("hooks", "through the proxy").await;
+        let seen = proxy.wait_for(1).await;
+        assert_eq!(seen[0].uri, "http://hooks.example.test/in", "{client}");
+        assert_eq!(&seen[0].body[..], b"through the proxy", "{client}");
+    }
+}
