@@ -21,14 +21,8 @@ use serde_json::{Value, json};
 use crate::common::process::{
     Spoold, bin, client, messages_in, newest_checkpoint, run_in, start_command, write_config,
 };
-use crate::common::{copy_fixture, wait_until};
+use crate::common::{V2_LEVEL5_NOW_MS, copy_fixture, wait_until};
 
-/// A minute after the fixture's last record (2026-12-06 18:47:28 UTC):
-/// the process's wall clock starts here (`SPOOLD_TEST_CLOCK_FILE`) and
-/// runs on, so the delay, the dedup windows, the history retention and
-/// the rotated secret's overlap are as they were then, whatever today's
-/// date.
-const FIXTURE_NOW_MS: i64 = 1_796_582_910_000;
 /// The fixture's salt: the API shows engine id `n` as `{n:016x}{SALT}`.
 const SALT: &str = "de9eaeb18b5aff0f";
 /// The fixture's checkpoint and its one segment, which compaction replaces.
@@ -47,7 +41,8 @@ fn engine_id(api_id: &str) -> u64 {
 }
 
 /// Starts the binary on `dir/spool` with its wall clock moved by the
-/// offset in `clock` (written once, so that a restart's clock runs on).
+/// offset in `clock` (written once, so that a restart's clock runs on):
+/// it starts at `V2_LEVEL5_NOW_MS` (`SPOOLD_TEST_CLOCK_FILE`).
 async fn start(dir: &Path, clock: &Path) -> Spoold {
     let spool_keys = "segment_bytes = \"64KiB\"\ncompaction_interval = \"1s\"";
     let config = write_config(dir, "", spool_keys, "");
@@ -65,7 +60,7 @@ fn write_clock(clock: &Path) {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
-    std::fs::write(clock, (FIXTURE_NOW_MS - now_ms).to_string()).unwrap();
+    std::fs::write(clock, (V2_LEVEL5_NOW_MS - now_ms).to_string()).unwrap();
 }
 
 async fn get(base: &str, path: &str) -> Value {
