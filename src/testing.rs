@@ -21,6 +21,11 @@ pub mod fail_points {
         RAFT_BEFORE_APPLY, SNAPSHOT_BEFORE_RESTART,
     };
 }
+/// The format version of the files this build writes, and the level of
+/// format 2 it reads (`journal::format`): `tests/engine/fixture_table.rs`
+/// fails while `tests/data` holds no spool of this pair.
+pub const FORMAT_VERSION: u32 = crate::journal::format::FORMAT_VERSION;
+pub const READS_LEVEL: u64 = crate::journal::format::READS_LEVEL;
 pub use crate::journal::format::{
     FILE_HEADER_BYTES, FRAME_FLAG_BATCH_END, FRAME_HEADER_BYTES, FileId, FrameHeader,
     SegmentHeader, SpoolIdentity, segment_file_name,

@@ -22,7 +22,9 @@ pub(crate) const FORMAT_VERSION: u32 = 2;
 /// chunk 74). Replicas of different levels do not replicate to
 /// each other (`cluster/level.rs`), so no replica is ever sent what it
 /// cannot read. (The hop count of records is a trailing field older
-/// builds skip: it needs no level.)
+/// builds skip: it needs no level.) Raising it, or [`FORMAT_VERSION`],
+/// needs a spool that the new build wrote in `tests/data`: until the table
+/// of `tests/engine/fixture_table.rs` has one, that test fails.
 pub(crate) const READS_LEVEL: u64 = 5;
 
 /// Version of `spool.meta`'s layout (unchanged since the first release).

@@ -23,6 +23,12 @@ use spoold::time::ManualClock;
 
 pub const START_MS: i64 = 1_800_000_000_000;
 
+/// A minute after `tests/data/v2-level5` was written (its last record is
+/// of 2026-12-06 18:47:28 UTC): the clock its tests run on, so that its
+/// delay, dedup windows, history and secrets' overlaps are as they were
+/// then, whatever today's date.
+pub const V2_LEVEL5_NOW_MS: i64 = 1_796_582_910_000;
+
 pub fn sim_dir() -> PathBuf {
     PathBuf::from("/spool")
 }

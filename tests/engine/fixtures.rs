@@ -25,9 +25,9 @@ use spoold::time::ManualClock;
 /// A minute after `v2-before-events` was written: its retention and
 /// dedup windows and its delays are as they were then, whatever today's
 /// date.
-const BEFORE_EVENTS_NOW_MS: i64 = 1_796_403_270_000;
+pub(crate) const BEFORE_EVENTS_NOW_MS: i64 = 1_796_403_270_000;
 /// A minute after `v2-events-history` was written.
-const EVENTS_HISTORY_NOW_MS: i64 = 1_796_403_850_000;
+pub(crate) const EVENTS_HISTORY_NOW_MS: i64 = 1_796_403_850_000;
 
 fn options(dir: &Path, now_ms: i64) -> EngineOptions {
     let mut options = EngineOptions::new(dir);

@@ -4,7 +4,8 @@
 //! operation through crashes and power cuts, arbitrary input to replay and
 //! the parsers), and on the real file system (a bounded soak, a spool of
 //! the previous format upgraded, spools earlier builds of this format
-//! wrote read and written again).
+//! wrote read and written again, and the table of every such spool by
+//! format and level, which a new format or level must extend).
 //!
 //! One module per subject: `cargo test --test engine model::` runs one.
 
@@ -14,6 +15,7 @@ mod common;
 
 mod end_to_end;
 mod fan_out;
+mod fixture_table;
 mod fixtures;
 mod fuzz;
 mod model;

@@ -15,7 +15,7 @@ use spoold::spool::MessageId;
 
 /// A minute after the fixture was written: its delayed message is due
 /// 1 000 hours after that, whatever today's date.
-const FIXTURE_NOW_MS: i64 = 1_796_045_370_000;
+pub(crate) const FIXTURE_NOW_MS: i64 = 1_796_045_370_000;
 
 fn options(dir: &Path) -> EngineOptions {
     let mut options = EngineOptions::new(dir);

@@ -5,9 +5,11 @@
 //! with strace and a real full disk, the crash loop, the compaction
 //! findings and the corruption matrix through the binary, the command
 //! line, config checks, `/metrics`, events, push delivery and destination
-//! chaos, the findings of the adversarial and API-edge reviews, and what
-//! needs outside tools (the console in Chromium, the client examples, the
-//! Helm chart, the README's quick start).
+//! chaos, the spool the first level-5 build wrote (read, written,
+//! compacted and read again), the findings of the adversarial and
+//! API-edge reviews, and what needs outside tools (the console in
+//! Chromium, the client examples, the Helm chart, the README's quick
+//! start).
 //!
 //! One module per subject: `cargo test --test process crash_loop::` runs
 //! one.
@@ -31,6 +33,7 @@ mod delivery_log;
 mod destination_chaos;
 mod event_types;
 mod events;
+mod fixtures;
 mod full_disk;
 mod helm;
 mod limits;
