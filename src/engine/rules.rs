@@ -116,8 +116,10 @@ pub(crate) fn check(
         let Some(path) = path else { continue };
         match origin {
             Origin::Api => return Err(QueueRuleError::FileOverApi { field }),
-            Origin::Config => tls_file(Path::new(path))
-                .map_err(|problem| QueueRuleError::File { field, problem })?,
+            Origin::Config => tls_file(Path::new(path)).map_err(|e| QueueRuleError::File {
+                field,
+                problem: e.to_string(),
+            })?,
         }
     }
     Ok(())
