@@ -104,7 +104,7 @@ pub(crate) fn check(
     if let Some(dest) = &settings.destination {
         let (host, port) = destination_host(dest).map_err(|problem| SettingsError {
             field: Field::Destination,
-            problem,
+            problem: problem.to_string(),
         })?;
         policy.guard.check_destination(&host, port)?;
     }
