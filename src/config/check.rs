@@ -83,9 +83,12 @@ impl Config {
         let seg = self.spool.segment_bytes;
         if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&seg) {
             return Err(keys.error(
-&["spool", "segment_bytes"],
-format!("spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN} (64KiB) to {SEGMENT_BYTES_MAX} (1GiB)"),
-));
+                &["spool", "segment_bytes"],
+                format!(
+                    "spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN} \
+                     (64KiB) to {SEGMENT_BYTES_MAX} (1GiB)"
+                ),
+            ));
         }
         let min_max = 4 * seg;
         if self.spool.max_bytes < min_max {
@@ -93,8 +96,8 @@ format!("spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN
                 &["spool", "max_bytes"],
                 format!(
                     "spool.max_bytes = {} is too small for segment_bytes = {seg}: \
-                 allowed at least 4 × segment_bytes = {min_max}, so that acks, nacks and \
-                 compaction always fit",
+                     allowed at least 4 × segment_bytes = {min_max}, so that acks, nacks and \
+                     compaction always fit",
                     self.spool.max_bytes
                 ),
             ));
@@ -105,8 +108,8 @@ format!("spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN
                 &["spool", "max_bytes"],
                 format!(
                     "spool.max_bytes = {} is too large for segment_bytes = {seg}: allowed at most \
-                 {SPOOL_SEGMENTS_MAX} × segment_bytes = {most} ({}), since every journal file \
-                 stays open for reads; raise segment_bytes for a larger spool",
+                     {SPOOL_SEGMENTS_MAX} × segment_bytes = {most} ({}), since every journal file \
+                     stays open for reads; raise segment_bytes for a larger spool",
                     self.spool.max_bytes,
                     format_size(most)
                 ),
@@ -129,8 +132,8 @@ format!("spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN
                 &["server", "max_body_bytes"],
                 format!(
                     "server.max_body_bytes = {body} is out of range: allowed 1 to {BODY_BYTES_MAX} \
-                 ({}), so that a record with the largest body still fits the journal's \
-                 record bound of {} ({})",
+                     ({}), so that a record with the largest body still fits the journal's \
+                     record bound of {} ({})",
                     format_size(BODY_BYTES_MAX),
                     RECORD_BODY_MAX_BYTES,
                     format_size(RECORD_BODY_MAX_BYTES as u64)
@@ -162,9 +165,12 @@ format!("spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN
         let subscribers = self.events.max_subscribers;
         if !(1..=EVENT_SUBSCRIBERS_MAX).contains(&subscribers) {
             return Err(keys.error(
-&["events", "max_subscribers"],
-format!("events.max_subscribers = {subscribers} is out of range: allowed 1 to {EVENT_SUBSCRIBERS_MAX}"),
-));
+                &["events", "max_subscribers"],
+                format!(
+                    "events.max_subscribers = {subscribers} is out of range: allowed 1 to \
+                     {EVENT_SUBSCRIBERS_MAX}"
+                ),
+            ));
         }
         if self.events.dedup_window_ms > EVENT_DEDUP_WINDOW_MAX_MS {
             return Err(keys.error(
@@ -205,7 +211,7 @@ format!("events.max_subscribers = {subscribers} is out of range: allowed 1 to {E
                     &["telemetry", "otlp_endpoint"],
                     format!(
                         "telemetry.otlp_endpoint = {endpoint:?} is not an http or https URL \
-                     (a collector's OTLP/HTTP address, such as http://otel-collector:4318)"
+                         (a collector's OTLP/HTTP address, such as http://otel-collector:4318)"
                     ),
                 ));
             }
@@ -237,7 +243,7 @@ format!("events.max_subscribers = {subscribers} is out of range: allowed 1 to {E
                 &["server", "shutdown_grace"],
                 format!(
                     "server.shutdown_grace = {} is out of range: allowed 0 to 1h (a Kubernetes \
-                 pod's terminationGracePeriodSeconds should exceed it)",
+                     pod's terminationGracePeriodSeconds should exceed it)",
                     format_duration_ms(self.server.shutdown_grace_ms)
                 ),
             ));

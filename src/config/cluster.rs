@@ -168,7 +168,7 @@ impl ClusterConfig {
                 &["cluster", "peers"],
                 format!(
                     "cluster.peers names {} replicas: allowed 1, 3, 5 or 7 (an even number \
-                 tolerates no more failures than one fewer)",
+                     tolerates no more failures than one fewer)",
                     ids.len()
                 ),
             ));
@@ -215,7 +215,7 @@ impl ClusterConfig {
                 &["cluster", "election_timeout"],
                 format!(
                     "cluster.election_timeout = {} is out of range: allowed 3 × heartbeat ({}) \
-                 to 1m, so that a slow heartbeat never starts an election",
+                     to 1m, so that a slow heartbeat never starts an election",
                     format_duration_ms(self.election_timeout_ms),
                     format_duration_ms(3 * self.heartbeat_ms)
                 ),

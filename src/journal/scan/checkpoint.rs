@@ -111,7 +111,8 @@ enum CheckpointDamage {
     Frame { offset: usize, reason: String },
     /// A chunk of another checkpoint, or out of order, or after the last.
     #[error(
-        "offset {offset}: chunk {chunk} out of place (sequence {seq}, expected chunk {expected} of {checkpoint_seq})"
+        "offset {offset}: chunk {chunk} out of place (sequence {seq}, expected chunk {expected} \
+         of {checkpoint_seq})"
     )]
     OutOfPlace {
         offset: usize,
