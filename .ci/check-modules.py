@@ -10,6 +10,11 @@ parent, or a parent its child, is not an edge: that is how a module and its
 rooms talk. Test code (`#[cfg(test)]` items and `tests.rs` files) is left
 out. Prints each circle and exits 1 if there is one.
 
+Errors are types, not text: at most STRING_ERRORS_MAX lines of src may
+match `Result<…, String>`, counted as `grep -rn "Result<[^;]*, String>"
+src` counts them (every file, line by line, test code included). Prints
+the lines and exits 1 when there are more.
+
 Usage: python3 .ci/check-modules.py [src]   (`--graph` prints the edges)
 """
 
@@ -149,6 +154,45 @@ def resolve(path, here, modules):
     return target
 
 
+# The `Result<_, String>` lines src may keep (issue 42, point 6): each is
+# where text really is the best type (a wire format, a test helper, an
+# answer's body at the edge), not a way around an error enum.
+STRING_ERRORS_MAX = 5
+STRING_ERROR = re.compile(r"Result<[^;]*, String>")
+
+
+def string_errors(root):
+    """`path:line: text` of each line under `root` that `grep -rn
+    "Result<[^;]*, String>"` prints."""
+    found = []
+    for d, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(d, name)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for n, line in enumerate(f, 1):
+                    if STRING_ERROR.search(line):
+                        found.append(f"{os.path.normpath(path)}:{n}: {line.strip()}")
+    return found
+
+
+def check_string_errors(root):
+    """False (after printing them) when more than STRING_ERRORS_MAX lines
+    make an error a String."""
+    found = string_errors(root)
+    if len(found) > STRING_ERRORS_MAX:
+        print(
+            f"{len(found)} lines match `Result<…, String>`, allowed at most "
+            f"{STRING_ERRORS_MAX}: give these errors a type (a thiserror enum, or a "
+            "struct when one message kind suffices)"
+        )
+        for line in found:
+            print(f"    {line}")
+        return False
+    print(f"string errors: {len(found)} `Result<…, String>` lines, at most {STRING_ERRORS_MAX}")
+    return True
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     root = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "src")
@@ -192,7 +236,8 @@ def main():
         print(f"import circle under {name}: " + " -> ".join(cycle + [cycle[0]]))
         for a, b in zip(cycle, cycle[1:] + [cycle[0]]):
             print(f"    {a} -> {b}: {why[(parent, a, b)]}")
-    if circles:
+    strings_ok = check_string_errors(root)
+    if circles or not strings_ok:
         sys.exit(1)
     print(f"module graph: {len(files)} modules, no import circle")
 

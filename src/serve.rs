@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::{ApiConfig, AppState, probe_router, router};
 use crate::cluster::{Cluster, ClusterError};
-use crate::config::{Config, OnCorruption};
+use crate::config::{Config, ExposureError, OnCorruption, ReloadRefusal, SecretError};
 use crate::engine::{Engine, EngineOptions, Origin, QueueError, ReplayReport};
 use crate::journal::JournalError;
 use crate::listen;
@@ -42,9 +42,14 @@ pub enum ServeError {
         error: std::io::Error,
     },
 
-    /// The config breaks a rule (`Config::check_exposure`).
+    /// The config's API keys cannot guard what it listens on
+    /// (`Config::check_exposure`).
     #[error("{0}")]
-    Config(String),
+    Exposure(ExposureError),
+
+    /// A replica's secret cannot be used (`ClusterConfig::secret`).
+    #[error("{0}")]
+    ClusterSecret(SecretError),
 
     #[error("opening spool {dir}: {error}")]
     Open { dir: String, error: JournalError },
@@ -80,7 +85,30 @@ pub struct Running {
 struct Reload {
     config: Config,
     env_api_keys: Option<String>,
-    answer: oneshot::Sender<Result<Reloaded, String>>,
+    answer: oneshot::Sender<Result<Reloaded, ReloadError>>,
+}
+
+/// Why a running server refused a new config; it changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The server stopped before it could answer.
+    #[error("the server is stopping")]
+    Stopping,
+    #[error("{0}")]
+    Exposure(ExposureError),
+    /// The file takes away a queue's signing secret or static headers.
+    #[error("{0}")]
+    Refused(ReloadRefusal),
+    /// The running server has API keys and the new config none: opening
+    /// the API takes a restart, never a reload.
+    #[error(
+        "the new config has no API key; removing the last one opens the API and needs a \
+         restart"
+    )]
+    LastKey,
+    /// A single node could not apply the config's queues.
+    #[error("applying the queues: {0}")]
+    Queues(QueueError),
 }
 
 /// What a reload changed.
@@ -107,7 +135,7 @@ impl Reloader {
         &self,
         config: Config,
         env_api_keys: Option<String>,
-    ) -> Result<Reloaded, String> {
+    ) -> Result<Reloaded, ReloadError> {
         let (answer, answered) = oneshot::channel();
         let request = Reload {
             config,
@@ -115,11 +143,9 @@ impl Reloader {
             answer,
         };
         if self.0.send(request).await.is_err() {
-            return Err("the server is stopping".into());
+            return Err(ReloadError::Stopping);
         }
-        answered
-            .await
-            .unwrap_or_else(|_| Err("the server is stopping".into()))
+        answered.await.unwrap_or(Err(ReloadError::Stopping))
     }
 }
 
@@ -237,7 +263,7 @@ fn check_exposure(
 ) -> Result<(), ServeError> {
     config
         .check_exposure(env_api_keys)
-        .map_err(ServeError::Config)?;
+        .map_err(ServeError::Exposure)?;
     if !addr.ip().is_loopback()
         && api_config.api_keys.is_empty()
         && !config.server.allow_unauthenticated
@@ -402,7 +428,7 @@ async fn open_spool(config: &Config, bound: &[(SocketAddr, &str)]) -> Result<Ope
         Some(cluster) => {
             let secret = cluster
                 .secret(std::env::var("SPOOLD_CLUSTER_SECRET").ok().as_deref())
-                .map_err(ServeError::Config)?;
+                .map_err(ServeError::ClusterSecret)?;
             let max_body_bytes = config.server.max_body_bytes;
             match Cluster::open(options, cluster, &secret, max_body_bytes).await {
                 Ok((replica, report, cluster)) => {
@@ -644,25 +670,23 @@ async fn reload(
     engine: &Engine,
     wanted: &Wanted,
     state: &AppState,
-) -> Result<Reloaded, String> {
+) -> Result<Reloaded, ReloadError> {
     let config = &request.config;
     let env_keys = request.env_api_keys.as_deref();
-    config.check_exposure(env_keys)?;
-    let changes = crate::config::reload_changes(running, config)?;
-    let keys = config.api_keys(env_keys)?;
+    config
+        .check_exposure(env_keys)
+        .map_err(ReloadError::Exposure)?;
+    let changes = crate::config::reload_changes(running, config).map_err(ReloadError::Refused)?;
+    let keys = config.api_keys(env_keys).map_err(ReloadError::Exposure)?;
     if keys.is_empty() && !state.api_keys().is_open() {
-        return Err(
-            "the new config has no API key; removing the last one opens the API \
-             and needs a restart"
-                .into(),
-        );
+        return Err(ReloadError::LastKey);
     }
     let queues = config_queues(config);
     if engine.serving_changes().is_none() {
         // A single node reconciles here, so that an error is the answer.
         reconcile_config_queues(engine, &queues)
             .await
-            .map_err(|e| format!("applying the queues: {e}"))?;
+            .map_err(ReloadError::Queues)?;
     }
     let reloaded = Reloaded {
         api_keys: keys.len(),

@@ -34,6 +34,15 @@ const EXPORT_EVERY: Duration = Duration::from_millis(500);
 /// Whether spans are exported (the layer is installed).
 static ON: AtomicBool = AtomicBool::new(false);
 
+/// The exporter cannot be built for `telemetry.otlp_endpoint` (its traces
+/// URL is `url`).
+#[derive(Debug, thiserror::Error)]
+#[error("telemetry.otlp_endpoint {url}: {error}")]
+pub struct TelemetryError {
+    url: String,
+    error: opentelemetry_otlp::ExporterBuildError,
+}
+
 /// The exporter's provider: [`Telemetry::shutdown`] sends what is left.
 pub struct Telemetry {
     provider: SdkTracerProvider,
@@ -43,7 +52,7 @@ impl Telemetry {
     /// Builds the exporter if `config` names an endpoint. Call it outside
     /// the async runtime: the exporter's HTTP client is a blocking one,
     /// used from the batch processor's own thread.
-    pub fn start(config: &TelemetryConfig) -> Result<Option<(Telemetry, Tracer)>, String> {
+    pub fn start(config: &TelemetryConfig) -> Result<Option<(Telemetry, Tracer)>, TelemetryError> {
         let Some(url) = config.traces_url() else {
             return Ok(None);
         };
@@ -54,7 +63,10 @@ impl Telemetry {
             .with_endpoint(url.clone())
             .with_timeout(EXPORT_TIMEOUT)
             .build()
-            .map_err(|e| format!("telemetry.otlp_endpoint {url}: {e}"))?;
+            .map_err(|error| TelemetryError {
+                url: url.clone(),
+                error,
+            })?;
         let batches = BatchSpanProcessor::builder(exporter)
             .with_batch_config(
                 BatchConfigBuilder::default()

@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {
-    if let Err(message) = spoold::config::Config::parse(text) {
-        assert!(!message.is_empty());
+    if let Err(e) = spoold::config::Config::parse(text) {
+        assert!(!e.to_string().is_empty());
     }
 });

@@ -40,22 +40,33 @@ pub(crate) fn stored_headers(headers: &HeaderMap) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Why a forwarded path (`path`, as received) is refused (`400`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// URL parsers read a backslash as a slash in http(s) URLs.
+    #[error("the forwarded path {path:?} holds a backslash: encode it as %5C")]
+    Backslash { path: String },
+    /// A `..` that would leave the destination's path prefix.
+    #[error("the forwarded path {path:?} climbs above the destination's path")]
+    Climbs { path: String },
+}
+
 /// Resolves dot segments of a raw (still percent-encoded) forwarded path.
 ///
 /// `.` and `..` count in their plain and encoded forms (`%2e`, any case);
 /// a `..` that would climb above the destination's prefix is an error. An
 /// encoded slash (`%2F`) stays encoded and is not a separator. A trailing
 /// `/` is kept; an empty path stays empty.
-pub fn resolve_path(raw: &str) -> Result<String, String> {
+pub fn resolve_path(raw: &str) -> Result<String, PathError> {
     if raw.is_empty() {
         return Ok(String::new());
     }
     // URL parsers read a backslash as a slash in http(s) URLs, so `..\x`
     // would climb after all: refused (an encoded one, `%5C`, stays data).
     if raw.contains('\\') {
-        return Err(format!(
-            "the forwarded path {raw:?} holds a backslash: encode it as %5C"
-        ));
+        return Err(PathError::Backslash {
+            path: raw.to_owned(),
+        });
     }
     // As in RFC 3986's remove_dot_segments, a path ending in a dot segment
     // names a directory: it keeps a trailing slash.
@@ -67,9 +78,9 @@ pub fn resolve_path(raw: &str) -> Result<String, String> {
             Some(1) => {}
             Some(2) => {
                 if out.pop().is_none() {
-                    return Err(format!(
-                        "the forwarded path {raw:?} climbs above the destination's path"
-                    ));
+                    return Err(PathError::Climbs {
+                        path: raw.to_owned(),
+                    });
                 }
             }
             _ => out.push(segment),

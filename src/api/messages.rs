@@ -243,7 +243,7 @@ pub(crate) async fn forward(
     let prefix = format!("/v1/forward/{queue}");
     let in_url = uri.path().strip_prefix(&prefix).unwrap_or_default();
     let (raw_path, query) = forwarded_target(headers, in_url, uri.query())?;
-    let path = resolve_path(raw_path).map_err(ApiError::bad_request)?;
+    let path = resolve_path(raw_path).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let request = SendRequest {
         delay_ms: delay_ms(headers)?,
         dedup_key: idempotency_key(headers, "spooler-idempotency-key")?,

@@ -242,7 +242,7 @@ async fn store(
     let (mut settings, warnings) = body
         .into_settings(asked.previous, asked.keep_secrets)
         .map_err(|refused| match refused {
-            SettingsRefusal::Invalid(problem) => ApiError::bad_request(problem),
+            SettingsRefusal::Invalid(problem) => ApiError::bad_request(problem.to_string()),
             SettingsRefusal::SecretsWouldMove(why) => {
                 ApiError::new(StatusCode::CONFLICT, "secrets_would_move", why)
             }

@@ -59,7 +59,10 @@ pub(crate) fn term(search: &mut Search, name: &str, value: String) -> Result<(),
             )));
         }
         "contains" => search.contains = Some(value),
-        "match" => search.json_path = Some(Search::parse_match(&value).map_err(bad)?),
+        "match" => {
+            let parsed = Search::parse_match(&value).map_err(|e| bad(e.to_string()))?;
+            search.json_path = Some(parsed);
+        }
         _ => {}
     }
     Ok(())

@@ -237,16 +237,34 @@ pub(crate) fn render_stats(st: &QueueStats, settings: &QueueSettings) -> StatsVi
 #[derive(Debug)]
 pub(crate) enum SettingsRefusal {
     /// A field out of its shape (`400`).
-    Invalid(String),
+    Invalid(BodyError),
     /// A move to another origin would leave a secret behind (`409
     /// secrets_would_move`).
     SecretsWouldMove(String),
 }
 
-impl From<String> for SettingsRefusal {
-    fn from(problem: String) -> SettingsRefusal {
+impl From<BodyError> for SettingsRefusal {
+    fn from(problem: BodyError) -> SettingsRefusal {
         SettingsRefusal::Invalid(problem)
     }
+}
+
+/// Why a settings body, or a merge patch of one, is not one (`400`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    /// A duration in seconds that is negative, not finite, or over
+    /// [`DURATION_SECONDS_MAX`].
+    #[error("{field} = {seconds} is out of range: allowed 0 to {DURATION_SECONDS_MAX} seconds")]
+    Duration { field: &'static str, seconds: f64 },
+    /// A header sent as `"<redacted>"` (keep it) that the queue lacks.
+    #[error("headers.{name} is \"{REDACTED}\", but the queue has no such header to keep")]
+    NoHeaderToKeep { name: String },
+    /// A `PATCH` body that is not a JSON object.
+    #[error("a merge patch of queue settings is a JSON object")]
+    PatchNotAnObject,
+    /// The merged settings do not read as a settings body.
+    #[error("{0}")]
+    Merged(serde_json::Error),
 }
 
 /// A `PUT /v1/queues/{q}` body. Unknown fields are errors.
@@ -313,15 +331,13 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Strin
 /// so that conversions never overflow.
 const DURATION_SECONDS_MAX: f64 = 10.0 * 365.0 * 86_400.0;
 
-fn ms(field: &str, seconds: Option<f64>, default_ms: u64) -> Result<u64, String> {
+fn ms(field: &'static str, seconds: Option<f64>, default_ms: u64) -> Result<u64, BodyError> {
     match seconds {
         None => Ok(default_ms),
         Some(s) if s.is_finite() && (0.0..=DURATION_SECONDS_MAX).contains(&s) => {
             Ok((s * 1000.0).round() as u64)
         }
-        Some(s) => Err(format!(
-            "{field} = {s} is out of range: allowed 0 to {DURATION_SECONDS_MAX} seconds"
-        )),
+        Some(seconds) => Err(BodyError::Duration { field, seconds }),
     }
 }
 
@@ -467,16 +483,16 @@ impl SettingsBody {
     pub(crate) fn merged(
         previous: &QueueSettings,
         patch: &serde_json::Value,
-    ) -> Result<SettingsBody, String> {
+    ) -> Result<SettingsBody, BodyError> {
         if !patch.is_object() {
-            return Err("a merge patch of queue settings is a JSON object".into());
+            return Err(BodyError::PatchNotAnObject);
         }
         let mut doc = serde_json::to_value(render(previous)).expect("settings render as JSON");
         if let Some(fields) = doc.as_object_mut() {
             fields.remove("signingSecretSet");
         }
         json_patch::merge(&mut doc, patch);
-        let mut body: SettingsBody = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+        let mut body: SettingsBody = serde_json::from_value(doc).map_err(BodyError::Merged)?;
         // A merge patch's `null` removes a member, and an absent secret
         // means "keep": `signingSecret: null` clears it here.
         if patch
@@ -491,7 +507,7 @@ impl SettingsBody {
 
 impl BackoffBody {
     /// The backoff in milliseconds, each omitted field at its default.
-    fn into_backoff(self) -> Result<Backoff, String> {
+    fn into_backoff(self) -> Result<Backoff, BodyError> {
         let b = Backoff::default();
         Ok(Backoff {
             initial_ms: ms("backoff.initialSeconds", self.initial_seconds, b.initial_ms)?,
@@ -521,11 +537,7 @@ fn kept_headers(
             }
             *value = previous
                 .and_then(|p| p.headers.get(name).cloned())
-                .ok_or_else(|| {
-                    format!(
-                        "headers.{name} is \"{REDACTED}\", but the queue has no such header to keep"
-                    )
-                })?;
+                .ok_or_else(|| BodyError::NoHeaderToKeep { name: name.clone() })?;
         }
     }
     headers.retain(|_, value| value != REDACTED);
@@ -712,7 +724,10 @@ mod tests {
         let Err(err) = SettingsBody::merged(&old, &bad) else {
             panic!("a bad filter merged");
         };
-        assert!(err.contains("filter.payload.amount[0]"), "{err}");
+        assert!(
+            err.to_string().contains("filter.payload.amount[0]"),
+            "{err}"
+        );
     }
 
     #[test]

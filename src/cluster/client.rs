@@ -25,7 +25,7 @@ use super::auth::{
 use super::server::Hello;
 use super::store::{Snapshot, SnapshotData};
 use super::stream::put_message;
-use super::types::{Peer, TypeConfig, Vote};
+use super::types::{Peer, TypeConfig, Vote, WireAnswer};
 use crate::engine::replicated::RaftLog;
 
 /// How long a replica waits for a peer's `hello`.
@@ -114,7 +114,11 @@ impl Network {
     }
 
     /// Asks the replica at `addr` who it is, as node `target`.
-    pub(crate) async fn hello(&self, target: u64, addr: &str) -> Result<Hello, String> {
+    pub(crate) async fn hello(
+        &self,
+        target: u64,
+        addr: &str,
+    ) -> Result<Hello, RPCError<TypeConfig>> {
         let peer = self.client_for(
             target,
             &Peer {
@@ -123,9 +127,7 @@ impl Network {
             },
         );
         let option = RPCOption::new(HELLO_TIMEOUT);
-        peer.call("hello", &(), &option)
-            .await
-            .map_err(|e| e.to_string())
+        peer.call("hello", &(), &option).await
     }
 
     fn client_for(&self, target: u64, node: &Peer) -> PeerClient {
@@ -338,7 +340,7 @@ impl PeerClient {
             .checked(response, &nonce)
             .await
             .map_err(RPCError::Unreachable)?;
-        let result: Result<A, String> =
+        let result: WireAnswer<A> =
             postcard::from_bytes(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))
     }
@@ -416,7 +418,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .checked(response, &nonce)
             .await
             .map_err(StreamingError::Unreachable)?;
-        let result: Result<SnapshotResponse<TypeConfig>, String> =
+        let result: WireAnswer<SnapshotResponse<TypeConfig>> =
             postcard::from_bytes(&bytes).map_err(|e| failed(&e))?;
         result.map_err(|e| failed(&e))
     }

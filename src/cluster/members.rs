@@ -167,7 +167,7 @@ impl Cluster {
             .network
             .hello(id, addr)
             .await
-            .map_err(unreachable)?;
+            .map_err(|e| unreachable(e.to_string()))?;
         if hello.node_id != id {
             return Err(unreachable(format!(
                 "the replica there is node {}",

@@ -79,7 +79,7 @@ pub enum ClusterError {
         term: u64,
     },
     #[error("{0}")]
-    Tls(String),
+    Tls(tls::TlsError),
 }
 
 /// One replica of a cluster.

@@ -57,7 +57,7 @@ use super::auth::{
 };
 use super::store::{Snapshot, SnapshotData, SnapshotMeta};
 use super::stream::Messages;
-use super::types::{TypeConfig, Vote, seq_of};
+use super::types::{TypeConfig, Vote, WireAnswer, seq_of};
 use crate::engine::replicated::{RaftLog, StreamError};
 
 /// Bodies of votes, pre-votes and hellos are a few hundred bytes.
@@ -320,7 +320,7 @@ fn reply<T: Serialize, E: std::fmt::Display>(
     v: &Verified,
     result: Result<T, E>,
 ) -> Response {
-    let result = result.map_err(|e| e.to_string());
+    let result: WireAnswer<T> = result.map_err(|e| e.to_string());
     match postcard::to_allocvec(&result) {
         Ok(bytes) => answer(s, v, StatusCode::OK, bytes),
         Err(e) => answer(

@@ -6,6 +6,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::spool::Applied;
 
+/// A Raft answer as the replication port carries it (`server.rs` writes
+/// it, `client.rs` reads it): the value, or the text of the peer's error.
+/// The text, not a type: the error is whatever the peer's openraft and
+/// build made of it, and the caller only hands it on to openraft as a
+/// network error.
+pub(crate) type WireAnswer<T> = Result<T, String>;
+
 /// One spoold record as Raft carries it: the record's kind and body, the
 /// bytes every replica writes into its journal as they are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

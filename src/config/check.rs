@@ -4,6 +4,7 @@
 //! Also the exposure check (a key when listening beyond loopback) that
 //! `run` and `check-config` both ask.
 
+use super::KeyError;
 use super::keys::{ApiKey, ApiKeyEntry};
 use super::lines::{KeyLines, at_line};
 use super::shape::Config;
@@ -64,7 +65,7 @@ const SHUTDOWN_GRACE_MAX_MS: u64 = 3_600_000;
 impl Config {
     /// Checks every table; the first mistake is the error, naming its key
     /// and, from `keys`, its line.
-    pub(super) fn validate(&self, keys: &KeyLines) -> Result<(), String> {
+    pub(super) fn validate(&self, keys: &KeyLines) -> Result<(), KeyError> {
         self.check_sizes(keys)?;
         self.check_events(keys)?;
         self.check_telemetry(keys)?;
@@ -78,54 +79,65 @@ impl Config {
     }
 
     /// Segments within their bounds, and room for four of them.
-    fn check_sizes(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_sizes(&self, keys: &KeyLines) -> Result<(), KeyError> {
         let seg = self.spool.segment_bytes;
         if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&seg) {
-            return Err(format!(
-                "{}spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN} (64KiB) to {SEGMENT_BYTES_MAX} (1GiB)",
-                keys.at(&["spool", "segment_bytes"])
+            return Err(keys.error(
+                &["spool", "segment_bytes"],
+                format!(
+                    "spool.segment_bytes = {seg} is out of range: allowed {SEGMENT_BYTES_MIN} \
+                     (64KiB) to {SEGMENT_BYTES_MAX} (1GiB)"
+                ),
             ));
         }
         let min_max = 4 * seg;
         if self.spool.max_bytes < min_max {
-            return Err(format!(
-                "{}spool.max_bytes = {} is too small for segment_bytes = {seg}: \
-                 allowed at least 4 × segment_bytes = {min_max}, so that acks, nacks and \
-                 compaction always fit",
-                keys.at(&["spool", "max_bytes"]),
-                self.spool.max_bytes
+            return Err(keys.error(
+                &["spool", "max_bytes"],
+                format!(
+                    "spool.max_bytes = {} is too small for segment_bytes = {seg}: \
+                     allowed at least 4 × segment_bytes = {min_max}, so that acks, nacks and \
+                     compaction always fit",
+                    self.spool.max_bytes
+                ),
             ));
         }
         let most = SPOOL_SEGMENTS_MAX * seg;
         if self.spool.max_bytes > most {
-            return Err(format!(
-                "{}spool.max_bytes = {} is too large for segment_bytes = {seg}: allowed at most \
-                 {SPOOL_SEGMENTS_MAX} × segment_bytes = {most} ({}), since every journal file \
-                 stays open for reads; raise segment_bytes for a larger spool",
-                keys.at(&["spool", "max_bytes"]),
-                self.spool.max_bytes,
-                format_size(most)
+            return Err(keys.error(
+                &["spool", "max_bytes"],
+                format!(
+                    "spool.max_bytes = {} is too large for segment_bytes = {seg}: allowed at most \
+                     {SPOOL_SEGMENTS_MAX} × segment_bytes = {most} ({}), since every journal file \
+                     stays open for reads; raise segment_bytes for a larger spool",
+                    self.spool.max_bytes,
+                    format_size(most)
+                ),
             ));
         }
         if let Some(memory) = self.spool.max_memory
             && memory < MAX_MEMORY_MIN
         {
-            return Err(format!(
-                "{}spool.max_memory = {memory} is too small: allowed at least {} (16MiB)",
-                keys.at(&["spool", "max_memory"]),
-                MAX_MEMORY_MIN
+            return Err(keys.error(
+                &["spool", "max_memory"],
+                format!(
+                    "spool.max_memory = {memory} is too small: allowed at least {} (16MiB)",
+                    MAX_MEMORY_MIN
+                ),
             ));
         }
         let body = self.server.max_body_bytes;
         if !(1..=BODY_BYTES_MAX).contains(&body) {
-            return Err(format!(
-                "{}server.max_body_bytes = {body} is out of range: allowed 1 to {BODY_BYTES_MAX} \
-                 ({}), so that a record with the largest body still fits the journal's \
-                 record bound of {} ({})",
-                keys.at(&["server", "max_body_bytes"]),
-                format_size(BODY_BYTES_MAX),
-                RECORD_BODY_MAX_BYTES,
-                format_size(RECORD_BODY_MAX_BYTES as u64)
+            return Err(keys.error(
+                &["server", "max_body_bytes"],
+                format!(
+                    "server.max_body_bytes = {body} is out of range: allowed 1 to {BODY_BYTES_MAX} \
+                     ({}), so that a record with the largest body still fits the journal's \
+                     record bound of {} ({})",
+                    format_size(BODY_BYTES_MAX),
+                    RECORD_BODY_MAX_BYTES,
+                    format_size(RECORD_BODY_MAX_BYTES as u64)
+                ),
             ));
         }
         Ok(())
@@ -149,54 +161,65 @@ impl Config {
         }
     }
 
-    fn check_events(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_events(&self, keys: &KeyLines) -> Result<(), KeyError> {
         let subscribers = self.events.max_subscribers;
         if !(1..=EVENT_SUBSCRIBERS_MAX).contains(&subscribers) {
-            return Err(format!(
-                "{}events.max_subscribers = {subscribers} is out of range: allowed 1 to {EVENT_SUBSCRIBERS_MAX}",
-                keys.at(&["events", "max_subscribers"])
+            return Err(keys.error(
+                &["events", "max_subscribers"],
+                format!(
+                    "events.max_subscribers = {subscribers} is out of range: allowed 1 to \
+                     {EVENT_SUBSCRIBERS_MAX}"
+                ),
             ));
         }
         if self.events.dedup_window_ms > EVENT_DEDUP_WINDOW_MAX_MS {
-            return Err(format!(
-                "{}events.dedup_window = {} is out of range: allowed 0 to 30d",
-                keys.at(&["events", "dedup_window"]),
-                format_duration_ms(self.events.dedup_window_ms)
+            return Err(keys.error(
+                &["events", "dedup_window"],
+                format!(
+                    "events.dedup_window = {} is out of range: allowed 0 to 30d",
+                    format_duration_ms(self.events.dedup_window_ms)
+                ),
             ));
         }
         if self.events.history_retention_ms > limits::HISTORY_RETENTION_MS {
-            return Err(format!(
-                "{}events.history_retention = {} is out of range: allowed 0 to 365d",
-                keys.at(&["events", "history_retention"]),
-                format_duration_ms(self.events.history_retention_ms)
+            return Err(keys.error(
+                &["events", "history_retention"],
+                format!(
+                    "events.history_retention = {} is out of range: allowed 0 to 365d",
+                    format_duration_ms(self.events.history_retention_ms)
+                ),
             ));
         }
         let (lo, hi) = limits::HISTORY_BYTES;
         if !(lo..=hi).contains(&self.events.history_max_bytes) {
-            return Err(format!(
-                "{}events.history_max_bytes = {} is out of range: allowed 1KiB to 1TiB",
-                keys.at(&["events", "history_max_bytes"]),
-                format_size(self.events.history_max_bytes)
+            return Err(keys.error(
+                &["events", "history_max_bytes"],
+                format!(
+                    "events.history_max_bytes = {} is out of range: allowed 1KiB to 1TiB",
+                    format_size(self.events.history_max_bytes)
+                ),
             ));
         }
         Ok(())
     }
 
-    fn check_telemetry(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_telemetry(&self, keys: &KeyLines) -> Result<(), KeyError> {
         if let Some(endpoint) = &self.telemetry.otlp_endpoint {
             let parsed = url::Url::parse(endpoint);
             if !parsed.is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()) {
-                return Err(format!(
-                    "{}telemetry.otlp_endpoint = {endpoint:?} is not an http or https URL \
-                     (a collector's OTLP/HTTP address, such as http://otel-collector:4318)",
-                    keys.at(&["telemetry", "otlp_endpoint"])
+                return Err(keys.error(
+                    &["telemetry", "otlp_endpoint"],
+                    format!(
+                        "telemetry.otlp_endpoint = {endpoint:?} is not an http or https URL \
+                         (a collector's OTLP/HTTP address, such as http://otel-collector:4318)"
+                    ),
                 ));
             }
         }
         if self.telemetry.service_name.trim().is_empty() {
-            return Err(format!(
-                "{}telemetry.service_name is empty",
-                keys.at(&["telemetry", "service_name"])
+            return Err(keys.error(
+                &["telemetry", "service_name"],
+                "telemetry.service_name is empty".into(),
             ));
         }
         Ok(())
@@ -204,28 +227,32 @@ impl Config {
 
     /// A compaction period that is neither a busy loop nor forever, and a
     /// shutdown grace a pod's termination period can cover.
-    fn check_periods(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_periods(&self, keys: &KeyLines) -> Result<(), KeyError> {
         let every = self.spool.compaction_interval_ms;
         if !(COMPACTION_INTERVAL_MIN_MS..=COMPACTION_INTERVAL_MAX_MS).contains(&every) {
-            return Err(format!(
-                "{}spool.compaction_interval = {} is out of range: allowed 10ms to 1d",
-                keys.at(&["spool", "compaction_interval"]),
-                format_duration_ms(every)
+            return Err(keys.error(
+                &["spool", "compaction_interval"],
+                format!(
+                    "spool.compaction_interval = {} is out of range: allowed 10ms to 1d",
+                    format_duration_ms(every)
+                ),
             ));
         }
         if self.server.shutdown_grace_ms > SHUTDOWN_GRACE_MAX_MS {
-            return Err(format!(
-                "{}server.shutdown_grace = {} is out of range: allowed 0 to 1h (a Kubernetes \
-                 pod's terminationGracePeriodSeconds should exceed it)",
-                keys.at(&["server", "shutdown_grace"]),
-                format_duration_ms(self.server.shutdown_grace_ms)
+            return Err(keys.error(
+                &["server", "shutdown_grace"],
+                format!(
+                    "server.shutdown_grace = {} is out of range: allowed 0 to 1h (a Kubernetes \
+                     pod's terminationGracePeriodSeconds should exceed it)",
+                    format_duration_ms(self.server.shutdown_grace_ms)
+                ),
             ));
         }
         Ok(())
     }
 
     /// API keys of a secret's shape, and header names to redact.
-    fn check_server(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_server(&self, keys: &KeyLines) -> Result<(), KeyError> {
         if let Some((i, why)) = self
             .server
             .api_keys
@@ -233,39 +260,42 @@ impl Config {
             .enumerate()
             .find_map(|(i, k)| k.problem().map(|why| (i, why)))
         {
-            return Err(format!(
-                "{}server.api_keys: key {}: {why}",
-                keys.at(&["server", "api_keys"]),
-                i + 1
+            return Err(keys.error(
+                &["server", "api_keys"],
+                format!("server.api_keys: key {}: {why}", i + 1),
             ));
         }
         let max_queues = self.server.max_queues;
         if !(1..=QUEUES_MAX).contains(&max_queues) {
-            return Err(format!(
-                "{}server.max_queues = {max_queues} is out of range: allowed 1 to {QUEUES_MAX}",
-                keys.at(&["server", "max_queues"])
+            return Err(keys.error(
+                &["server", "max_queues"],
+                format!(
+                    "server.max_queues = {max_queues} is out of range: allowed 1 to {QUEUES_MAX}"
+                ),
             ));
         }
         if self.queues.len() > max_queues {
-            return Err(format!(
-                "{}server.max_queues = {max_queues}, but the file defines {} queues",
-                keys.at(&["server", "max_queues"]),
-                self.queues.len()
+            return Err(keys.error(
+                &["server", "max_queues"],
+                format!(
+                    "server.max_queues = {max_queues}, but the file defines {} queues",
+                    self.queues.len()
+                ),
             ));
         }
         if let Some(allowed) = &self.server.allowed_destinations
             && let Err(why) = check_allowed_destinations(allowed)
         {
-            return Err(format!(
-                "{}server.allowed_destinations: {why}",
-                keys.at(&["server", "allowed_destinations"])
+            return Err(keys.error(
+                &["server", "allowed_destinations"],
+                format!("server.allowed_destinations: {why}"),
             ));
         }
         for header in &self.server.redact_headers {
             if header.is_empty() || header.bytes().any(|b| b.is_ascii_whitespace() || b == b':') {
-                return Err(format!(
-                    "{}server.redact_headers: {header:?} is not a header name",
-                    keys.at(&["server", "redact_headers"])
+                return Err(keys.error(
+                    &["server", "redact_headers"],
+                    format!("server.redact_headers: {header:?} is not a header name"),
                 ));
             }
         }
@@ -275,14 +305,16 @@ impl Config {
     /// Each queue table against the engine's rules, as if the queue were
     /// created from the config at start-up; the error names the setting
     /// with its TOML name, on its line (or its table's).
-    fn check_queues(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_queues(&self, keys: &KeyLines) -> Result<(), KeyError> {
         let policy = self.policy();
         for (name, queue) in &self.queues {
             if queue.unsigned == Some(true) && queue.signing_secret.is_some() {
-                return Err(format!(
-                    "{}queues.{name}.unsigned = true, but the queue has a signing_secret: one or \
-                     the other",
-                    at_line(keys.nearest_line(&["queues", name.as_str(), "unsigned"]))
+                return Err(keys.error_near(
+                    &["queues", name.as_str(), "unsigned"],
+                    format!(
+                        "queues.{name}.unsigned = true, but the queue has a signing_secret: one \
+                         or the other"
+                    ),
                 ));
             }
             let Err(e) = rules::check(name, &queue.settings(), Origin::Config, &policy) else {
@@ -296,12 +328,11 @@ impl Config {
             };
             let mut path = vec!["queues", name.as_str()];
             path.extend(field.iter().flat_map(|f| f.toml_name().split('.')));
-            let at = at_line(keys.nearest_line(&path));
             let detail = match &e {
                 QueueRuleError::Settings(s) => s.describe(Naming::Toml),
                 other => other.to_string(),
             };
-            return Err(format!("{at}queues.{name}.{detail}"));
+            return Err(keys.error_near(&path, format!("queues.{name}.{detail}")));
         }
         Ok(())
     }
@@ -337,17 +368,13 @@ impl Config {
 
     /// The API keys in force: the config's and those of `SPOOLD_API_KEYS`
     /// (comma-separated, each an admin key); an empty key is refused.
-    pub fn api_keys(&self, env_api_keys: Option<&str>) -> Result<Vec<ApiKey>, String> {
+    pub fn api_keys(&self, env_api_keys: Option<&str>) -> Result<Vec<ApiKey>, ExposureError> {
         let from_env: Vec<&str> = env_api_keys
             .filter(|env| !env.trim().is_empty())
             .map(|env| env.split(',').map(str::trim).collect())
             .unwrap_or_default();
         if from_env.iter().any(|k| k.is_empty()) {
-            return Err(
-                "SPOOLD_API_KEYS holds an empty key (two commas, or a trailing one): \
-                 an empty key would let anyone in"
-                    .into(),
-            );
+            return Err(ExposureError::EmptyEnvKey);
         }
         let env = from_env.into_iter().map(ApiKeyEntry::from);
         Ok(self
@@ -362,22 +389,39 @@ impl Config {
 
     /// Refuses to serve beyond loopback without a key (unless
     /// `allow_unauthenticated`): `run` and `check-config` both ask this.
-    pub fn check_exposure(&self, env_api_keys: Option<&str>) -> Result<(), String> {
+    pub fn check_exposure(&self, env_api_keys: Option<&str>) -> Result<(), ExposureError> {
         let keys = self.api_keys(env_api_keys)?;
         if keys.is_empty()
             && !self.server.allow_unauthenticated
             && !is_loopback(&self.server.listen)
         {
-            return Err(format!(
-                "{}server.listen = {:?}: refusing to listen beyond loopback without an API \
-                 key: set server.api_keys or SPOOLD_API_KEYS, listen on a loopback address, \
-                 or set server.allow_unauthenticated = true",
-                at_line(self.listen_line),
-                self.server.listen
-            ));
+            return Err(ExposureError::NoKey {
+                line: self.listen_line,
+                listen: self.server.listen.clone(),
+            });
         }
         Ok(())
     }
+}
+
+/// Why the API keys in force cannot guard the API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExposureError {
+    /// `SPOOLD_API_KEYS` has an empty entry between its commas.
+    #[error(
+        "SPOOLD_API_KEYS holds an empty key (two commas, or a trailing one): an empty key \
+         would let anyone in"
+    )]
+    EmptyEnvKey,
+    /// `server.listen` (on `line` of the file, when it writes it) is not
+    /// loopback, no key is set and `allow_unauthenticated` is not.
+    #[error(
+        "{}server.listen = {listen:?}: refusing to listen beyond loopback without an API \
+         key: set server.api_keys or SPOOLD_API_KEYS, listen on a loopback address, or set \
+         server.allow_unauthenticated = true",
+        at_line(*line)
+    )]
+    NoKey { line: Option<usize>, listen: String },
 }
 
 /// Whether `listen` (an address or `host:port`) is loopback: an IP literal

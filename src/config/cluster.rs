@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::lines::{KeyLines, at_line};
-use super::secret_shape;
+use super::lines::KeyLines;
 use super::units::{de_duration, format_duration_ms};
-use crate::tls::ClusterTls;
+use super::{KeyError, SecretShape, secret_shape};
+use crate::tls::{ClusterTls, TlsError};
 
 /// Most replicas a cluster may have: five tolerate two failures, seven
 /// three; beyond that every write waits for more fsyncs than it gains.
@@ -68,7 +68,7 @@ impl ClusterTlsConfig {
     /// Reads and checks the three files; the error names the key. The
     /// config check and the replica's start both load them this way, so
     /// `check-config` refuses what `run` would.
-    pub(crate) fn load(&self) -> Result<ClusterTls, String> {
+    pub(crate) fn load(&self) -> Result<ClusterTls, TlsError> {
         ClusterTls::load(&self.cert, &self.key, &self.ca)
     }
 }
@@ -100,30 +100,27 @@ impl ClusterConfig {
     }
 
     /// The secret in force: the config's, else `SPOOLD_CLUSTER_SECRET`.
-    pub fn secret(&self, env_secret: Option<&str>) -> Result<String, String> {
+    pub fn secret(&self, env_secret: Option<&str>) -> Result<String, SecretError> {
         let secret = self
             .secret
             .clone()
             .or_else(|| env_secret.map(str::to_owned))
             .unwrap_or_default();
-        secret_shape(&secret).map_err(|why| format!("cluster.secret: {why}"))?;
+        secret_shape(&secret).map_err(SecretError::Shape)?;
         if secret.len() < CLUSTER_SECRET_MIN_BYTES {
-            return Err(format!(
-                "cluster.secret: {} bytes is too short: set at least \
-                 {CLUSTER_SECRET_MIN_BYTES} bytes in the config or SPOOLD_CLUSTER_SECRET \
-                 (the same on every replica)",
-                secret.len()
-            ));
+            return Err(SecretError::Short {
+                len_bytes: secret.len(),
+            });
         }
         Ok(secret)
     }
 
     /// Checks the table; an error names the key and its line in `keys`.
-    pub(super) fn validate(&self, keys: &KeyLines) -> Result<(), String> {
+    pub(super) fn validate(&self, keys: &KeyLines) -> Result<(), KeyError> {
         if self.node_id == 0 {
-            return Err(format!(
-                "{}cluster.node_id = 0: node ids start at 1",
-                keys.at(&["cluster", "node_id"])
+            return Err(keys.error(
+                &["cluster", "node_id"],
+                "cluster.node_id = 0: node ids start at 1".into(),
             ));
         }
         self.check_peers(keys)?;
@@ -132,26 +129,27 @@ impl ClusterConfig {
         self.check_secret(keys)?;
         if let Some(tls) = &self.tls {
             tls.load()
-                .map_err(|e| format!("{}{e}", keys.at(&["cluster", "tls"])))?;
+                .map_err(|e| keys.error(&["cluster", "tls"], e.to_string()))?;
         }
         Ok(())
     }
 
     /// Each peer is a node id and a `host:port`, and there is an odd
     /// number of them, at most [`CLUSTER_REPLICAS_MAX`].
-    fn check_peers(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_peers(&self, keys: &KeyLines) -> Result<(), KeyError> {
         let mut ids = BTreeMap::new();
         for (id, addr) in &self.peers {
             // A peer's own line when `[cluster.peers]` is a table of its
             // own; else the line of `peers = { … }`.
-            let at = at_line(keys.nearest_line(&["cluster", "peers", id.as_str()]));
+            let at = ["cluster", "peers", id.as_str()];
             match id.parse::<u64>() {
                 Ok(n) if n >= 1 => {
                     ids.insert(n, addr);
                 }
                 _ => {
-                    return Err(format!(
-                        "{at}cluster.peers: {id:?} is not a node id (a number ≥ 1)"
+                    return Err(keys.error_near(
+                        &at,
+                        format!("cluster.peers: {id:?} is not a node id (a number ≥ 1)"),
                     ));
                 }
             }
@@ -159,38 +157,42 @@ impl ClusterConfig {
                 .rsplit_once(':')
                 .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
             {
-                return Err(format!(
-                    "{at}cluster.peers.{id} = {addr:?} is not host:port"
+                return Err(keys.error_near(
+                    &at,
+                    format!("cluster.peers.{id} = {addr:?} is not host:port"),
                 ));
             }
         }
         if ids.len() > CLUSTER_REPLICAS_MAX || ids.len() % 2 == 0 {
-            return Err(format!(
-                "{}cluster.peers names {} replicas: allowed 1, 3, 5 or 7 (an even number \
-                 tolerates no more failures than one fewer)",
-                keys.at(&["cluster", "peers"]),
-                ids.len()
+            return Err(keys.error(
+                &["cluster", "peers"],
+                format!(
+                    "cluster.peers names {} replicas: allowed 1, 3, 5 or 7 (an even number \
+                     tolerates no more failures than one fewer)",
+                    ids.len()
+                ),
             ));
         }
         Ok(())
     }
 
     /// `listen` is an address to bind and `api_url` a URL to call.
-    fn check_addresses(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_addresses(&self, keys: &KeyLines) -> Result<(), KeyError> {
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(format!(
-                "{}cluster.listen = {:?} is not an address (e.g. \"0.0.0.0:8788\")",
-                keys.at(&["cluster", "listen"]),
-                self.listen
+            return Err(keys.error(
+                &["cluster", "listen"],
+                format!(
+                    "cluster.listen = {:?} is not an address (e.g. \"0.0.0.0:8788\")",
+                    self.listen
+                ),
             ));
         }
         if !(self.api_url.starts_with("http://") || self.api_url.starts_with("https://"))
             || url::Url::parse(&self.api_url).is_err()
         {
-            return Err(format!(
-                "{}cluster.api_url = {:?} is not an http(s) URL",
-                keys.at(&["cluster", "api_url"]),
-                self.api_url
+            return Err(keys.error(
+                &["cluster", "api_url"],
+                format!("cluster.api_url = {:?} is not an http(s) URL", self.api_url),
             ));
         }
         Ok(())
@@ -198,21 +200,25 @@ impl ClusterConfig {
 
     /// A heartbeat between 10 ms and 10 s, and an election timeout that a
     /// slow heartbeat never reaches.
-    fn check_timing(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_timing(&self, keys: &KeyLines) -> Result<(), KeyError> {
         if !(10..=10_000).contains(&self.heartbeat_ms) {
-            return Err(format!(
-                "{}cluster.heartbeat = {} is out of range: allowed 10ms to 10s",
-                keys.at(&["cluster", "heartbeat"]),
-                format_duration_ms(self.heartbeat_ms)
+            return Err(keys.error(
+                &["cluster", "heartbeat"],
+                format!(
+                    "cluster.heartbeat = {} is out of range: allowed 10ms to 10s",
+                    format_duration_ms(self.heartbeat_ms)
+                ),
             ));
         }
         if self.election_timeout_ms < 3 * self.heartbeat_ms || self.election_timeout_ms > 60_000 {
-            return Err(format!(
-                "{}cluster.election_timeout = {} is out of range: allowed 3 × heartbeat ({}) \
-                 to 1m, so that a slow heartbeat never starts an election",
-                keys.at(&["cluster", "election_timeout"]),
-                format_duration_ms(self.election_timeout_ms),
-                format_duration_ms(3 * self.heartbeat_ms)
+            return Err(keys.error(
+                &["cluster", "election_timeout"],
+                format!(
+                    "cluster.election_timeout = {} is out of range: allowed 3 × heartbeat ({}) \
+                     to 1m, so that a slow heartbeat never starts an election",
+                    format_duration_ms(self.election_timeout_ms),
+                    format_duration_ms(3 * self.heartbeat_ms)
+                ),
             ));
         }
         Ok(())
@@ -221,22 +227,42 @@ impl ClusterConfig {
     /// A secret written in the file has a secret's shape and length (one
     /// from the environment is checked by [`ClusterConfig::secret`] when
     /// the replica starts).
-    fn check_secret(&self, keys: &KeyLines) -> Result<(), String> {
+    fn check_secret(&self, keys: &KeyLines) -> Result<(), KeyError> {
         let Some(secret) = &self.secret else {
             return Ok(());
         };
-        let at = keys.at(&["cluster", "secret"]);
+        let at = ["cluster", "secret"];
         if let Err(why) = secret_shape(secret) {
-            return Err(format!("{at}cluster.secret: {why}"));
+            return Err(keys.error(&at, format!("cluster.secret: {why}")));
         }
         if secret.len() < CLUSTER_SECRET_MIN_BYTES {
-            return Err(format!(
-                "{at}cluster.secret is {} bytes: set at least {CLUSTER_SECRET_MIN_BYTES}",
-                secret.len()
+            return Err(keys.error(
+                &at,
+                format!(
+                    "cluster.secret is {} bytes: set at least {CLUSTER_SECRET_MIN_BYTES}",
+                    secret.len()
+                ),
             ));
         }
         Ok(())
     }
+}
+
+/// Why the cluster secret in force (the config's, else
+/// `SPOOLD_CLUSTER_SECRET`) cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    /// Blank, padded or with a control character (or neither the file
+    /// nor the environment gives one).
+    #[error("cluster.secret: {0}")]
+    Shape(SecretShape),
+    /// Fewer than [`CLUSTER_SECRET_MIN_BYTES`].
+    #[error(
+        "cluster.secret: {len_bytes} bytes is too short: set at least \
+         {CLUSTER_SECRET_MIN_BYTES} bytes in the config or SPOOLD_CLUSTER_SECRET (the same \
+         on every replica)"
+    )]
+    Short { len_bytes: usize },
 }
 
 #[cfg(test)]
@@ -276,18 +302,18 @@ mod tests {
         ];
         for (from, to, says, line) in cases {
             let text = CLUSTER.replacen(from, to, 1);
-            let err = Config::parse(&text).unwrap_err();
+            let err = Config::parse(&text).unwrap_err().to_string();
             assert!(err.contains(says), "{text}: {err}");
             assert!(err.contains(&format!("line {line}")), "{text}: {err}");
         }
         let timing = format!("{CLUSTER}heartbeat = \"200ms\"\n");
-        let err = Config::parse(&timing).unwrap_err();
+        let err = Config::parse(&timing).unwrap_err().to_string();
         assert!(
             err.contains("election_timeout") && err.contains("3 × heartbeat"),
             "{err}"
         );
         let unknown = format!("{CLUSTER}voters = 3\n");
-        let err = Config::parse(&unknown).unwrap_err();
+        let err = Config::parse(&unknown).unwrap_err().to_string();
         assert!(err.contains("voters") && err.contains("line 7"), "{err}");
         let no_secret = CLUSTER.replace("secret = \"0123456789abcdef\"\n", "");
         let c = Config::parse(&no_secret).unwrap().cluster.unwrap();
@@ -303,7 +329,7 @@ mod tests {
         let text = "[cluster]\nnode_id = 1\nlisten = \"0.0.0.0:8788\"\n\
             api_url = \"http://a:8787\"\nsecret = \"0123456789abcdef\"\n\
             [cluster.peers]\n1 = \"a:8788\"\n2 = \"b\"\n3 = \"c:8788\"\n";
-        let err = Config::parse(text).unwrap_err();
+        let err = Config::parse(text).unwrap_err().to_string();
         assert!(err.starts_with("line 8: cluster.peers.2"), "{err}");
     }
 }

@@ -150,11 +150,13 @@ impl ApiKeyEntry {
     /// Why the entry is refused, or `None`.
     pub fn problem(&self) -> Option<String> {
         let scoped = match self {
-            ApiKeyEntry::Plain(key) => return super::secret_shape(key).err(),
+            ApiKeyEntry::Plain(key) => {
+                return super::secret_shape(key).err().map(|e| e.to_string());
+            }
             ApiKeyEntry::Scoped(scoped) => scoped,
         };
         match (&scoped.key, &scoped.sha256) {
-            (Some(key), None) => super::secret_shape(key).err(),
+            (Some(key), None) => super::secret_shape(key).err().map(|e| e.to_string()),
             (None, Some(hex)) => hex_digest(hex)
                 .is_none()
                 .then(|| format!("sha256 = {hex:?} is not 64 hex digits")),

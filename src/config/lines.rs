@@ -5,6 +5,8 @@
 
 use toml::de::{DeTable, DeValue};
 
+use super::KeyError;
+
 /// Every key of a config file: its path from the root and its line.
 pub(super) struct KeyLines {
     keys: Vec<Key>,
@@ -70,18 +72,33 @@ impl KeyLines {
         (1..=path.len()).rev().find_map(|n| self.line(&path[..n]))
     }
 
-    /// `"line N: "` for the key at `path`, or nothing when the file does
-    /// not write it (the value is a default).
-    pub(super) fn at(&self, path: &[&str]) -> String {
-        at_line(self.line(path))
+    /// The mistake `message` about the key at `path`, on that key's line
+    /// (none when the file does not write it: the value is a default).
+    pub(super) fn error(&self, path: &[&str], message: String) -> KeyError {
+        KeyError {
+            line: self.line(path),
+            message,
+        }
+    }
+
+    /// The mistake `message` about the key at `path`, on the line of the
+    /// innermost key along it that the file writes ([`Self::nearest_line`]).
+    pub(super) fn error_near(&self, path: &[&str], message: String) -> KeyError {
+        KeyError {
+            line: self.nearest_line(path),
+            message,
+        }
     }
 
     /// An error of `toml` as spoold says it: the line, the key it is about
     /// (the innermost key written on that line before the error: a
     /// value's own key, or the unknown key itself), and what is wrong.
-    pub(super) fn describe(&self, e: &toml::de::Error) -> String {
+    pub(super) fn describe(&self, e: &toml::de::Error) -> KeyError {
         let Some(span) = e.span() else {
-            return e.message().to_string();
+            return KeyError {
+                line: None,
+                message: e.message().to_string(),
+            };
         };
         let line = self.line_at(span.start);
         let key = self
@@ -89,9 +106,13 @@ impl KeyLines {
             .iter()
             .filter(|k| k.line == line && k.offset <= span.start)
             .max_by_key(|k| k.offset);
-        match key {
-            Some(key) => format!("line {line}: {}: {}", key.path.join("."), e.message()),
-            None => format!("line {line}: {}", e.message()),
+        let message = match key {
+            Some(key) => format!("{}: {}", key.path.join("."), e.message()),
+            None => e.message().to_string(),
+        };
+        KeyError {
+            line: Some(line),
+            message,
         }
     }
 }

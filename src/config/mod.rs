@@ -37,40 +37,69 @@ mod shape;
 mod tests;
 mod units;
 
+pub use check::ExposureError;
 pub(crate) use check::is_loopback;
-pub use cluster::{ClusterConfig, ClusterTlsConfig};
+pub use cluster::{ClusterConfig, ClusterTlsConfig, SecretError};
 pub use keys::{
     ApiKey, ApiKeyEntry, Role, ScopedKey, digest as key_digest, pattern_matches,
     pattern_problem as queue_pattern_problem,
 };
 pub use portal::{PortalConfig, THEME_KEYS};
-pub use reload::reload_changes;
+pub use reload::{ReloadRefusal, reload_changes};
 pub use shape::{
     BackoffConfig, Config, EventsConfig, LogConfig, LogFormat, OnCorruption, PlainHttpClient,
     QueueConfig, ServerConfig, SpoolConfig, TelemetryConfig,
 };
-pub use units::parse_duration;
 pub(crate) use units::parse_duration_ms;
+pub use units::{UnitError, parse_duration};
 
-use lines::KeyLines;
+use lines::{KeyLines, at_line};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {}: {reason}", path.display())]
     Read { path: PathBuf, reason: String },
     /// The TOML is malformed, a key is unknown or a value is out of range;
-    /// the message names the key and the line.
-    #[error("{}: {message}", path.display())]
-    Invalid { path: PathBuf, message: String },
+    /// `error` names the key and the line.
+    #[error("{}: {error}", path.display())]
+    Invalid { path: PathBuf, error: KeyError },
+}
+
+/// A mistake in a config file's text: what is wrong, in a message that
+/// names the key as the file writes it (`spool.segment_bytes`,
+/// `queues.orders.backoff.max`), and the line of that key when the file
+/// writes it (a value left at its default has no line).
+///
+/// The key is part of the message rather than a field of its own because
+/// each check words it where it reads best (`server.api_keys: key 2: …`,
+/// `cluster.peers.2 = "b" is not host:port`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", at_line(*line))]
+pub struct KeyError {
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+/// Why a secret (an API key, the cluster or portal secret) cannot be one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SecretShape {
+    /// Blank: a placeholder left in the file.
+    #[error("is empty or only whitespace: it would protect nothing")]
+    Blank,
+    /// Whitespace at an end: a pasted line break, most often.
+    #[error("begins or ends with whitespace (a pasted line break?)")]
+    Padded,
+    #[error("holds a control character")]
+    Control,
 }
 
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = Config::read_text(path)?;
-        Config::parse(&text).map_err(|message| ConfigError::Invalid {
+        Config::parse(&text).map_err(|error| ConfigError::Invalid {
             path: path.to_path_buf(),
-            message,
+            error,
         })
     }
 
@@ -91,7 +120,7 @@ impl Config {
     /// The text is parsed once, into `toml`'s document of spanned keys and
     /// values: the lines of its keys are taken from it (as far as it could
     /// be read, when it is malformed) before it becomes a [`Config`].
-    pub fn parse(text: &str) -> Result<Config, String> {
+    pub fn parse(text: &str) -> Result<Config, KeyError> {
         let (document, errors) = DeTable::parse_recoverable(text);
         let keys = KeyLines::new(text, document.get_ref());
         if let Some(e) = errors.first() {
@@ -109,15 +138,15 @@ impl Config {
 /// A secret (an API key, the cluster secret) is not blank and has no
 /// whitespace at either end: a pasted line break or a placeholder of
 /// spaces is a mistake, never a key.
-fn secret_shape(secret: &str) -> Result<(), String> {
+fn secret_shape(secret: &str) -> Result<(), SecretShape> {
     if secret.trim().is_empty() {
-        return Err("is empty or only whitespace: it would protect nothing".into());
+        return Err(SecretShape::Blank);
     }
     if secret.trim() != secret {
-        return Err("begins or ends with whitespace (a pasted line break?)".into());
+        return Err(SecretShape::Padded);
     }
     if secret.chars().any(char::is_control) {
-        return Err("holds a control character".into());
+        return Err(SecretShape::Control);
     }
     Ok(())
 }

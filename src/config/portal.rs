@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::lines::KeyLines;
 use super::units::de_duration;
+use super::{KeyError, secret_shape};
 
 /// The CSS variables a theme may set (`--accent`, …).
 pub const THEME_KEYS: [&str; 6] = ["accent", "background", "surface", "text", "radius", "font"];
@@ -54,58 +55,61 @@ impl PortalConfig {
             .or_else(|| self.secret.clone())
     }
 
-    pub(super) fn validate(&self, keys: &KeyLines) -> Result<(), String> {
-        let at = |key: &str| keys.at(&["portal", key]);
+    pub(super) fn validate(&self, keys: &KeyLines) -> Result<(), KeyError> {
+        let at = |key: &str, message: String| keys.error(&["portal", key], message);
         if let Some(secret) = &self.secret {
-            super::secret_shape(secret)
-                .and_then(|()| secret_long_enough(secret))
-                .map_err(|why| format!("{}portal.secret: {why}", at("secret")))?;
+            let why = match secret_shape(secret) {
+                Err(shape) => Some(shape.to_string()),
+                Ok(()) if secret.len() < SECRET_MIN_BYTES => Some(format!(
+                    "shorter than {SECRET_MIN_BYTES} bytes: too easy to guess"
+                )),
+                Ok(()) => None,
+            };
+            if let Some(why) = why {
+                return Err(at("secret", format!("portal.secret: {why}")));
+            }
         }
         if let Some(url) = &self.url
             && !(url.starts_with("https://") || url.starts_with("http://"))
         {
-            return Err(format!("{}portal.url = {url:?}: an http(s) URL", at("url")));
+            return Err(at("url", format!("portal.url = {url:?}: an http(s) URL")));
         }
         if let Some(bad) = self.frame_ancestors.iter().find(|o| !origin_ok(o)) {
-            return Err(format!(
-                "{}portal.frame_ancestors: {bad:?} is not an origin (https://app.example.com)",
-                at("frame_ancestors")
+            return Err(at(
+                "frame_ancestors",
+                format!(
+                    "portal.frame_ancestors: {bad:?} is not an origin (https://app.example.com)"
+                ),
             ));
         }
         if self.session_ttl_max_ms < 60_000 || self.session_ttl_max_ms > 30 * 86_400_000 {
-            return Err(format!(
-                "{}portal.session_ttl_max is out of range: allowed 1m to 30d",
-                at("session_ttl_max")
+            return Err(at(
+                "session_ttl_max",
+                "portal.session_ttl_max is out of range: allowed 1m to 30d".into(),
             ));
         }
         for (key, value) in &self.theme {
             if !THEME_KEYS.contains(&key.as_str()) {
-                return Err(format!(
-                    "{}portal.theme.{key}: not a theme variable ({})",
-                    at("theme"),
-                    THEME_KEYS.join(", ")
+                return Err(at(
+                    "theme",
+                    format!(
+                        "portal.theme.{key}: not a theme variable ({})",
+                        THEME_KEYS.join(", ")
+                    ),
                 ));
             }
             if !css_value_ok(value) {
-                return Err(format!(
-                    "{}portal.theme.{key} = {value:?}: a CSS value of letters, digits, spaces \
-                     and #%.,()- only",
-                    at("theme")
+                return Err(at(
+                    "theme",
+                    format!(
+                        "portal.theme.{key} = {value:?}: a CSS value of letters, digits, \
+                         spaces and #%.,()- only"
+                    ),
                 ));
             }
         }
         Ok(())
     }
-}
-
-/// Checks the length of a secret whose shape passed.
-fn secret_long_enough(secret: &str) -> Result<(), String> {
-    if secret.len() < SECRET_MIN_BYTES {
-        return Err(format!(
-            "shorter than {SECRET_MIN_BYTES} bytes: too easy to guess"
-        ));
-    }
-    Ok(())
 }
 
 /// `https://host[:port]` (or `http://`), nothing after: what CSP's

@@ -30,9 +30,9 @@ impl Config {
             std::thread::sleep(SETTLE);
             let again = read()?;
             if again == text {
-                return Config::parse(&text).map_err(|message| ConfigError::Invalid {
+                return Config::parse(&text).map_err(|error| ConfigError::Invalid {
                     path: path.to_path_buf(),
-                    message,
+                    error,
                 });
             }
             text = again;
@@ -47,11 +47,31 @@ impl Config {
     }
 }
 
+/// Why a reload is refused: the new file would take away what a queue
+/// sends with its deliveries, without the queue saying so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReloadRefusal {
+    /// The running file gives `queue` a signing secret; the new one not.
+    #[error(
+        "queues.{queue}: the new file has no signing_secret, which the running one has: its \
+         deliveries would go out unsigned (a file cut short?). Say `unsigned = true` on the \
+         queue to mean it"
+    )]
+    DropsSecret { queue: String },
+    /// The new file leaves out static `headers` of `queue`.
+    #[error(
+        "queues.{queue}: the new file drops the static headers {headers:?}: its deliveries \
+         would go out without them (a file cut short?). Say `unsigned = true` on the queue to \
+         mean it"
+    )]
+    DropsHeaders { queue: String, headers: Vec<String> },
+}
+
 /// What reloading `new` over `running` changes in what the queues of the
 /// file send and where, one line per change (for the log); `Err` when it
 /// would drop a queue's signing secret or a static header without the
 /// queue saying `unsigned = true`.
-pub fn reload_changes(running: &Config, new: &Config) -> Result<Vec<String>, String> {
+pub fn reload_changes(running: &Config, new: &Config) -> Result<Vec<String>, ReloadRefusal> {
     let mut changes = Vec::new();
     for (name, table) in &new.queues {
         let Some(old) = running.queues.get(name) else {
@@ -66,18 +86,15 @@ pub fn reload_changes(running: &Config, new: &Config) -> Result<Vec<String>, Str
             .collect();
         if !unsigned {
             if was.signing_secret.is_some() && now.signing_secret.is_none() {
-                return Err(format!(
-                    "queues.{name}: the new file has no signing_secret, which the running one \
-                     has: its deliveries would go out unsigned (a file cut short?). Say \
-                     `unsigned = true` on the queue to mean it"
-                ));
+                return Err(ReloadRefusal::DropsSecret {
+                    queue: name.clone(),
+                });
             }
             if !dropped.is_empty() {
-                return Err(format!(
-                    "queues.{name}: the new file drops the static headers {dropped:?}: its \
-                     deliveries would go out without them (a file cut short?). Say \
-                     `unsigned = true` on the queue to mean it"
-                ));
+                return Err(ReloadRefusal::DropsHeaders {
+                    queue: name.clone(),
+                    headers: dropped.into_iter().cloned().collect(),
+                });
             }
         }
         match (&was.signing_secret, &now.signing_secret) {

@@ -34,24 +34,37 @@ fn queue_tables_become_settings() {
 
 #[test]
 fn errors_name_the_key_and_line() {
-    let err = Config::parse("[spool]\ndir = \"x\"\nfsynk = true\n").unwrap_err();
+    let err = Config::parse("[spool]\ndir = \"x\"\nfsynk = true\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("line 3"), "{err}");
     assert!(err.contains("fsynk"), "{err}");
-    let err = Config::parse("[server]\nshutdown_grace = \"soon\"\n").unwrap_err();
+    let err = Config::parse("[server]\nshutdown_grace = \"soon\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("line 2"), "{err}");
-    let err = Config::parse("[server]\nshutdown_grace = \"99999999999999999999d\"\n").unwrap_err();
+    let err = Config::parse("[server]\nshutdown_grace = \"99999999999999999999d\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("line 2: server.shutdown_grace") && err.contains("too long"),
         "{err}"
     );
-    let err = Config::parse("[server]\nshutdown_grace = \"2h\"\n").unwrap_err();
+    let err = Config::parse("[server]\nshutdown_grace = \"2h\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("line 2: server.shutdown_grace"), "{err}");
-    let err = Config::parse("[server]\napi_keys = [\"                \"]\n").unwrap_err();
+    let err = Config::parse("[server]\napi_keys = [\"                \"]\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("line 2: server.api_keys"), "{err}");
-    let err =
-        Config::parse("[spool]\nsegment_bytes = \"64MiB\"\nmax_bytes = \"128MiB\"\n").unwrap_err();
+    let err = Config::parse("[spool]\nsegment_bytes = \"64MiB\"\nmax_bytes = \"128MiB\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("max_bytes") && err.contains("line 3"), "{err}");
-    let err = Config::parse("[spool]\nsegment_bytes = \"1KiB\"\n").unwrap_err();
+    let err = Config::parse("[spool]\nsegment_bytes = \"1KiB\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("segment_bytes") && err.contains("line 2"),
         "{err}"
@@ -63,13 +76,15 @@ fn a_key_named_elsewhere_does_not_move_its_line() {
     // A comment that mentions the key, and a queue key that ends like it.
     let text = "# segment_bytes and max_bytes are small here\n[queues.a]\nhistory_max_bytes = \"1MiB\"\n\
                 [spool]\nsegment_bytes = \"64KiB\"\nmax_bytes = \"128KiB\"\n";
-    let err = Config::parse(text).unwrap_err();
+    let err = Config::parse(text).unwrap_err().to_string();
     assert!(err.starts_with("line 6: spool.max_bytes"), "{err}");
 }
 
 #[test]
 fn malformed_toml_names_the_key_of_its_line() {
-    let err = Config::parse("[server]\nlisten = 127.0.0.1:80\n").unwrap_err();
+    let err = Config::parse("[server]\nlisten = 127.0.0.1:80\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("line 2: server.listen: "), "{err}");
 }
 
@@ -77,7 +92,7 @@ fn malformed_toml_names_the_key_of_its_line() {
 fn a_queue_setting_in_a_table_of_its_own_is_named_on_its_line() {
     let text = "[queues.q]\ndestination = \"http://a.example.com/\"\n\
                 [queues.q.backoff]\nmultiplier = 0.5\n";
-    let err = Config::parse(text).unwrap_err();
+    let err = Config::parse(text).unwrap_err().to_string();
     assert!(
         err.starts_with("line 4: queues.q.backoff.multiplier"),
         "{err}"
@@ -87,10 +102,10 @@ fn a_queue_setting_in_a_table_of_its_own_is_named_on_its_line() {
 #[test]
 fn event_limits_name_their_line_not_a_queue_key_of_the_same_name() {
     let text = "[queues.a]\ndedup_window = \"1h\"\n[events]\nmax_subscribers = 10\ndedup_window = \"31d\"\n";
-    let err = Config::parse(text).unwrap_err();
+    let err = Config::parse(text).unwrap_err().to_string();
     assert!(err.starts_with("line 5: events.dedup_window"), "{err}");
     let text = "[queues.a]\n[events]\nmax_subscribers = 0\n";
-    let err = Config::parse(text).unwrap_err();
+    let err = Config::parse(text).unwrap_err().to_string();
     assert!(err.starts_with("line 3: events.max_subscribers"), "{err}");
 }
 
@@ -137,8 +152,12 @@ fn the_events_history_default_fills_event_endpoints_that_set_none() {
     for name in ["own", "plain", "pulled"] {
         assert_eq!(c.queues[name].settings().history_retention_ms, 0, "{name}");
     }
-    let err = Config::parse("[events]\n\nhistory_retention = \"400d\"\n").unwrap_err();
+    let err = Config::parse("[events]\n\nhistory_retention = \"400d\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("line 3: events.history_retention"), "{err}");
-    let err = Config::parse("[events]\nhistory_max_bytes = \"10B\"\n").unwrap_err();
+    let err = Config::parse("[events]\nhistory_max_bytes = \"10B\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("line 2: events.history_max_bytes"), "{err}");
 }

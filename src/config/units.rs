@@ -11,10 +11,35 @@ use serde::Deserialize;
 /// every sane value, so that nothing quietly saturates.
 const DURATION_MS_MAX: u64 = 100 * 365 * 86_400_000;
 
+/// Why a duration or a size cannot be read; `text` is what was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    /// A number alone (`"30"`): seconds or milliseconds would be a guess.
+    #[error("duration {text:?} needs a unit: ms, s, m, h or d")]
+    NoUnit { text: String },
+    #[error("invalid duration {text:?}: expected e.g. \"30s\" or \"250ms\"")]
+    BadDuration { text: String },
+    #[error("invalid duration unit {unit:?} in {text:?}: allowed ms, s, m, h, d")]
+    BadDurationUnit { unit: String, text: String },
+    /// One span over [`DURATION_MS_MAX`].
+    #[error("duration {text:?} is too long: at most {} days", DURATION_MS_MAX / 86_400_000)]
+    DurationTooLong { text: String },
+    /// Several spans (`"1h30m"`) that add up to over [`DURATION_MS_MAX`].
+    #[error("duration {text:?} is too long")]
+    SpansTooLong { text: String },
+    #[error("invalid size {text:?}: expected e.g. \"64MiB\"")]
+    BadSize { text: String },
+    #[error("invalid size unit {unit:?} in {text:?}: allowed B, KiB, MiB, GiB, KB, MB, GB")]
+    BadSizeUnit { unit: String, text: String },
+    /// Past what 64 bits of bytes hold.
+    #[error("size {text:?} is too large")]
+    SizeTooLarge { text: String },
+}
+
 /// Parses `"30s"`, `"250ms"`, `"10m"`, `"2h"`, `"7d"`, `"1.5s"`, or
 /// several spans as `humantime` reads them (`"1h30m"`, `"2h 15min"`) into
 /// milliseconds.
-pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, UnitError> {
     let text = text.trim();
     match parse_one_span_ms(text) {
         Ok(ms) => Ok(ms),
@@ -22,26 +47,29 @@ pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
             Ok(d) => u64::try_from(d.as_millis())
                 .ok()
                 .filter(|ms| *ms <= DURATION_MS_MAX)
-                .ok_or_else(|| format!("duration {text:?} is too long")),
+                .ok_or_else(|| UnitError::SpansTooLong {
+                    text: text.to_owned(),
+                }),
             Err(_) => Err(e),
         },
     }
 }
 
 /// A duration on the command line, read as the config file reads one.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     parse_duration_ms(text).map(Duration::from_millis)
 }
 
 /// One number and unit, the number possibly fractional.
-fn parse_one_span_ms(text: &str) -> Result<u64, String> {
+fn parse_one_span_ms(text: &str) -> Result<u64, UnitError> {
+    let text_owned = || text.to_owned();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("duration {text:?} needs a unit: ms, s, m, h or d"))?;
+        .ok_or_else(|| UnitError::NoUnit { text: text_owned() })?;
     let (num, unit) = text.split_at(split);
     let value: f64 = num
         .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected e.g. \"30s\" or \"250ms\""))?;
+        .map_err(|_| UnitError::BadDuration { text: text_owned() })?;
     let scale = match unit.trim() {
         "ms" => 1.0,
         "s" => 1_000.0,
@@ -49,17 +77,15 @@ fn parse_one_span_ms(text: &str) -> Result<u64, String> {
         "h" => 3_600_000.0,
         "d" => 86_400_000.0,
         other => {
-            return Err(format!(
-                "invalid duration unit {other:?} in {text:?}: allowed ms, s, m, h, d"
-            ));
+            return Err(UnitError::BadDurationUnit {
+                unit: other.to_owned(),
+                text: text_owned(),
+            });
         }
     };
     let ms = (value * scale).round();
     if !ms.is_finite() || ms > DURATION_MS_MAX as f64 {
-        return Err(format!(
-            "duration {text:?} is too long: at most {} days",
-            DURATION_MS_MAX / 86_400_000
-        ));
+        return Err(UnitError::DurationTooLong { text: text_owned() });
     }
     Ok(ms as u64)
 }
@@ -92,15 +118,16 @@ pub(super) fn format_size(bytes: u64) -> String {
 }
 
 /// Parses `"64MiB"`, `"1GiB"`, `"512KiB"`, `"10MB"` or `"1000"` into bytes.
-fn parse_size_bytes(text: &str) -> Result<u64, String> {
+fn parse_size_bytes(text: &str) -> Result<u64, UnitError> {
     let text = text.trim();
+    let text_owned = || text.to_owned();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
     let (num, unit) = text.split_at(split);
     let value: f64 = num
         .parse()
-        .map_err(|_| format!("invalid size {text:?}: expected e.g. \"64MiB\""))?;
+        .map_err(|_| UnitError::BadSize { text: text_owned() })?;
     let scale: f64 = match unit.trim() {
         "" | "B" => 1.0,
         "KiB" => 1024.0,
@@ -110,14 +137,15 @@ fn parse_size_bytes(text: &str) -> Result<u64, String> {
         "MB" => 1e6,
         "GB" => 1e9,
         other => {
-            return Err(format!(
-                "invalid size unit {other:?} in {text:?}: allowed B, KiB, MiB, GiB, KB, MB, GB"
-            ));
+            return Err(UnitError::BadSizeUnit {
+                unit: other.to_owned(),
+                text: text_owned(),
+            });
         }
     };
     let bytes = (value * scale).round();
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(format!("size {text:?} is too large"));
+        return Err(UnitError::SizeTooLarge { text: text_owned() });
     }
     Ok(bytes as u64)
 }

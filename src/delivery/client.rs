@@ -18,7 +18,7 @@ use reqwest::{Certificate, Client, Identity, redirect, retry};
 use super::resolve::GuardedResolver;
 use crate::engine::guard::Guard;
 use crate::spool::QueueSettings;
-use crate::tls::{install_crypto_provider, read_tls_file};
+use crate::tls::{TlsFileError, install_crypto_provider, read_tls_file};
 
 /// Idle pooled connections are closed after this long.
 pub(super) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -46,7 +46,7 @@ impl Clients {
 
     /// The client for a queue's settings: shared with every queue of the
     /// same TLS configuration (a reqwest client is a handle on its pool).
-    pub(crate) fn for_settings(&mut self, settings: &QueueSettings) -> Result<Client, String> {
+    pub(crate) fn for_settings(&mut self, settings: &QueueSettings) -> Result<Client, ClientError> {
         let key = (
             settings.ca_file.clone(),
             settings.client_cert.clone(),
@@ -61,8 +61,35 @@ impl Clients {
     }
 }
 
+/// Why a queue's delivery client cannot be built; each names the setting.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientError {
+    /// `ca_file`, `client_cert` or `client_key` cannot be read.
+    #[error("{setting} {error}")]
+    File {
+        setting: &'static str,
+        error: TlsFileError,
+    },
+    /// `ca_file` holds no PEM certificates reqwest takes.
+    #[error("ca_file {path}: {error}")]
+    CaBundle { path: String, error: reqwest::Error },
+    /// The certificate and the key do not make an identity.
+    #[error("client_cert/client_key: {0}")]
+    Identity(reqwest::Error),
+    /// One of `client_cert` and `client_key` without the other.
+    #[error("client_cert and client_key go together")]
+    Unpaired,
+    #[error("HTTP client: {0}")]
+    Build(reqwest::Error),
+}
+
+/// Reads the TLS file of `setting` at `path`.
+fn tls_file(setting: &'static str, path: &str) -> Result<Vec<u8>, ClientError> {
+    read_tls_file(Path::new(path)).map_err(|error| ClientError::File { setting, error })
+}
+
 /// A client for a queue's TLS settings, resolving names through `guard`.
-pub(crate) fn build(settings: &QueueSettings, guard: &Guard) -> Result<Client, String> {
+pub(crate) fn build(settings: &QueueSettings, guard: &Guard) -> Result<Client, ClientError> {
     install_crypto_provider();
     let mut builder = Client::builder()
         .dns_resolver(GuardedResolver::new(guard.clone()))
@@ -75,22 +102,23 @@ pub(crate) fn build(settings: &QueueSettings, guard: &Guard) -> Result<Client, S
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .user_agent(USER_AGENT_VALUE);
     if let Some(path) = &settings.ca_file {
-        let pem = read_tls_file(Path::new(path)).map_err(|e| format!("ca_file {e}"))?;
-        let certs =
-            Certificate::from_pem_bundle(&pem).map_err(|e| format!("ca_file {path}: {e}"))?;
+        let pem = tls_file("ca_file", path)?;
+        let certs = Certificate::from_pem_bundle(&pem).map_err(|error| ClientError::CaBundle {
+            path: path.clone(),
+            error,
+        })?;
         builder = builder.tls_certs_merge(certs);
     }
     match (&settings.client_cert, &settings.client_key) {
         (Some(cert), Some(key)) => {
-            let mut pem = read_tls_file(Path::new(cert)).map_err(|e| format!("client_cert {e}"))?;
+            let mut pem = tls_file("client_cert", cert)?;
             pem.push(b'\n');
-            pem.extend(read_tls_file(Path::new(key)).map_err(|e| format!("client_key {e}"))?);
-            let identity =
-                Identity::from_pem(&pem).map_err(|e| format!("client_cert/client_key: {e}"))?;
+            pem.extend(tls_file("client_key", key)?);
+            let identity = Identity::from_pem(&pem).map_err(ClientError::Identity)?;
             builder = builder.identity(identity);
         }
         (None, None) => {}
-        _ => return Err("client_cert and client_key go together".into()),
+        _ => return Err(ClientError::Unpaired),
     }
-    builder.build().map_err(|e| format!("HTTP client: {e}"))
+    builder.build().map_err(ClientError::Build)
 }

@@ -329,7 +329,7 @@ impl Conn {
             Ok(Err(e)) => {
                 return Exchange::Unsent(Box::new(request), format!("error sending request: {e}"));
             }
-            Err(text) => return Exchange::Unsent(Box::new(request), text),
+            Err(ended) => return Exchange::Unsent(Box::new(request), ended.to_string()),
         }
         let sent = alongside(driver.as_mut(), ended, sender.try_send_request(request)).await;
         let response = match sent {
@@ -341,7 +341,7 @@ impl Conn {
                     None => Exchange::Failed(text),
                 };
             }
-            Err(text) => return Exchange::Failed(text),
+            Err(ended) => return Exchange::Failed(ended.to_string()),
         };
         let status = response.status().as_u16();
         let retry_after = response
@@ -361,7 +361,7 @@ impl Conn {
                 Ok(Some(Err(e))) => {
                     return Exchange::Failed(format!("error reading a response body: {e}"));
                 }
-                Err(text) => return Exchange::Failed(text),
+                Err(ended) => return Exchange::Failed(ended.to_string()),
             };
             if let Ok(data) = frame.into_data() {
                 read += data.len();
@@ -383,6 +383,16 @@ impl Conn {
     }
 }
 
+/// Why a connection ended before the work it was driving was done.
+#[derive(Debug, thiserror::Error)]
+enum ConnectionEnded {
+    /// The destination closed it.
+    #[error("error sending request: connection closed")]
+    Closed,
+    #[error("error sending request: {0}")]
+    Failed(hyper::Error),
+}
+
 /// Polls `work` while driving the connection it needs. The connection
 /// ending first is the error, unless its last poll finished the work (a
 /// destination that closes after its answer); once it has ended
@@ -391,14 +401,14 @@ async fn alongside<F: Future>(
     mut driver: Pin<&mut Driver>,
     ended: &mut bool,
     work: F,
-) -> Result<F::Output, String> {
+) -> Result<F::Output, ConnectionEnded> {
     let mut work = std::pin::pin!(work);
     std::future::poll_fn(|cx| {
         if let Poll::Ready(out) = work.as_mut().poll(cx) {
             return Poll::Ready(Ok(out));
         }
         if *ended {
-            return Poll::Ready(Err("error sending request: connection closed".to_owned()));
+            return Poll::Ready(Err(ConnectionEnded::Closed));
         }
         let Poll::Ready(closed) = driver.as_mut().poll(cx) else {
             return Poll::Pending;
@@ -407,8 +417,8 @@ async fn alongside<F: Future>(
         Poll::Ready(match work.as_mut().poll(cx) {
             Poll::Ready(out) => Ok(out),
             Poll::Pending => Err(match closed {
-                Ok(()) => "error sending request: connection closed".to_owned(),
-                Err(e) => format!("error sending request: {e}"),
+                Ok(()) => ConnectionEnded::Closed,
+                Err(e) => ConnectionEnded::Failed(e),
             }),
         })
     })

@@ -26,8 +26,9 @@ pub(super) async fn send(
     let url = shared
         .destination
         .as_ref()
-        .map_err(Clone::clone)?
-        .target(request)?;
+        .map_err(Clone::clone)
+        .and_then(|destination| destination.target(request))
+        .map_err(|e| e.to_string())?;
     let method = match request {
         Some(r) => Method::from_bytes(r.method.as_bytes()).map_err(|e| format!("method: {e}"))?,
         None => Method::POST,
@@ -37,7 +38,8 @@ pub(super) async fn send(
     let now_ms = shared.engine_now_ms();
     if let Some(secrets) = settings.signing_secrets(now_ms) {
         let timestamp = now_ms.div_euclid(1000);
-        let signature = signature_header(&secrets, id, timestamp, &d.payload.body)?;
+        let signature = signature_header(&secrets, id, timestamp, &d.payload.body)
+            .map_err(|e| e.to_string())?;
         put(&mut headers, "webhook-id", id);
         put(&mut headers, "webhook-timestamp", &timestamp.to_string());
         put(&mut headers, "webhook-signature", &signature);

@@ -13,7 +13,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::watch;
 
 use super::direct::{Direct, Ways};
-use super::target::Destination;
+use super::target::{Destination, DestinationError};
 use crate::engine::{Engine, PushDelivery};
 use crate::metrics::DeliveryMetrics;
 use crate::spool::QueueSettings;
@@ -25,7 +25,7 @@ pub(crate) struct QueueShared {
     pub queue: String,
     pub settings: QueueSettings,
     /// `settings.destination`, parsed once.
-    pub destination: Result<Destination, String>,
+    pub destination: Result<Destination, DestinationError>,
     /// The direct way to a plain-HTTP destination (`direct.rs`), if it
     /// has one.
     pub direct: Option<Arc<Direct>>,
@@ -90,10 +90,10 @@ impl QueueShared {
                 engine
                     .guard()
                     .check_destination(&host.to_ascii_lowercase(), port)
-                    .map_err(|refused| refused.to_string())?;
+                    .map_err(DestinationError::Refused)?;
                 Ok(dest)
             }),
-            None => Err("queue has no destination".to_string()),
+            None => Err(DestinationError::Missing),
         };
         let direct = ways.to(destination.as_ref().ok().map(Destination::url));
         let static_headers = static_headers(&settings);

@@ -10,12 +10,16 @@ use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+/// A `whsec_` secret that is not base64 after its prefix: the engine
+/// refuses one when it is set, so a stored one predates that rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a whsec_ secret must be base64 after the prefix: {0}")]
+pub(crate) struct SigningError(base64::DecodeError);
+
 /// The key bytes of one secret.
-pub(crate) fn key_bytes(secret: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn key_bytes(secret: &str) -> Result<Vec<u8>, SigningError> {
     match secret.strip_prefix("whsec_") {
-        Some(b64) => STANDARD
-            .decode(b64)
-            .map_err(|e| format!("a whsec_ secret must be base64 after the prefix: {e}")),
+        Some(b64) => STANDARD.decode(b64).map_err(SigningError),
         None => Ok(secret.as_bytes().to_vec()),
     }
 }
@@ -37,7 +41,7 @@ pub(crate) fn signature_header(
     id: &str,
     timestamp: i64,
     body: &[u8],
-) -> Result<String, String> {
+) -> Result<String, SigningError> {
     let mut out = Vec::new();
     for secret in secrets.split_whitespace() {
         out.push(sign_with(&key_bytes(secret)?, id, timestamp, body));

@@ -8,7 +8,31 @@
 
 use reqwest::Url;
 
+use crate::engine::guard::Refusal;
 use crate::spool::StoredRequest;
+
+/// Why a delivery has no URL to go to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DestinationError {
+    /// The queue's settings name no destination.
+    #[error("queue has no destination")]
+    Missing,
+    /// The destination is not a URL (the engine checks it when set: a
+    /// stored one predates a rule).
+    #[error("destination {destination:?}: {error}")]
+    Unparsable {
+        destination: String,
+        error: url::ParseError,
+    },
+    /// The guard refuses the destination's host: checked when it is set,
+    /// and again when its workers start, for a rule or an address of this
+    /// node that came later.
+    #[error("{0}")]
+    Refused(Refusal),
+    /// The forwarded path would climb out of the destination's path.
+    #[error("target {target} escapes destination {destination}")]
+    Escapes { target: String, destination: String },
+}
 
 /// A push queue's destination, parsed once.
 #[derive(Debug, Clone)]
@@ -17,9 +41,11 @@ pub struct Destination {
 }
 
 impl Destination {
-    pub fn parse(destination: &str) -> Result<Destination, String> {
-        let url =
-            Url::parse(destination).map_err(|e| format!("destination {destination:?}: {e}"))?;
+    pub fn parse(destination: &str) -> Result<Destination, DestinationError> {
+        let url = Url::parse(destination).map_err(|error| DestinationError::Unparsable {
+            destination: destination.to_owned(),
+            error,
+        })?;
         Ok(Destination { url })
     }
 
@@ -31,7 +57,7 @@ impl Destination {
     /// The URL of one delivery: the destination's with the forwarded path
     /// appended to its path and the forwarded query; the destination
     /// itself for a plain message.
-    pub fn target(&self, request: Option<&StoredRequest>) -> Result<Url, String> {
+    pub fn target(&self, request: Option<&StoredRequest>) -> Result<Url, DestinationError> {
         let mut url = self.url.clone();
         let Some(req) = request else {
             return Ok(url);
@@ -53,7 +79,10 @@ impl Destination {
             None => false,
         };
         if !under_prefix {
-            return Err(format!("target {url} escapes destination {}", self.url));
+            return Err(DestinationError::Escapes {
+                target: url.to_string(),
+                destination: self.url.to_string(),
+            });
         }
         Ok(url)
     }
@@ -72,7 +101,10 @@ mod tests {
         }
     }
 
-    fn target_url(destination: &str, request: Option<&StoredRequest>) -> Result<Url, String> {
+    fn target_url(
+        destination: &str,
+        request: Option<&StoredRequest>,
+    ) -> Result<Url, DestinationError> {
         Destination::parse(destination)?.target(request)
     }
 

@@ -45,7 +45,7 @@ enum Allowed {
 }
 
 impl Allowed {
-    fn parse(entry: &str) -> Result<Allowed, String> {
+    fn parse(entry: &str) -> Result<Allowed, AllowedError> {
         let entry = entry.trim().to_ascii_lowercase();
         if entry == "*" {
             return Ok(Allowed::Any);
@@ -57,14 +57,10 @@ impl Allowed {
             return Ok(Allowed::Address(canonical(ip)));
         }
         if entry.contains('/') {
-            return Err(format!(
-                "{entry:?} is not an address range (10.0.0.0/8, fd00::/8)"
-            ));
+            return Err(AllowedError::NotARange { entry });
         }
         if entry.is_empty() || entry.contains(|c: char| c.is_whitespace() || c == ':') {
-            return Err(format!(
-                "{entry:?} is not a host pattern or an address range"
-            ));
+            return Err(AllowedError::NotAPattern { entry });
         }
         Ok(match entry.strip_prefix("*.") {
             Some(suffix) if !suffix.is_empty() => Allowed::Suffix(suffix.to_owned()),
@@ -73,9 +69,22 @@ impl Allowed {
     }
 }
 
+/// Why an entry of `server.allowed_destinations` (as read: trimmed, in
+/// lower case) allows nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum AllowedError {
+    /// It has a `/` but is no CIDR range.
+    #[error("{entry:?} is not an address range (10.0.0.0/8, fd00::/8)")]
+    NotARange { entry: String },
+    /// Empty, or with a space or a `:` (a port or an IPv6 address
+    /// without its range).
+    #[error("{entry:?} is not a host pattern or an address range")]
+    NotAPattern { entry: String },
+}
+
 /// Checks every entry of `server.allowed_destinations` (the config loader
 /// names the one that is wrong).
-pub(crate) fn check_allowed_destinations(entries: &[String]) -> Result<(), String> {
+pub(crate) fn check_allowed_destinations(entries: &[String]) -> Result<(), AllowedError> {
     entries
         .iter()
         .try_for_each(|e| Allowed::parse(e).map(|_| ()))

@@ -104,7 +104,7 @@ pub(crate) fn check(
     if let Some(dest) = &settings.destination {
         let (host, port) = destination_host(dest).map_err(|problem| SettingsError {
             field: Field::Destination,
-            problem,
+            problem: problem.to_string(),
         })?;
         policy.guard.check_destination(&host, port)?;
     }
@@ -116,8 +116,10 @@ pub(crate) fn check(
         let Some(path) = path else { continue };
         match origin {
             Origin::Api => return Err(QueueRuleError::FileOverApi { field }),
-            Origin::Config => tls_file(Path::new(path))
-                .map_err(|problem| QueueRuleError::File { field, problem })?,
+            Origin::Config => tls_file(Path::new(path)).map_err(|e| QueueRuleError::File {
+                field,
+                problem: e.to_string(),
+            })?,
         }
     }
     Ok(())

@@ -37,26 +37,44 @@ impl<'a> Frame<'a> {
     }
 }
 
+/// Why there is no intact frame at an offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FrameDamage {
+    /// Fewer bytes are left than a frame header takes.
+    #[error("{rest_bytes} bytes are too short for a record frame")]
+    Short { rest_bytes: usize },
+    /// The header's length is over what any writer writes.
+    #[error("impossible record length {body_len}")]
+    ImpossibleLength { body_len: usize },
+    /// The frame would end past the file's end.
+    #[error("record of {frame_len} bytes runs past the end of the file ({rest_bytes} left)")]
+    PastEnd { frame_len: usize, rest_bytes: usize },
+    /// The bytes are not the ones the checksum was made over.
+    #[error("record checksum mismatch")]
+    Checksum,
+}
+
 /// The intact frame at `off`, or why there is none.
-pub(crate) fn frame_at(buf: &[u8], off: usize, salt: u64) -> Result<Frame<'_>, String> {
+pub(crate) fn frame_at(buf: &[u8], off: usize, salt: u64) -> Result<Frame<'_>, FrameDamage> {
     let rest = buf.len().saturating_sub(off);
     if rest < FRAME_HEADER_BYTES {
-        return Err(format!("{rest} bytes are too short for a record frame"));
+        return Err(FrameDamage::Short { rest_bytes: rest });
     }
     let header = FrameHeader::peek(&buf[off..]);
     let body_len = header.body_len as usize;
     if body_len > RECORD_BODY_MAX_BYTES {
-        return Err(format!("impossible record length {body_len}"));
+        return Err(FrameDamage::ImpossibleLength { body_len });
     }
     let frame_len = FRAME_HEADER_BYTES + body_len;
     if frame_len > rest {
-        return Err(format!(
-            "record of {frame_len} bytes runs past the end of the file ({rest} left)"
-        ));
+        return Err(FrameDamage::PastEnd {
+            frame_len,
+            rest_bytes: rest,
+        });
     }
     let bytes = &buf[off..off + frame_len];
     if !FrameHeader::verify(bytes, salt) {
-        return Err("record checksum mismatch".to_string());
+        return Err(FrameDamage::Checksum);
     }
     Ok(Frame {
         offset: off,
@@ -104,7 +122,10 @@ pub enum Piece<'a> {
 
 /// Why the frame at a damaged span's start is bad, for messages.
 pub(crate) fn damage_reason(buf: &[u8], start: usize, salt: u64) -> String {
-    frame_at(buf, start, salt).err().unwrap_or_default()
+    frame_at(buf, start, salt)
+        .err()
+        .map(|damage| damage.to_string())
+        .unwrap_or_default()
 }
 
 /// Walks `buf[start..]`: intact frames and damaged spans, until the end or

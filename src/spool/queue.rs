@@ -529,11 +529,12 @@ impl QueueSettings {
     fn check_delivery(&self) -> Result<(), SettingsError> {
         use limits::*;
         if let Some(secret) = &self.signing_secret {
-            signing_secret_ok(secret).map_err(|p| SettingsError::new(Field::SigningSecret, p))?;
+            signing_secret_ok(secret)
+                .map_err(|p| SettingsError::new(Field::SigningSecret, p.to_string()))?;
         }
         if let Some(previous) = &self.previous_secret {
             signing_secret_ok(&previous.secret)
-                .map_err(|p| SettingsError::new(Field::SigningSecret, p))?;
+                .map_err(|p| SettingsError::new(Field::SigningSecret, p.to_string()))?;
         }
         let statuses = &self.permanent_failure_statuses;
         if statuses.len() > PERMANENT_STATUSES || statuses.iter().any(|s| !(100..=599).contains(s))
@@ -550,7 +551,8 @@ impl QueueSettings {
             "",
         )?;
         if let Some(dest) = &self.destination {
-            destination_host(dest).map_err(|p| SettingsError::new(Field::Destination, p))?;
+            destination_host(dest)
+                .map_err(|p| SettingsError::new(Field::Destination, p.to_string()))?;
         }
         Ok(())
     }
@@ -715,28 +717,65 @@ fn ms(v: u64) -> String {
 /// `whsec_` and the base64 of the key, as Standard Webhooks defines it (a
 /// plain string would sign with bytes that the official libraries, which
 /// base64-decode the secret, never compute).
-fn signing_secret_ok(secret: &str) -> Result<(), String> {
+fn signing_secret_ok(secret: &str) -> Result<(), SigningSecretError> {
     use base64::Engine as _;
     if secret.trim().is_empty() || secret.len() > limits::SIGNING_SECRET_BYTES {
-        return Err(format!(
-            "1 to {} bytes of secrets, separated by spaces",
-            limits::SIGNING_SECRET_BYTES
-        ));
+        return Err(SigningSecretError::Length);
     }
     for one in secret.split_whitespace() {
         let Some(b64) = one.strip_prefix("whsec_") else {
-            return Err(
-                "each secret is \"whsec_\" and the base64 of its key (Standard Webhooks), \
-                 e.g. whsec_ followed by `openssl rand -base64 32`"
-                    .into(),
-            );
+            return Err(SigningSecretError::NoPrefix);
         };
         match base64::engine::general_purpose::STANDARD.decode(b64) {
             Ok(key) if !key.is_empty() => {}
-            _ => return Err("a whsec_ secret is base64 of the key after the prefix".into()),
+            _ => return Err(SigningSecretError::NotBase64),
         }
     }
     Ok(())
+}
+
+/// Why a `signing_secret` cannot sign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum SigningSecretError {
+    /// Blank, or longer than [`limits::SIGNING_SECRET_BYTES`].
+    #[error(
+        "1 to {} bytes of secrets, separated by spaces",
+        limits::SIGNING_SECRET_BYTES
+    )]
+    Length,
+    /// A plain string: the official libraries would base64-decode it and
+    /// never compute the signature spoold sends.
+    #[error(
+        "each secret is \"whsec_\" and the base64 of its key (Standard Webhooks), e.g. whsec_ \
+         followed by `openssl rand -base64 32`"
+    )]
+    NoPrefix,
+    #[error("a whsec_ secret is base64 of the key after the prefix")]
+    NotBase64,
+}
+
+/// Why a destination URL is not one spoold delivers to: `dest` as
+/// written, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{dest:?} is not usable: {flaw}")]
+pub(crate) struct DestinationProblem {
+    dest: String,
+    flaw: DestinationFlaw,
+}
+
+/// What is wrong with a destination URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum DestinationFlaw {
+    #[error("{0}; expected http://host[:port][/path] or https://…")]
+    Unparsable(url::ParseError),
+    #[error("the scheme must be http or https")]
+    Scheme,
+    #[error("a destination has no query string or fragment")]
+    QueryOrFragment,
+    #[error("a destination has no user info")]
+    UserInfo,
+    #[error("it needs a host")]
+    NoHost,
 }
 
 /// The host of a destination URL, after checking its shape: `http` or
@@ -746,25 +785,26 @@ fn signing_secret_ok(secret: &str) -> Result<(), String> {
 /// standard normalises it (lower case, `http://2130706433` is 127.0.0.1,
 /// IPv6 without brackets, no trailing dot), so that `allowed_destinations`
 /// judges exactly what is dialled.
-pub(crate) fn destination_host(dest: &str) -> Result<(String, u16), String> {
-    let bad = |why: &str| Err(format!("{dest:?} is not usable: {why}"));
+pub(crate) fn destination_host(dest: &str) -> Result<(String, u16), DestinationProblem> {
+    let bad = |flaw| {
+        Err(DestinationProblem {
+            dest: dest.to_owned(),
+            flaw,
+        })
+    };
     let url = match url::Url::parse(dest) {
         Ok(url) => url,
-        Err(e) => {
-            return bad(&format!(
-                "{e}; expected http://host[:port][/path] or https://…"
-            ));
-        }
+        Err(e) => return bad(DestinationFlaw::Unparsable(e)),
     };
     if url.scheme() != "http" && url.scheme() != "https" {
-        return bad("the scheme must be http or https");
+        return bad(DestinationFlaw::Scheme);
     }
     if url.query().is_some() || url.fragment().is_some() || dest.contains('?') || dest.contains('#')
     {
-        return bad("a destination has no query string or fragment");
+        return bad(DestinationFlaw::QueryOrFragment);
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return bad("a destination has no user info");
+        return bad(DestinationFlaw::UserInfo);
     }
     let host = url.host_str().unwrap_or_default();
     let host = host
@@ -772,7 +812,7 @@ pub(crate) fn destination_host(dest: &str) -> Result<(String, u16), String> {
         .trim_end_matches(']')
         .trim_end_matches('.');
     if host.is_empty() {
-        return bad("it needs a host");
+        return bad(DestinationFlaw::NoHost);
     }
     let port = url.port_or_known_default().unwrap_or(80);
     Ok((host.to_ascii_lowercase(), port))

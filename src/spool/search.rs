@@ -96,14 +96,12 @@ impl Search {
     /// indexes (`$.customer.id`, `items[0].sku`, the `$.` optional) and a
     /// value compared as JSON (`42`, `true`, `"x"`), or as a string when it
     /// is not JSON.
-    pub fn parse_match(text: &str) -> Result<(Vec<PathStep>, Value), String> {
-        let (path, value) = text
-            .split_once('=')
-            .ok_or("a JSON path, `=`, and a value: $.customer.id=42")?;
+    pub fn parse_match(text: &str) -> Result<(Vec<PathStep>, Value), MatchError> {
+        let (path, value) = text.split_once('=').ok_or(MatchError::NoValue)?;
         let path = path.strip_prefix("$.").unwrap_or(path).trim();
         let path = path.strip_prefix('$').unwrap_or(path);
         if path.is_empty() {
-            return Err("the path is empty".into());
+            return Err(MatchError::EmptyPath);
         }
         let mut steps = Vec::new();
         for part in path.split('.') {
@@ -114,31 +112,53 @@ impl Search {
             if !name.is_empty() {
                 steps.push(PathStep::Member(name.to_owned()));
             } else if rest.is_empty() {
-                return Err(format!("an empty member in {path:?}"));
+                return Err(MatchError::EmptyMember { path: path.into() });
             }
             while let Some(inner) = rest.strip_prefix('[') {
                 let end = inner
                     .find(']')
-                    .ok_or_else(|| format!("an unclosed [ in {path:?}"))?;
-                let index = inner[..end]
-                    .parse()
-                    .map_err(|_| format!("{:?} is not an array index", &inner[..end]))?;
+                    .ok_or_else(|| MatchError::Unclosed { path: path.into() })?;
+                let index = inner[..end].parse().map_err(|_| MatchError::NotAnIndex {
+                    index: inner[..end].into(),
+                })?;
                 steps.push(PathStep::Index(index));
                 rest = &inner[end + 1..];
             }
             if !rest.is_empty() {
-                return Err(format!("{rest:?} after an index in {path:?}"));
+                return Err(MatchError::AfterIndex {
+                    rest: rest.into(),
+                    path: path.into(),
+                });
             }
         }
         if steps.len() > MATCH_PATH_STEPS_MAX {
-            return Err(format!(
-                "a path of {} steps: at most {MATCH_PATH_STEPS_MAX}",
-                steps.len()
-            ));
+            return Err(MatchError::TooLong { steps: steps.len() });
         }
         let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
         Ok((steps, value))
     }
+}
+
+/// Why a `match` term is not `PATH=VALUE` (`path` as written, without
+/// its `$.`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MatchError {
+    #[error("a JSON path, `=`, and a value: $.customer.id=42")]
+    NoValue,
+    #[error("the path is empty")]
+    EmptyPath,
+    /// Two dots in a row, or one at an end.
+    #[error("an empty member in {path:?}")]
+    EmptyMember { path: String },
+    #[error("an unclosed [ in {path:?}")]
+    Unclosed { path: String },
+    #[error("{index:?} is not an array index")]
+    NotAnIndex { index: String },
+    #[error("{rest:?} after an index in {path:?}")]
+    AfterIndex { rest: String, path: String },
+    /// Over [`MATCH_PATH_STEPS_MAX`] steps.
+    #[error("a path of {steps} steps: at most {MATCH_PATH_STEPS_MAX}")]
+    TooLong { steps: usize },
 }
 
 /// The value at `path` in the JSON document `body`, if it is one. Each

@@ -762,7 +762,8 @@ async fn destinations_outside_allowed_destinations_are_forbidden() {
         "[server]\nlisten = \"127.0.0.1:0\"\nallowed_destinations = [\"*.example.com\"]\n\
          [queues.bad]\ndestination = \"https://elsewhere.org/\"\n",
     )
-    .expect_err("a config queue outside allowed_destinations");
+    .expect_err("a config queue outside allowed_destinations")
+    .to_string();
     assert!(
         err.contains("allowed_destinations") && err.contains("queues.bad.destination"),
         "{err}"

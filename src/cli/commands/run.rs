@@ -98,11 +98,10 @@ fn init_tracing(config: &Config) -> anyhow::Result<Option<Telemetry>> {
         LogFormat::Json => fmt.json().boxed(),
         LogFormat::Text => fmt.boxed(),
     };
-    let (telemetry, tracer) =
-        match Telemetry::start(&config.telemetry).map_err(anyhow::Error::msg)? {
-            Some((telemetry, tracer)) => (Some(telemetry), Some(tracer)),
-            None => (None, None),
-        };
+    let (telemetry, tracer) = match Telemetry::start(&config.telemetry)? {
+        Some((telemetry, tracer)) => (Some(telemetry), Some(tracer)),
+        None => (None, None),
+    };
     tracing_subscriber::registry()
         .with(fmt)
         .with(filter)

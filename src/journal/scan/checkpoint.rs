@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::journal::error::JournalError;
 use crate::journal::format::{
-    CheckpointHeader, FILE_HEADER_BYTES, FRAME_HEADER_BYTES, checkpoint_file_name,
+    CheckpointHeader, FILE_HEADER_BYTES, FRAME_HEADER_BYTES, HeaderProblem, checkpoint_file_name,
 };
 use crate::journal::frames::{Piece, damage_reason, walk};
 use crate::journal::storage::Storage;
@@ -54,7 +54,12 @@ pub(crate) fn read_checkpoint(
     read_whole(storage.as_ref(), &path, &mut buf)?;
     let (header, frames) = match check_checkpoint(&buf, salt, seq) {
         Ok(checked) => checked,
-        Err(reason) => return Ok(Err(Problem::BadCheckpoint { path, reason })),
+        Err(damage) => {
+            return Ok(Err(Problem::BadCheckpoint {
+                path,
+                reason: damage.to_string(),
+            }));
+        }
     };
     let chunks = frames
         .iter()
@@ -93,6 +98,41 @@ pub(crate) fn salvage_checkpoint(
     Ok(())
 }
 
+/// Why a checkpoint file is damaged or incomplete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum CheckpointDamage {
+    #[error("{0}")]
+    Header(HeaderProblem),
+    /// Cut short, or written on past its end.
+    #[error("file holds {file_bytes} bytes where its header says {header_bytes}")]
+    Size { file_bytes: u64, header_bytes: u64 },
+    /// A span with no intact frame, the first frame's `reason`.
+    #[error("offset {offset}: {reason}")]
+    Frame { offset: usize, reason: String },
+    /// A chunk of another checkpoint, or out of order, or after the last.
+    #[error(
+        "offset {offset}: chunk {chunk} out of place (sequence {seq}, expected chunk {expected} \
+         of {checkpoint_seq})"
+    )]
+    OutOfPlace {
+        offset: usize,
+        chunk: u32,
+        seq: u64,
+        expected: usize,
+        checkpoint_seq: u64,
+    },
+    /// Fewer or more chunks than the header says, or no final one.
+    #[error(
+        "{found} chunk(s) where the header says {expected}{}",
+        if *ended { "" } else { ", and no final chunk" }
+    )]
+    Chunks {
+        found: usize,
+        expected: u64,
+        ended: bool,
+    },
+}
+
 /// Checks a whole checkpoint file: its header, then chunk frames numbered
 /// 0, 1, … all carrying sequence number `seq`, the last one flagged, as
 /// many as the header says, ending where the file ends.
@@ -100,14 +140,13 @@ fn check_checkpoint(
     buf: &[u8],
     salt: u64,
     seq: u64,
-) -> Result<(CheckpointHeader, Vec<CheckedFrame>), String> {
-    let header = CheckpointHeader::decode(buf, salt, seq).map_err(|p| p.to_string())?;
+) -> Result<(CheckpointHeader, Vec<CheckedFrame>), CheckpointDamage> {
+    let header = CheckpointHeader::decode(buf, salt, seq).map_err(CheckpointDamage::Header)?;
     if header.file_bytes != buf.len() as u64 {
-        return Err(format!(
-            "file holds {} bytes where its header says {}",
-            buf.len(),
-            header.file_bytes
-        ));
+        return Err(CheckpointDamage::Size {
+            file_bytes: buf.len() as u64,
+            header_bytes: header.file_bytes,
+        });
     }
     let mut frames = Vec::new();
     let mut ended = false;
@@ -115,31 +154,30 @@ fn check_checkpoint(
         let f = match piece {
             Piece::Frame(f) => f,
             Piece::Damage { start, .. } => {
-                return Err(format!(
-                    "offset {start}: {}",
-                    damage_reason(buf, start, salt)
-                ));
+                return Err(CheckpointDamage::Frame {
+                    offset: start,
+                    reason: damage_reason(buf, start, salt),
+                });
             }
         };
         if ended || f.header.seq != seq || u64::from(f.header.batch_index) != frames.len() as u64 {
-            return Err(format!(
-                "offset {}: chunk {} out of place (sequence {}, expected chunk {} of {seq})",
-                f.offset,
-                f.header.batch_index,
-                f.header.seq,
-                frames.len()
-            ));
+            return Err(CheckpointDamage::OutOfPlace {
+                offset: f.offset,
+                chunk: f.header.batch_index,
+                seq: f.header.seq,
+                expected: frames.len(),
+                checkpoint_seq: seq,
+            });
         }
         ended = f.header.ends_batch();
         frames.push(checked(&f, false));
     }
     if !ended || frames.len() as u64 != header.chunks {
-        return Err(format!(
-            "{} chunk(s) where the header says {}{}",
-            frames.len(),
-            header.chunks,
-            if ended { "" } else { ", and no final chunk" }
-        ));
+        return Err(CheckpointDamage::Chunks {
+            found: frames.len(),
+            expected: header.chunks,
+            ended,
+        });
     }
     Ok((header, frames))
 }
