@@ -18,14 +18,15 @@ install_missing() {
 
 # write_config DIR FSYNC: DIR/spoold.toml with a pull queue `bench` and a
 # push queue `hooks` (destination 127.0.0.1:$SINK_PORT, concurrency 64);
-# $SERVER_KEYS, if set, are more `[server]` lines.
+# $EXTRA_CONFIG, if set, heads the file (dotted keys such as
+# `delivery.plain_http_client = "pooled"`).
 write_config() {
   local dir=$1 fsync=$2
   mkdir -p "$dir"
   cat >"$dir/spoold.toml" <<TOML
+${EXTRA_CONFIG:-}
 [server]
 listen = "127.0.0.1:$PORT"
-${SERVER_KEYS:-}
 [spool]
 dir = "$dir/spool"
 fsync = $fsync

@@ -61,6 +61,7 @@ const OPERATIONAL_EVENTS: &str = "spoold_operational_events_total";
 const SCOPE_REFUSALS: &str = "spoold_scope_refusals_total";
 pub(crate) const EVENT_TYPES: &str = "spoold_event_types";
 pub(crate) const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
+const HOST_SLOT_WAITS: &str = "spoold_delivery_host_slot_waits_total";
 pub(crate) const LIMIT_REACHED: &str = "spoold_limit_reached_total";
 
 pub(crate) const LABEL_QUEUE: &str = "queue";
@@ -156,6 +157,7 @@ fn from_the_start() {
     counter!(CLUSTER_SNAPSHOTS_INSTALLED).increment(0);
     counter!(CLUSTER_LEADER_CHANGES).increment(0);
     counter!(EVENT_DELIVERIES_FILTERED).increment(0);
+    counter!(HOST_SLOT_WAITS).increment(0);
     for outcome in EVENT_OUTCOMES {
         counter!(EVENTS_TOTAL, "outcome" => outcome).increment(0);
     }
@@ -270,6 +272,11 @@ fn describe_delivery() {
         DELIVERY_DURATION,
         Unit::Seconds,
         "Duration of delivery attempts."
+    );
+    describe_counter!(
+        HOST_SLOT_WAITS,
+        Unit::Count,
+        "Times a push queue's dispatcher waited for a slot of its destination's origin: delivery.max_connections_per_host requests were in flight there."
     );
     describe_gauge!(
         PUSH_DISPATCHERS,
@@ -517,6 +524,12 @@ pub(crate) fn count_filtered(deliveries: usize) {
 /// An operational event of `kind` (after `spoold.`) and what became of it.
 pub(crate) fn count_operational(kind: &'static str, outcome: &'static str) {
     counter!(OPERATIONAL_EVENTS, "kind" => kind, LABEL_OUTCOME => outcome).increment(1);
+}
+
+/// A dispatcher waited for a slot of its destination's origin
+/// (`delivery/hosts.rs`).
+pub(crate) fn record_host_slot_wait() {
+    counter!(HOST_SLOT_WAITS).increment(1);
 }
 
 /// A request refused by its key's scope (`api/scope.rs`), by the kind of

@@ -581,7 +581,7 @@ impl Background {
                         .iter()
                         .map(|h| h.to_ascii_lowercase())
                         .collect(),
-                    plain_http_client: config.server.plain_http_client,
+                    delivery: config.delivery.clone(),
                 },
             )),
         }
@@ -717,6 +717,7 @@ fn restart_needed(running: &Config, new: &Config) -> Vec<String> {
     differs("spool", running.spool == new.spool);
     differs("log", running.log == new.log);
     differs("events", running.events == new.events);
+    differs("delivery", running.delivery == new.delivery);
     differs("telemetry", running.telemetry == new.telemetry);
     differs("portal", running.portal == new.portal);
     differs("cluster", running.cluster == new.cluster);

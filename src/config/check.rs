@@ -48,6 +48,10 @@ const _: () = assert!(
         <= RECORD_ENVELOPE_BYTES_MAX,
     "a record's envelope outgrew the room left beside max_body_bytes"
 );
+/// The largest `delivery.max_connections_per_host`: a port's worth of
+/// connections from one address.
+const CONNECTIONS_PER_HOST_MAX: usize = 65_535;
+
 /// The largest `server.max_queues`: each queue costs memory and a timer's
 /// look, and a spool's state of millions of them is no longer one node's.
 const QUEUES_MAX: usize = 10_000_000;
@@ -68,6 +72,7 @@ impl Config {
     pub(super) fn validate(&self, keys: &KeyLines) -> Result<(), KeyError> {
         self.check_sizes(keys)?;
         self.check_events(keys)?;
+        self.check_delivery(keys)?;
         self.check_telemetry(keys)?;
         self.check_periods(keys)?;
         self.check_server(keys)?;
@@ -159,6 +164,20 @@ impl Config {
                 queue.history_max_bytes = Some(settings.history_max_bytes);
             }
         }
+    }
+
+    fn check_delivery(&self, keys: &KeyLines) -> Result<(), KeyError> {
+        let max = self.delivery.max_connections_per_host;
+        if !(1..=CONNECTIONS_PER_HOST_MAX).contains(&max) {
+            return Err(keys.error(
+                &["delivery", "max_connections_per_host"],
+                format!(
+                    "delivery.max_connections_per_host = {max} is out of range: allowed 1 to \
+                     {CONNECTIONS_PER_HOST_MAX}"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn check_events(&self, keys: &KeyLines) -> Result<(), KeyError> {

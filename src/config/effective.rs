@@ -67,6 +67,7 @@ impl Config {
         root.insert("spool".into(), Value::Table(spool_table(&c)));
         root.insert("log".into(), Value::Table(log_table(&c)));
         root.insert("events".into(), Value::Table(events_table(&c)));
+        root.insert("delivery".into(), Value::Table(delivery_table(&c)));
         root.insert("telemetry".into(), Value::Table(telemetry_table(&c)));
         root.insert("portal".into(), Value::Table(portal_table(&c)));
         root.insert("queues".into(), Value::Table(queues));
@@ -149,10 +150,6 @@ fn server_table(c: &Config) -> Table {
     }
     server.insert("redact_headers".into(), strings(&c.server.redact_headers));
     server.insert("max_queues".into(), (c.server.max_queues as i64).into());
-    server.insert(
-        "plain_http_client".into(),
-        c.server.plain_http_client.as_str().into(),
-    );
     server
 }
 
@@ -207,6 +204,19 @@ fn events_table(c: &Config) -> Table {
         format_size(c.events.history_max_bytes).into(),
     );
     events
+}
+
+fn delivery_table(c: &Config) -> Table {
+    let mut delivery = Table::new();
+    delivery.insert(
+        "max_connections_per_host".into(),
+        (c.delivery.max_connections_per_host as i64).into(),
+    );
+    delivery.insert(
+        "plain_http_client".into(),
+        c.delivery.plain_http_client.as_str().into(),
+    );
+    delivery
 }
 
 fn telemetry_table(c: &Config) -> Table {

@@ -47,8 +47,9 @@ pub use keys::{
 pub use portal::{PortalConfig, THEME_KEYS};
 pub use reload::{ReloadRefusal, reload_changes};
 pub use shape::{
-    BackoffConfig, Config, EventsConfig, LogConfig, LogFormat, OnCorruption, PlainHttpClient,
-    QueueConfig, ServerConfig, SpoolConfig, TelemetryConfig,
+    BackoffConfig, Config, DeliveryConfig, EventsConfig, LogConfig, LogFormat,
+    MAX_CONNECTIONS_PER_HOST_DEFAULT, OnCorruption, PlainHttpClient, QueueConfig, ServerConfig,
+    SpoolConfig, TelemetryConfig,
 };
 pub(crate) use units::parse_duration_ms;
 pub use units::{UnitError, parse_duration};

@@ -23,6 +23,7 @@ pub struct Config {
     pub log: LogConfig,
     pub events: EventsConfig,
     pub telemetry: TelemetryConfig,
+    pub delivery: DeliveryConfig,
     /// The customer portal (`portal.rs`).
     pub portal: super::portal::PortalConfig,
     pub queues: BTreeMap<String, QueueConfig>,
@@ -54,10 +55,35 @@ pub struct ServerConfig {
     /// Most queues the API may create (failure queues not counted; the
     /// file's count too).
     pub max_queues: usize,
-    /// How push delivery reaches a plain-HTTP destination without a
-    /// proxy (`delivery/direct.rs`).
+}
+
+/// The `[delivery]` table: how push delivery reaches destinations.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// Most requests in flight to one origin (`host:port`) from every push
+    /// queue together, and so most connections to it
+    /// (`delivery/hosts.rs`): many endpoints behind one gateway must not
+    /// overflow its accept queue.
+    pub max_connections_per_host: usize,
+    /// How a plain-HTTP destination without a proxy is reached
+    /// (`delivery/direct.rs`).
     pub plain_http_client: PlainHttpClient,
 }
+
+impl Default for DeliveryConfig {
+    fn default() -> DeliveryConfig {
+        DeliveryConfig {
+            max_connections_per_host: MAX_CONNECTIONS_PER_HOST_DEFAULT,
+            plain_http_client: PlainHttpClient::Direct,
+        }
+    }
+}
+
+/// The default of `delivery.max_connections_per_host`: a quarter of
+/// Linux's default listen backlog (`somaxconn`, 4096), so that one spoold
+/// cannot fill a destination's accept queue by itself.
+pub const MAX_CONNECTIONS_PER_HOST_DEFAULT: usize = 1024;
 
 /// How push delivery reaches a plain-HTTP destination without a proxy.
 /// Both send the same requests and read the same answers
@@ -95,7 +121,6 @@ impl Default for ServerConfig {
             redact_headers: Vec::new(),
             metrics_listen: None,
             max_queues: crate::engine::rules::MAX_QUEUES_DEFAULT,
-            plain_http_client: PlainHttpClient::Direct,
         }
     }
 }

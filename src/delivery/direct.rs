@@ -74,7 +74,7 @@ pub(crate) struct Direct {
 pub(crate) struct Ways {
     by_origin: HashMap<(Uri, HeaderValue), Arc<Direct>>,
     guard: Guard,
-    /// `server.plain_http_client`: with `pooled`, no destination has a
+    /// `delivery.plain_http_client`: with `pooled`, no destination has a
     /// direct way and reqwest's pool sends everything.
     client: PlainHttpClient,
 }

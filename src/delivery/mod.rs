@@ -17,6 +17,7 @@ pub(crate) mod answer;
 pub(crate) mod backoff;
 pub(crate) mod client;
 pub(crate) mod direct;
+pub(crate) mod hosts;
 pub(crate) mod resolve;
 pub(crate) mod send;
 pub(crate) mod shared;
@@ -41,8 +42,8 @@ pub(crate) struct DeliveryOptions {
     pub drain: bool,
     /// `redact_headers`, in lower case.
     pub redact_headers: Vec<String>,
-    /// `plain_http_client`.
-    pub plain_http_client: crate::config::PlainHttpClient,
+    /// The `[delivery]` table.
+    pub delivery: crate::config::DeliveryConfig,
 }
 
 /// A running dispatcher.
@@ -68,7 +69,7 @@ pub(crate) async fn run(engine: Engine, mut stop: watch::Receiver<bool>, options
             _ = stop.wait_for(|s| *s) => break,
             wake = wakeups.recv() => wake,
             _ = prune.tick() => {
-                pools.ways.prune();
+                pools.origins.prune();
                 continue;
             }
         };
@@ -98,9 +99,9 @@ struct Pools {
     drain: bool,
     redact_headers: Arc<Vec<String>>,
     clients: client::Clients,
-    /// Plain-HTTP destinations' idle connections, by origin, kept between
-    /// dispatchers.
-    ways: direct::Ways,
+    /// Plain-HTTP destinations' idle connections and every origin's
+    /// slots, kept between dispatchers.
+    origins: shared::Origins,
     running: HashMap<String, Running>,
     /// Dispatchers of settings that changed, finishing what they hold.
     retired: Vec<Running>,
@@ -111,7 +112,7 @@ struct Pools {
 }
 
 /// How often idle direct connections past their time are closed
-/// (`direct.rs`).
+/// (`direct.rs`), and origins no dispatcher holds forgotten (`hosts.rs`).
 const PRUNE_IDLE_EVERY: Duration = Duration::from_secs(15);
 
 /// The smallest [`Pools::prune_at`].
@@ -125,7 +126,10 @@ impl Pools {
             drain: options.drain,
             redact_headers: Arc::new(options.redact_headers),
             clients: client::Clients::new(guard.clone()),
-            ways: direct::Ways::new(guard, options.plain_http_client),
+            origins: shared::Origins {
+                ways: direct::Ways::new(guard, options.delivery.plain_http_client),
+                hosts: hosts::Hosts::new(options.delivery.max_connections_per_host),
+            },
             running: HashMap::new(),
             retired: Vec::new(),
             prune_at: PRUNE_MIN,
@@ -173,7 +177,7 @@ impl Pools {
             queue.clone(),
             settings,
             client,
-            &mut self.ways,
+            &mut self.origins,
             self.redact_headers.clone(),
             stop_rx.clone(),
         );

@@ -10,9 +10,10 @@ use std::time::{Duration, SystemTime};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::Client;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::direct::{Direct, Ways};
+use super::hosts::Hosts;
 use super::target::{Destination, DestinationError};
 use crate::engine::{Engine, PushDelivery};
 use crate::metrics::DeliveryMetrics;
@@ -29,6 +30,9 @@ pub(crate) struct QueueShared {
     /// The direct way to a plain-HTTP destination (`direct.rs`), if it
     /// has one.
     pub direct: Option<Arc<Direct>>,
+    /// The slots of the destination's origin (`hosts.rs`): a worker holds
+    /// one while it delivers.
+    pub host_slots: Arc<Semaphore>,
     pub client: Client,
     /// `settings.headers` as the request carries them, built once: each
     /// attempt copies them in (`send.rs`).
@@ -51,6 +55,22 @@ pub(crate) struct QueueShared {
     secret_headers: Arc<Vec<String>>,
 }
 
+/// What every dispatcher's queue reaches its destination's origin
+/// through, kept between dispatchers: the direct ways to plain-HTTP
+/// origins and every origin's slots.
+pub(crate) struct Origins {
+    pub ways: Ways,
+    pub hosts: Hosts,
+}
+
+impl Origins {
+    /// Forgets what no dispatcher holds; closes connections idle too long.
+    pub(crate) fn prune(&mut self) {
+        self.ways.prune();
+        self.hosts.prune();
+    }
+}
+
 /// Header names whose values never appear in what an attempt records.
 const SECRET_HEADERS: &[&str] = &[
     "authorization",
@@ -65,7 +85,7 @@ impl QueueShared {
         queue: String,
         settings: QueueSettings,
         client: Client,
-        ways: &mut Ways,
+        origins: &mut Origins,
         redact_headers: Arc<Vec<String>>,
         stop: watch::Receiver<bool>,
     ) -> Arc<QueueShared> {
@@ -95,12 +115,15 @@ impl QueueShared {
             }),
             None => Err(DestinationError::Missing),
         };
-        let direct = ways.to(destination.as_ref().ok().map(Destination::url));
+        let url = destination.as_ref().ok().map(Destination::url);
+        let direct = origins.ways.to(url);
+        let host_slots = origins.hosts.slots(url);
         let static_headers = static_headers(&settings);
         Arc::new(QueueShared {
             engine,
             destination,
             direct,
+            host_slots,
             metrics: DeliveryMetrics::new(&queue),
             queue,
             settings,

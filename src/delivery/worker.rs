@@ -72,9 +72,14 @@ pub(crate) async fn dispatch(
             while_breaker_open(&shared, &signal, &mut stop, stopping).await;
             continue;
         }
-        let Some(mut free) = free_slots(&slots, &mut stop, stopping).await else {
+        let Some(free) = free_slots(&slots, &mut stop, stopping).await else {
             continue;
         };
+        let Some(hosts) = host_slots(&shared, free.len(), &mut stop, stopping).await else {
+            continue;
+        };
+        // As many as both gave; the queue's other slots go back.
+        let mut free: Vec<Slots> = free.into_iter().zip(hosts).collect();
         let Some(leased) = lease_batch(&shared, free.len(), &mut stop, stopping).await else {
             continue;
         };
@@ -169,6 +174,40 @@ async fn free_slots(
     Some(free)
 }
 
+/// Waits for one slot of the destination's origin (`hosts.rs`), counting
+/// the wait, then takes every other free one, at most `want`: `None` when
+/// `stop` changes first.
+async fn host_slots(
+    shared: &QueueShared,
+    want: usize,
+    stop: &mut watch::Receiver<bool>,
+    stopping: bool,
+) -> Option<Vec<OwnedSemaphorePermit>> {
+    let slots = &shared.host_slots;
+    let first = match slots.clone().try_acquire_owned() {
+        Ok(slot) => slot,
+        Err(_) => {
+            crate::metrics::record_host_slot_wait();
+            tokio::select! {
+                slot = slots.clone().acquire_owned() => slot.expect("bug: host slots closed"),
+                _ = stop.changed(), if !stopping => return None,
+            }
+        }
+    };
+    let mut got = vec![first];
+    while got.len() < want {
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => got.push(slot),
+            Err(_) => break,
+        }
+    }
+    Some(got)
+}
+
+/// A worker's two slots: its queue's (`concurrency`) and its
+/// destination origin's (`delivery.max_connections_per_host`).
+type Slots = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
 /// Leases up to `free` deliveries (a rate-limited queue one at a time,
 /// each when due), waiting up to [`LEASE_WAIT`] for one unless
 /// `stopping`: `None` when `stop` changes first.
@@ -195,17 +234,18 @@ async fn lease_batch(
 fn spawn_workers(
     shared: &Arc<QueueShared>,
     deliveries: Vec<PushDelivery>,
-    free: &mut Vec<OwnedSemaphorePermit>,
+    free: &mut Vec<Slots>,
     in_flight: &mut JoinSet<()>,
     stop: &watch::Receiver<bool>,
     drain: bool,
 ) {
-    // Each delivery holds a slot until it is settled; the slots
-    // not used go back when `free` is dropped.
-    for (d, slot) in deliveries.into_iter().zip(free.drain(..)) {
+    // Each delivery holds its queue's slot until it is settled, and its
+    // origin's while it delivers; the slots not used go back when `free`
+    // is dropped.
+    for (d, (slot, host)) in deliveries.into_iter().zip(free.drain(..)) {
         let (shared, stop) = (shared.clone(), stop.clone());
         in_flight.spawn(async move {
-            work(&shared, d, &stop, drain).await;
+            work(&shared, d, host, &stop, drain).await;
             drop(slot);
         });
     }
@@ -221,10 +261,12 @@ fn spawn_workers(
 async fn work(
     shared: &Arc<QueueShared>,
     first: PushDelivery,
+    host: OwnedSemaphorePermit,
     stop: &watch::Receiver<bool>,
     drain: bool,
 ) {
     let mut next = Some(first);
+    let mut host = Some(host);
     let mut settling: Option<SettleWait> = None;
     while let Some(d) = next.take() {
         let attempted = deliver(shared, d, false).await;
@@ -233,6 +275,14 @@ async fn work(
         }
         if (*stop.borrow() && !drain) || attempted.breaker_open {
             break;
+        }
+        // The origin's slot goes back after each delivery: to a dispatcher
+        // that waits for one first (the semaphore is fair), so this worker
+        // goes on only if it gets one again at once (`hosts.rs`).
+        drop(host.take());
+        match shared.host_slots.clone().try_acquire_owned() {
+            Ok(slot) => host = Some(slot),
+            Err(_) => break,
         }
         if let Some(limiter) = &shared.limiter {
             limiter.until_ready().await;

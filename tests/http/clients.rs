@@ -1,4 +1,4 @@
-//! Push delivery's two ways to a destination (`server.plain_http_client`):
+//! Push delivery's two ways to a destination (`delivery.plain_http_client`):
 //! `direct`, a worker's own HTTP/1.1 connection to a plain-HTTP
 //! destination (`src/delivery/direct.rs`), and `pooled`, reqwest's client
 //! for everything (`src/delivery/client.rs`). One matrix runs over both:
@@ -21,11 +21,11 @@ use crate::common::server::Server;
 use crate::common::sink::Sink;
 use crate::common::wait_until;
 
-/// Every value of `server.plain_http_client`.
+/// Every value of `delivery.plain_http_client`.
 const CLIENTS: [&str; 2] = ["direct", "pooled"];
 
 async fn server(client: &str) -> Server {
-    Server::temp(&format!("plain_http_client = \"{client}\"\n")).await
+    Server::temp(&format!("[delivery]\nplain_http_client = \"{client}\"\n")).await
 }
 
 fn fast_backoff() -> serde_json::Value {
@@ -196,7 +196,7 @@ async fn an_http2_destination_gets_the_queues_client_certificate_both_ways() {
         let s = Server::start(
             &dir.path().join(client),
             &format!(
-                "plain_http_client = \"{client}\"\n[queues.secure]\ndestination = \"{url}\"\n\
+                "[delivery]\nplain_http_client = \"{client}\"\n[queues.secure]\ndestination = \"{url}\"\n\
                  ca_file = \"{ca_file}\"\nclient_cert = \"{cert_file}\"\n\
                  client_key = \"{key_file}\"\n"
             ),
@@ -213,6 +213,73 @@ async fn an_http2_destination_gets_the_queues_client_certificate_both_ways() {
             "{client}: HTTP/2 with the client's certificate"
         );
         assert_eq!(failures(&s, "secure").await, 0, "{client}");
+        s.stop().await;
+    }
+}
+
+/// A destination that answers after `delay` and counts the requests it
+/// holds at once: (its URL, the most it held).
+async fn counting_sink(delay: Duration) -> (String, Arc<Mutex<(usize, usize)>>) {
+    let held: Arc<Mutex<(usize, usize)>> = Arc::default();
+    let counter = held.clone();
+    let app = axum::Router::new().fallback(move || {
+        let counter = counter.clone();
+        async move {
+            {
+                let mut c = counter.lock().unwrap();
+                c.0 += 1;
+                c.1 = c.1.max(c.0);
+            }
+            tokio::time::sleep(delay).await;
+            counter.lock().unwrap().0 -= 1;
+            "ok"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), held)
+}
+
+/// Issue 43: a thousand endpoints behind one gateway opened thousands of
+/// connections to it at once. Four queues of concurrency 8 to one origin,
+/// bounded to 2 there (`delivery.max_connections_per_host`,
+/// `src/delivery/hosts.rs`): never more than 2 requests at once, every
+/// message delivered, no queue starved, and the waits counted.
+#[tokio::test]
+async fn requests_in_flight_to_one_origin_stay_within_its_bound_both_ways() {
+    for client in CLIENTS {
+        let (url, held) = counting_sink(Duration::from_millis(20)).await;
+        let s = Server::temp(&format!(
+            "[delivery]\nplain_http_client = \"{client}\"\nmax_connections_per_host = 2\n"
+        ))
+        .await;
+        let queues = ["gw-a", "gw-b", "gw-c", "gw-d"];
+        for queue in queues {
+            let destination = format!("{url}/{queue}");
+            s.queue(queue, json!({"destination": destination, "concurrency": 8}))
+                .await;
+        }
+        for n in 0..10 {
+            for queue in queues {
+                s.send(queue, &format!("{queue} {n}")).await;
+            }
+        }
+        for queue in queues {
+            super::connections::delivered_all(&s, queue).await;
+            assert_eq!(failures(&s, queue).await, 0, "{client} {queue}");
+        }
+        let most = held.lock().unwrap().1;
+        assert!(most <= 2, "{client}: {most} requests at once to one origin");
+        assert!(most >= 1, "{client}");
+        let metrics = s.text("/metrics").await;
+        let waits: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("spoold_delivery_host_slot_waits_total "))
+            .expect("the waits are exported")
+            .parse()
+            .unwrap();
+        assert!(waits > 0.0, "{client}: the dispatchers waited for slots");
         s.stop().await;
     }
 }

@@ -108,7 +108,7 @@ pub(super) async fn delivered(s: &Server, queue: &str, seen: &Arc<Mutex<Seen>>, 
     seen.lock().unwrap().clone()
 }
 
-async fn delivered_all(s: &Server, queue: &str) {
+pub(super) async fn delivered_all(s: &Server, queue: &str) {
     wait_until("all delivered", async || {
         let st = s.get_json(&format!("/v1/queues/{queue}")).await["stats"].clone();
         st["visible"] == 0 && st["leased"] == 0 && st["delayed"] == 0

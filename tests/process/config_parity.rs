@@ -145,8 +145,13 @@ const BAD_SERVER: &[(&str, &str, &[&str])] = &[
     ),
     (
         "a plain-HTTP client that is neither way",
-        "[server]\nplain_http_client = \"hyper\"\n",
-        &["server.plain_http_client", "line 4", "direct", "pooled"],
+        "[delivery]\nplain_http_client = \"hyper\"\n",
+        &["delivery.plain_http_client", "line 4", "direct", "pooled"],
+    ),
+    (
+        "no connections per host",
+        "[delivery]\nmax_connections_per_host = 0\n",
+        &["delivery.max_connections_per_host", "line 4", "1 to 65535"],
     ),
 ];
 

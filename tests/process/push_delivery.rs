@@ -467,7 +467,7 @@ async fn an_events_deliveries_are_spans_of_the_publishers_trace() {
 
 /// Issue 42: a proxy from the environment (`http_proxy`, as curl and
 /// reqwest read it) carries every plain-HTTP delivery, whichever
-/// `server.plain_http_client` says: the direct way steps aside for it
+/// `delivery.plain_http_client` says: the direct way steps aside for it
 /// (`src/delivery/direct.rs`, `origin`), and reqwest sends the request in
 /// absolute form to the proxy. The destination's name is never resolved
 /// here: only the proxy could reach it.
@@ -479,9 +479,12 @@ async fn a_proxy_from_the_environment_carries_plain_http_deliveries_both_ways() 
         let dir = tempfile::tempdir().unwrap();
         let config = write_config(
             dir.path(),
-            &format!("plain_http_client = \"{client}\""),
+            "",
             "segment_bytes = \"1MiB\"",
-            "[queues.hooks]\ndestination = \"http://hooks.example.test/in\"\n",
+            &format!(
+                "[delivery]\nplain_http_client = \"{client}\"\n\
+                 [queues.hooks]\ndestination = \"http://hooks.example.test/in\"\n"
+            ),
         );
         let spoold = start_command(
             Command::new(bin())
