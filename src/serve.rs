@@ -575,12 +575,7 @@ impl Background {
                 delivery_stop,
                 crate::delivery::DeliveryOptions {
                     drain: config.server.drain_on_shutdown,
-                    redact_headers: config
-                        .server
-                        .redact_headers
-                        .iter()
-                        .map(|h| h.to_ascii_lowercase())
-                        .collect(),
+                    redact_headers: config.server.redacted_header_names(),
                     delivery: config.delivery.clone(),
                 },
             )),

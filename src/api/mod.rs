@@ -98,12 +98,7 @@ impl ApiConfig {
             portal: portal::PortalPolicy::from_config(&config.portal, env_secret.as_deref()),
             api_keys,
             max_body_bytes: config.server.max_body_bytes,
-            redact_headers: config
-                .server
-                .redact_headers
-                .iter()
-                .map(|h| h.to_ascii_lowercase())
-                .collect(),
+            redact_headers: config.server.redacted_header_names(),
         }
     }
 }

@@ -108,6 +108,17 @@ impl PlainHttpClient {
     }
 }
 
+impl ServerConfig {
+    /// `redact_headers` in lower case, as the API and delivery compare
+    /// header names.
+    pub fn redacted_header_names(&self) -> Vec<String> {
+        self.redact_headers
+            .iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect()
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {

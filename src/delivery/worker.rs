@@ -164,14 +164,24 @@ async fn free_slots(
         slot = slots.clone().acquire_owned() => slot.expect("bug: slots closed"),
         _ = stop.changed(), if !stopping => return None,
     };
-    let mut free = vec![first];
-    while free.len() < LEASE_BATCH_MAX {
+    Some(and_every_free_one(slots, first, LEASE_BATCH_MAX))
+}
+
+/// `first`, and every other slot of `slots` free now, at most `max` in
+/// all.
+fn and_every_free_one(
+    slots: &Arc<Semaphore>,
+    first: OwnedSemaphorePermit,
+    max: usize,
+) -> Vec<OwnedSemaphorePermit> {
+    let mut got = vec![first];
+    while got.len() < max {
         match slots.clone().try_acquire_owned() {
-            Ok(slot) => free.push(slot),
+            Ok(slot) => got.push(slot),
             Err(_) => break,
         }
     }
-    Some(free)
+    got
 }
 
 /// Waits for one slot of the destination's origin (`hosts.rs`), counting
@@ -194,14 +204,7 @@ async fn host_slots(
             }
         }
     };
-    let mut got = vec![first];
-    while got.len() < want {
-        match slots.clone().try_acquire_owned() {
-            Ok(slot) => got.push(slot),
-            Err(_) => break,
-        }
-    }
-    Some(got)
+    Some(and_every_free_one(slots, first, want))
 }
 
 /// A worker's two slots: its queue's (`concurrency`) and its

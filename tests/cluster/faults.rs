@@ -172,9 +172,11 @@ async fn membership_changes_while_a_replica_is_cut_off_or_down_lose_nothing() {
     );
 }
 
-/// A follower that needs a snapshot; `kill -9` of `victim` (the follower
-/// itself, or the primary) once the transfer began.
-async fn kill_during_a_snapshot(victim_is_primary: bool) -> (usize, bool) {
+/// Three replicas, one of them (`behind`) stopped while the primary (`p`)
+/// took far more than openraft keeps behind a snapshot, in large bodies,
+/// and purged the log it missed: started again, it needs a snapshot.
+/// Returns the cluster, the load still running, and `[p, behind, other]`.
+async fn a_follower_behind_a_purge() -> (TestCluster, Load, [usize; 3]) {
     let tables = format!("[queues.{QUEUE}]\n");
     let spool = "segment_bytes = \"256KiB\"\ncompaction_interval = \"100ms\"";
     let mut cluster = TestCluster::with_spool(3, spool, "", &tables);
@@ -182,7 +184,6 @@ async fn kill_during_a_snapshot(victim_is_primary: bool) -> (usize, bool) {
     let p = cluster.primary(Duration::from_secs(10)).await;
     let (behind, other) = ((p + 1) % 3, (p + 2) % 3);
     cluster.kill(behind);
-    // Far more than openraft keeps behind a snapshot, in large bodies.
     let load = Load::start(vec![cluster.replicas[p].base()], 8, 8 << 10);
     more_sent(&load, 3000).await;
     common::wait_until(
@@ -195,6 +196,13 @@ async fn kill_during_a_snapshot(victim_is_primary: bool) -> (usize, bool) {
         },
     )
     .await;
+    (cluster, load, [p, behind, other])
+}
+
+/// A follower that needs a snapshot; `kill -9` of `victim` (the follower
+/// itself, or the primary) once the transfer began.
+async fn kill_during_a_snapshot(victim_is_primary: bool) -> (usize, bool) {
+    let (mut cluster, load, [p, behind, other]) = a_follower_behind_a_purge().await;
 
     cluster.start(behind);
     let receiving = common::eventually(
@@ -531,25 +539,7 @@ async fn a_slow_upload_through_a_follower_is_stored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_stopped_between_a_snapshots_rename_and_its_restart_catches_up() {
     use spoold::testing::fail_points::{ENV, EXIT_CODE, SNAPSHOT_BEFORE_RESTART};
-    let tables = format!("[queues.{QUEUE}]\n");
-    let spool = "segment_bytes = \"256KiB\"\ncompaction_interval = \"100ms\"";
-    let mut cluster = TestCluster::with_spool(3, spool, "", &tables);
-    cluster.start_all().await;
-    let p = cluster.primary(Duration::from_secs(10)).await;
-    let (behind, other) = ((p + 1) % 3, (p + 2) % 3);
-    cluster.kill(behind);
-    let load = Load::start(vec![cluster.replicas[p].base()], 8, 8 << 10);
-    more_sent(&load, 3000).await;
-    common::wait_until(
-        "the primary purged the log the follower missed",
-        async || {
-            cluster
-                .status(p)
-                .await
-                .is_some_and(|s| s["purgedIndex"].as_u64().unwrap_or(0) > 1500)
-        },
-    )
-    .await;
+    let (mut cluster, load, [p, behind, other]) = a_follower_behind_a_purge().await;
     let armed = format!("{SNAPSHOT_BEFORE_RESTART}=exit");
     cluster.start_with_env(behind, &[(ENV, &armed)]);
     let (code, log) = cluster.wait_exited(behind);

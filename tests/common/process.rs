@@ -107,7 +107,15 @@ pub async fn start_with(dir: &Path, server_keys: &str, tables: &str) -> Spoold {
 /// Like [`start_with`], with the `[spool]` keys (but `dir`) given too.
 pub async fn start_config(dir: &Path, server_keys: &str, spool_keys: &str, tables: &str) -> Spoold {
     let config = write_config(dir, server_keys, spool_keys, tables);
-    start_command(Command::new(bin()).args(["run", "--config"]).arg(&config)).await
+    start_command(&mut run_command(&config)).await
+}
+
+/// `spoold run --config <config>`, to start with [`start_command`] or
+/// [`spawn_command`] once the test has set its environment.
+pub fn run_command(config: &Path) -> Command {
+    let mut command = Command::new(bin());
+    command.args(["run", "--config"]).arg(config);
+    command
 }
 
 /// What a run of the binary to its end said.

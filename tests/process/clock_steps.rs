@@ -11,11 +11,10 @@
 //! a system tool CI would need).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::common::process::{
-    Spoold, bin, client, receive_id, send_delayed, start_command, write_config,
+    Spoold, client, receive_id, run_command, send_delayed, start_command, write_config,
 };
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -37,13 +36,7 @@ async fn start(dir: &Path, clock: &Path) -> Spoold {
                   backoff = { initial = \"500ms\", multiplier = 1.0, max = \"500ms\", jitter = 0.0 }\n\
                   max_retries = 1000\nbreaker_failures = 1000\n";
     let config = write_config(dir, "", "segment_bytes = \"1MiB\"", tables);
-    start_command(
-        Command::new(bin())
-            .args(["run", "--config"])
-            .arg(&config)
-            .env("SPOOLD_TEST_CLOCK_FILE", clock),
-    )
-    .await
+    start_command(run_command(&config).env("SPOOLD_TEST_CLOCK_FILE", clock)).await
 }
 
 async fn send(base: &str, queue: &str, delay: u64) -> String {

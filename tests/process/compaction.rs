@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::process::{
-    Spoold, bin, client, ids_in, messages_in, queue_json, start_command, write_config,
+    Spoold, bin, client, ids_in, messages_in, queue_json, run_command, start_command, write_config,
 };
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
@@ -25,7 +25,7 @@ const SPOOL_KEYS: &str = "segment_bytes = \"64KiB\"";
 
 async fn start(dir: &Path, spool_keys: &str) -> Spoold {
     let config = write_config(dir, "", spool_keys, "");
-    start_command(Command::new(bin()).args(["run", "--config"]).arg(&config)).await
+    start_command(&mut run_command(&config)).await
 }
 
 /// [`start`], then creates `queues` over the API; a client for it.
@@ -790,13 +790,7 @@ async fn a_huge_purge_is_split_into_bounded_records() {
 async fn start_failing_at(dir: &Path, spool_keys: &str, point: &str) -> Spoold {
     use spoold::testing::fail_points::ENV;
     let config = write_config(dir, "", spool_keys, "");
-    start_command(
-        Command::new(bin())
-            .args(["run", "--config"])
-            .arg(&config)
-            .env(ENV, format!("{point}=exit")),
-    )
-    .await
+    start_command(run_command(&config).env(ENV, format!("{point}=exit"))).await
 }
 
 /// Issue 42: compaction stopped by a crash between its plan and its swap,

@@ -1062,7 +1062,7 @@ async fn messages_are_found_by_type_tenant_text_and_json_path() {
 /// can keep them gone, and it does, through a compaction and a restart.
 #[tokio::test]
 async fn a_history_drop_stopped_before_its_checkpoint_stays_dropped() {
-    use crate::common::process::{bin, spawn_command, write_config};
+    use crate::common::process::{run_command, spawn_command, write_config};
     use spoold::testing::fail_points::{ENV, EXIT_CODE, HISTORY_DROPPED};
     let dir = tempfile::tempdir().unwrap();
     let spool_keys = "segment_bytes = \"64KiB\"\ncompaction_interval = \"1d\"";
@@ -1096,12 +1096,8 @@ async fn a_history_drop_stopped_before_its_checkpoint_stays_dropped() {
     assert_eq!(count(&api, "quiet").await, 3);
     drop(spoold);
     let config = write_config(dir.path(), "", spool_keys, &queues("1ms"));
-    let mut spoold = spawn_command(
-        std::process::Command::new(bin())
-            .args(["run", "--config"])
-            .arg(&config)
-            .env(ENV, format!("{HISTORY_DROPPED}=exit")),
-    );
+    let mut spoold =
+        spawn_command(run_command(&config).env(ENV, format!("{HISTORY_DROPPED}=exit")));
     assert_eq!(spoold.wait_exit(), EXIT_CODE, "{}", spoold.log());
 
     let spool = dir.path().join("spool");

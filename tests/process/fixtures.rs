@@ -12,14 +12,14 @@
 //! brings a fixture of its own.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::common::process::{
-    Spoold, bin, client, messages_in, newest_checkpoint, run_in, start_command, write_config,
+    Spoold, client, messages_in, newest_checkpoint, run_command, run_in, start_command,
+    write_config,
 };
 use crate::common::{V2_LEVEL5_NOW_MS, copy_fixture, wait_until};
 
@@ -46,13 +46,7 @@ fn engine_id(api_id: &str) -> u64 {
 async fn start(dir: &Path, clock: &Path) -> Spoold {
     let spool_keys = "segment_bytes = \"64KiB\"\ncompaction_interval = \"1s\"";
     let config = write_config(dir, "", spool_keys, "");
-    start_command(
-        Command::new(bin())
-            .args(["run", "--config"])
-            .arg(&config)
-            .env("SPOOLD_TEST_CLOCK_FILE", clock),
-    )
-    .await
+    start_command(run_command(&config).env("SPOOLD_TEST_CLOCK_FILE", clock)).await
 }
 
 fn write_clock(clock: &Path) {

@@ -473,7 +473,7 @@ async fn an_events_deliveries_are_spans_of_the_publishers_trace() {
 /// here: only the proxy could reach it.
 #[tokio::test]
 async fn a_proxy_from_the_environment_carries_plain_http_deliveries_both_ways() {
-    use crate::common::process::{bin, start_command, write_config};
+    use crate::common::process::{run_command, start_command, write_config};
     for client in ["direct", "pooled"] {
         let (proxy, proxy_url) = Sink::start().await;
         let dir = tempfile::tempdir().unwrap();
@@ -487,9 +487,7 @@ async fn a_proxy_from_the_environment_carries_plain_http_deliveries_both_ways() 
             ),
         );
         let spoold = start_command(
-            Command::new(bin())
-                .args(["run", "--config"])
-                .arg(&config)
+            run_command(&config)
                 .env("http_proxy", &proxy_url)
                 .env_remove("no_proxy")
                 .env_remove("NO_PROXY"),
