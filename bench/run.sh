@@ -47,6 +47,11 @@
 #   ordering  ordered delivery's cost: push as the push section runs it,
 #             on an unordered queue, then on one with ordering = "per_key"
 #             and 10 000 keys, then 64 keys (the queue's concurrency)
+#   svix      webhook fan-out beside Svix's server on PostgreSQL and Redis
+#             (bench/svix.sh, examples/fanout.rs): needs SVIX_BIN; at
+#             100, 1 000 and 10 000 endpoints, each system at its most and
+#             at half of it: events/s, deliveries/s, p50/p99 publish to
+#             arrival, CPU, PSS and bytes written per delivery
 #   alloc     the allocators side by side: jemalloc (the default), glibc,
 #             glibc with a larger tcache and heap top pad, mimalloc (two more
 #             release builds)
@@ -83,7 +88,8 @@ REDIS_PORT=${REDIS_PORT:-18788}
 SINK_PORT=${SINK_PORT:-18789}
 BULLMQ_REDIS_PORT=${BULLMQ_REDIS_PORT:-18790}
 SKIP=${SKIP:-}
-ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints search filters ordering alloc}
+# `svix` runs only when SVIX_BIN names a built svix-server.
+ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints search filters ordering ${SVIX_BIN:+svix} alloc}
 ENDPOINT_QUEUES=${ENDPOINT_QUEUES:-100000}
 ENDPOINTS_BEFORE=${ENDPOINTS_BEFORE:-}
 ENDPOINTS_BEFORE_QUEUES=${ENDPOINTS_BEFORE_QUEUES:-10000}
@@ -539,6 +545,11 @@ run_section ordering && { echo "== ordered push beside unordered ($TRIALS trials
       result "ordering trial=$trial ordering=$ordering keys=$keys $line"
     done
   done
+}
+
+run_section svix && { echo "== webhook fan-out beside Svix's server" >&2
+  . bench/svix.sh
+  svix_section
 }
 
 run_section alloc && { echo "== allocators side by side ($TRIALS trials, interleaved)" >&2

@@ -20,13 +20,15 @@ use std::pin::Pin;
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::Request;
 use hyper::client::conn::http1;
 use hyper::header::{CONTENT_TYPE, HOST};
-use hyper::service::service_fn;
-use hyper::{Request, Response, server};
+use hyper::http::request::Parts;
 use hyper_util::rt::TokioIo;
 use reqwest::{Client, StatusCode};
+
+#[path = "common/destination.rs"]
+mod destination;
 
 #[derive(Parser)]
 struct Args {
@@ -247,7 +249,10 @@ async fn push(client: &Client, args: &Args, sink: &str, clients: usize, rate: Op
     let epoch = Instant::now();
     let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
     let listener = tokio::net::TcpListener::bind(sink).await.unwrap();
-    tokio::spawn(serve_sink(listener, epoch, arrivals.clone()));
+    tokio::spawn(destination::serve(
+        listener,
+        record_arrival(epoch, arrivals.clone()),
+    ));
     wait_ready(client, &args.url).await;
 
     let path = format!("/v1/forward/{}/in", args.queue);
@@ -324,46 +329,28 @@ async fn alongside<F: Future>(
     }
 }
 
-/// The destination: answers every request `200 ok` and records it.
-async fn serve_sink(
-    listener: tokio::net::TcpListener,
+/// The destination's recorder: each request with a delivery id and the
+/// instant its forward was issued is an arrival.
+fn record_arrival(
     epoch: Instant,
     arrivals: Arc<Mutex<Vec<Arrival>>>,
-) {
-    loop {
-        let (stream, _) = listener.accept().await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        let arrivals = arrivals.clone();
-        let service = service_fn(move |request: Request<Incoming>| {
-            let arrivals = arrivals.clone();
-            async move {
-                let arrived = epoch.elapsed().as_nanos() as u64;
-                let header = |name: &str| {
-                    request
-                        .headers()
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned)
-                };
-                let delivery_id = header("spooler-delivery-id");
-                let sent = header(SENT_HEADER).and_then(|v| v.parse().ok());
-                request.into_body().collect().await?;
-                if let (Some(delivery_id), Some(sent)) = (delivery_id, sent) {
-                    arrivals.lock().unwrap().push(Arrival {
-                        delivery_id,
-                        sent,
-                        arrived,
-                    });
-                }
-                Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-            }
-        });
-        tokio::spawn(async move {
-            // A connection spoold closes ends here; nothing to report.
-            let _ = server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+) -> impl Fn(Parts, Bytes, Instant) + Clone + Send + Sync + 'static {
+    move |head, _, arrived| {
+        let header = |name: &str| {
+            head.headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let delivery_id = header("spooler-delivery-id");
+        let sent = header(SENT_HEADER).and_then(|v| v.parse().ok());
+        if let (Some(delivery_id), Some(sent)) = (delivery_id, sent) {
+            arrivals.lock().unwrap().push(Arrival {
+                delivery_id,
+                sent,
+                arrived: (arrived - epoch).as_nanos() as u64,
+            });
+        }
     }
 }
 
@@ -389,16 +376,6 @@ fn rss_bytes(pid: u32) -> u64 {
     kib << 10
 }
 
-/// CPU time `pid` used so far (user and system), in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may hold spaces) in its parens.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks as f64 / 100.0
-}
-
 /// The endpoint measurement (see [`Mode::Endpoints`]).
 async fn endpoints(client: &Client, base: &str, sink: &str, scale: Scale) {
     // The destination counts deliveries by event id, on a thread of its
@@ -406,17 +383,15 @@ async fn endpoints(client: &Client, base: &str, sink: &str, scale: Scale) {
     // `202` on this one (whose time is what is measured).
     let by_event: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let listener = std::net::TcpListener::bind(sink).unwrap();
-    listener.set_nonblocking(true).unwrap();
     let counts = by_event.clone();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            count_events(listener, counts).await;
-        });
+    destination::serve_on_thread(listener, move |head, _, _| {
+        if let Some(id) = head
+            .headers
+            .get("spooler-event-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            *counts.lock().unwrap().entry(id.to_owned()).or_default() += 1;
+        }
     });
     wait_ready(client, base).await;
     let rss_before = rss_bytes(scale.pid);
@@ -470,9 +445,10 @@ async fn endpoints(client: &Client, base: &str, sink: &str, scale: Scale) {
     // Let whatever started with the queues settle, then measure idling.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_after = rss_bytes(scale.pid);
-    let cpu_before = cpu_seconds(scale.pid);
+    let cpu_before = destination::cpu_seconds(scale.pid);
     tokio::time::sleep(scale.idle).await;
-    let idle_cpu = (cpu_seconds(scale.pid) - cpu_before) / scale.idle.as_secs_f64() * 100.0;
+    let idle_cpu =
+        (destination::cpu_seconds(scale.pid) - cpu_before) / scale.idle.as_secs_f64() * 100.0;
     let per_queue = rss_after.saturating_sub(rss_before) / scale.queues as u64;
     // The console's first page of the queue list, and its filter box
     // (a name prefix): the median of five of each.
@@ -548,35 +524,4 @@ async fn endpoints(client: &Client, base: &str, sink: &str, scale: Scale) {
         scale.wide,
         rss_done >> 20
     );
-}
-
-/// A destination that answers `200` and counts requests by
-/// `Spooler-Event-Id`.
-async fn count_events(
-    listener: tokio::net::TcpListener,
-    by_event: Arc<Mutex<HashMap<String, usize>>>,
-) {
-    loop {
-        let (stream, _) = listener.accept().await.unwrap();
-        let by_event = by_event.clone();
-        let service = service_fn(move |request: Request<Incoming>| {
-            let by_event = by_event.clone();
-            async move {
-                if let Some(id) = request
-                    .headers()
-                    .get("spooler-event-id")
-                    .and_then(|v| v.to_str().ok())
-                {
-                    *by_event.lock().unwrap().entry(id.to_owned()).or_default() += 1;
-                }
-                request.into_body().collect().await?;
-                Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from_static(b"ok"))))
-            }
-        });
-        tokio::spawn(async move {
-            let _ = server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
 }

@@ -62,6 +62,8 @@ const SCOPE_REFUSALS: &str = "spoold_scope_refusals_total";
 pub(crate) const EVENT_TYPES: &str = "spoold_event_types";
 pub(crate) const PUSH_DISPATCHERS: &str = "spoold_push_dispatchers";
 const HOST_SLOT_WAITS: &str = "spoold_delivery_host_slot_waits_total";
+const FLOOD_RETRIES: &str = "spoold_delivery_flood_retries_total";
+const SHARED_READS: &str = "spoold_shared_record_reads_total";
 pub(crate) const LIMIT_REACHED: &str = "spoold_limit_reached_total";
 
 pub(crate) const LABEL_QUEUE: &str = "queue";
@@ -158,6 +160,10 @@ fn from_the_start() {
     counter!(CLUSTER_LEADER_CHANGES).increment(0);
     counter!(EVENT_DELIVERIES_FILTERED).increment(0);
     counter!(HOST_SLOT_WAITS).increment(0);
+    counter!(FLOOD_RETRIES).increment(0);
+    for result in ["hit", "miss"] {
+        counter!(SHARED_READS, "result" => result).increment(0);
+    }
     for outcome in EVENT_OUTCOMES {
         counter!(EVENTS_TOTAL, "outcome" => outcome).increment(0);
     }
@@ -277,6 +283,16 @@ fn describe_delivery() {
         HOST_SLOT_WAITS,
         Unit::Count,
         "Times a push queue's dispatcher waited for a slot of its destination's origin: delivery.max_connections_per_host requests were in flight there."
+    );
+    describe_counter!(
+        FLOOD_RETRIES,
+        Unit::Count,
+        "Connects an origin refused while this node had other requests in flight to it and it answered lately, tried again soon within the attempt (no backoff, no breaker count)."
+    );
+    describe_counter!(
+        SHARED_READS,
+        Unit::Count,
+        "Reads of large event records (many deliveries, one payload): hit when the payload was among the last ones decoded (engine/shared_reads.rs), miss when it was read from disk."
     );
     describe_gauge!(
         PUSH_DISPATCHERS,
@@ -530,6 +546,19 @@ pub(crate) fn count_operational(kind: &'static str, outcome: &'static str) {
 /// (`delivery/hosts.rs`).
 pub(crate) fn record_host_slot_wait() {
     counter!(HOST_SLOT_WAITS).increment(1);
+}
+
+/// A large event record's payload read: kept decoded (`hit`) or read
+/// from disk (`engine/shared_reads.rs`).
+pub(crate) fn record_shared_read(hit: bool) {
+    let result = if hit { "hit" } else { "miss" };
+    counter!(SHARED_READS, "result" => result).increment(1);
+}
+
+/// A refused connect tried again soon: this node's own flood of its
+/// origin (`delivery/hosts.rs`).
+pub(crate) fn record_flood_retry() {
+    counter!(FLOOD_RETRIES).increment(1);
 }
 
 /// A request refused by its key's scope (`api/scope.rs`), by the kind of

@@ -16,6 +16,9 @@ pub(crate) struct Answer {
 pub(crate) struct SendError {
     pub class: AttemptClass,
     pub text: String,
+    /// The destination refused the connection: nothing of the request
+    /// was sent.
+    pub refused: bool,
 }
 
 impl From<String> for SendError {
@@ -23,8 +26,34 @@ impl From<String> for SendError {
         SendError {
             class: AttemptClass::Error,
             text,
+            refused: false,
         }
     }
+}
+
+impl SendError {
+    /// A connect that failed with `e`.
+    pub(super) fn connect(e: &(dyn std::error::Error + 'static)) -> SendError {
+        SendError {
+            class: AttemptClass::Connect,
+            text: format!("connect error: {}", with_sources(e)),
+            refused: refused(e),
+        }
+    }
+}
+
+/// Whether `e`, or an error under it, is a refused connection.
+pub(super) fn refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// An error and every error under it, as one line (`dns error: … resolves

@@ -35,7 +35,7 @@ use reqwest::Url;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
-use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError, with_sources};
+use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError};
 use super::client::{CONNECT_TIMEOUT_MAX, POOL_IDLE_TIMEOUT, USER_AGENT_VALUE};
 use super::resolve::GuardedResolver;
 use crate::config::PlainHttpClient;
@@ -165,6 +165,7 @@ impl Direct {
             Err(_) => Err(SendError {
                 class: AttemptClass::Timeout,
                 text: "timeout: operation timed out".into(),
+                refused: false,
             }),
         }
     }
@@ -240,25 +241,21 @@ impl Direct {
     }
 
     async fn connect(&self) -> Result<Conn, SendError> {
-        let connect_error = |e: &dyn std::error::Error| SendError {
-            class: AttemptClass::Connect,
-            text: format!("connect error: {}", with_sources(e)),
-        };
         let stream = self
             .connector
             .clone()
             .call(self.origin.clone())
             .await
-            .map_err(|e| connect_error(&e))?;
+            .map_err(|e| SendError::connect(&e))?;
         let tcp = stream.inner();
         if let (Ok(peer), Ok(local)) = (tcp.peer_addr(), tcp.local_addr()) {
             self.guard
                 .check_connected(peer, local.ip())
-                .map_err(|refused| connect_error(&refused))?;
+                .map_err(|refused| SendError::connect(&refused))?;
         }
         let (sender, driver) = http1::handshake(stream)
             .await
-            .map_err(|e| connect_error(&e))?;
+            .map_err(|e| SendError::connect(&e))?;
         Ok(Conn {
             sender,
             driver: Box::pin(driver),

@@ -3,24 +3,58 @@
 //! delivery id), sent the direct way (`direct.rs`) or through reqwest's
 //! pool (`client.rs`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, Method, Url};
 
-use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError, with_sources};
+use super::answer::{Answer, RESPONSE_KEPT_BYTES, SendError, refused, with_sources};
 use super::shared::QueueShared;
 use super::signing::signature_header;
 use crate::engine::PushDelivery;
 use crate::metrics::AttemptClass;
 
-/// Sends the request of one delivery (`id`: its external id).
-pub(super) async fn send(
+/// Connects refused by an origin that this node floods, tried again
+/// within one attempt (`hosts.rs`), the first after
+/// [`FLOOD_RETRY_FIRST`], each next after twice as long (jittered).
+const FLOOD_RETRIES: u32 = 5;
+const FLOOD_RETRY_FIRST: Duration = Duration::from_millis(25);
+
+/// Sends the request of one delivery (`id`: its external id); a connect
+/// its origin refused while this node floods it is tried again soon
+/// (`hosts.rs`), at most [`FLOOD_RETRIES`] times and within the queue's
+/// timeout, so that it neither waits out the backoff nor counts towards
+/// the breaker. The origin hears of every answer.
+pub(super) async fn send_through_flood(
     shared: &QueueShared,
     d: &PushDelivery,
     id: &str,
 ) -> Result<Answer, SendError> {
+    let started = Instant::now();
+    let timeout = Duration::from_millis(shared.settings.timeout_ms.max(1));
+    let (mut pause, mut tried) = (FLOOD_RETRY_FIRST, 0);
+    loop {
+        let sent = send(shared, d, id).await;
+        let flooded = match &sent {
+            Ok(_) => {
+                shared.origin.answered();
+                false
+            }
+            Err(e) => e.refused && tried < FLOOD_RETRIES && shared.origin.flooded(),
+        };
+        let jittered = pause.mul_f64(0.5 + rand::random::<f64>());
+        if !flooded || started.elapsed() + jittered >= timeout {
+            return sent;
+        }
+        crate::metrics::record_flood_retry();
+        tokio::time::sleep(jittered).await;
+        (pause, tried) = (pause * 2, tried + 1);
+    }
+}
+
+/// Sends the request of one delivery (`id`: its external id).
+async fn send(shared: &QueueShared, d: &PushDelivery, id: &str) -> Result<Answer, SendError> {
     let settings = &shared.settings;
     let request = d.payload.request.as_ref();
     let url = shared
@@ -165,5 +199,10 @@ fn describe(e: reqwest::Error) -> SendError {
         (AttemptClass::Error, "error")
     };
     let text = format!("{kind}: {}", with_sources(&e));
-    SendError { class, text }
+    let refused = e.is_connect() && refused(&e);
+    SendError {
+        class,
+        text,
+        refused,
+    }
 }

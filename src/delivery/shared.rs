@@ -10,10 +10,10 @@ use std::time::{Duration, SystemTime};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::Client;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 use super::direct::{Direct, Ways};
-use super::hosts::Hosts;
+use super::hosts::{Hosts, Origin};
 use super::target::{Destination, DestinationError};
 use crate::engine::{Engine, PushDelivery};
 use crate::metrics::DeliveryMetrics;
@@ -30,9 +30,9 @@ pub(crate) struct QueueShared {
     /// The direct way to a plain-HTTP destination (`direct.rs`), if it
     /// has one.
     pub direct: Option<Arc<Direct>>,
-    /// The slots of the destination's origin (`hosts.rs`): a worker holds
-    /// one while it delivers.
-    pub host_slots: Arc<Semaphore>,
+    /// The destination's origin (`hosts.rs`): a worker holds one of its
+    /// slots while it delivers.
+    pub origin: Arc<Origin>,
     pub client: Client,
     /// `settings.headers` as the request carries them, built once: each
     /// attempt copies them in (`send.rs`).
@@ -117,13 +117,13 @@ impl QueueShared {
         };
         let url = destination.as_ref().ok().map(Destination::url);
         let direct = origins.ways.to(url);
-        let host_slots = origins.hosts.slots(url);
+        let origin = origins.hosts.origin(url);
         let static_headers = static_headers(&settings);
         Arc::new(QueueShared {
             engine,
             destination,
             direct,
-            host_slots,
+            origin,
             metrics: DeliveryMetrics::new(&queue),
             queue,
             settings,

@@ -3,17 +3,19 @@
 //! request, settle by the outcome; docs/contract.md §3, §5); and the circuit breaker.
 //! An idle queue costs one waiting task, whatever its `concurrency`.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::answer::{Answer, SendError};
 use super::backoff::{delay_ms, retry_after_ms};
-use super::send::send;
+use super::send::send_through_flood;
 use super::shared::QueueShared;
 use crate::engine::settle::{
     Outcome, PROBE_INTERVAL_FIRST, PROBE_INTERVAL_MAX, SettleWait, Settled,
@@ -28,9 +30,9 @@ use crate::spool::state::BreakerTurn;
 /// primary (replicated mode): a new primary delivers this soon after it
 /// serves.
 const NOT_PRIMARY_WAIT: Duration = Duration::from_millis(100);
-/// How long the dispatcher's lease waits for a message before it asks to
-/// sleep (it ends if its queue is empty). The engine wakes it when one
-/// arrives or becomes visible, and a stop ends the wait.
+/// How long the dispatcher waits for work before it asks to sleep (it ends
+/// if its queue is empty). The engine wakes it when a message arrives or
+/// becomes visible, and a stop ends the wait.
 const LEASE_WAIT: Duration = Duration::from_secs(5);
 /// Most messages the dispatcher leases in one call.
 const LEASE_BATCH_MAX: usize = 64;
@@ -62,6 +64,8 @@ pub(crate) async fn dispatch(
     let slots = Arc::new(Semaphore::new(shared.settings.concurrency.max(1) as usize));
     let mut in_flight = JoinSet::new();
     let signal = shared.engine.queue_signal(&shared.queue);
+    // The last wait for work ran out with nothing leased since.
+    let mut waited_out = false;
     loop {
         while in_flight.try_join_next().is_some() {}
         let stopping = *stop.borrow();
@@ -75,27 +79,41 @@ pub(crate) async fn dispatch(
         let Some(free) = free_slots(&slots, &mut stop, stopping).await else {
             continue;
         };
-        let Some(hosts) = host_slots(&shared, free.len(), &mut stop, stopping).await else {
+        let max = lease_size(&shared, free.len()).await;
+        // The origin's slots are taken only to lease at once, never held
+        // while the queue waits for work: ten thousand idle queues of one
+        // gateway would hold them all (`hosts.rs`).
+        let Some(hosts) = host_slots(&shared, max, &mut stop, stopping).await else {
             continue;
         };
         // As many as both gave; the queue's other slots go back.
         let mut free: Vec<Slots> = free.into_iter().zip(hosts).collect();
-        let Some(leased) = lease_batch(&shared, free.len(), &mut stop, stopping).await else {
-            continue;
-        };
+        // Armed before the lease looks: a wake-up between the two is kept.
+        let woken = signal.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let leased = shared
+            .engine
+            .lease_for_delivery(&shared.queue, free.len(), Duration::ZERO, false)
+            .await;
         match leased {
-            // Draining and nothing left: done.
-            Ok(deliveries) if deliveries.is_empty() && stopping => break,
-            // Nothing to do and nothing in flight: the queue sleeps (no
-            // task) until the engine names it again (`engine/awake.rs`).
-            Ok(deliveries)
-                if deliveries.is_empty()
-                    && in_flight.is_empty()
-                    && shared.engine.sleep_if_idle(&shared.queue) =>
-            {
-                break;
+            Ok(deliveries) if deliveries.is_empty() => {
+                drop(free);
+                // Draining and nothing left, or nothing to do for a whole
+                // wait and nothing in flight: done. A queue that sleeps has
+                // no task until the engine names it again
+                // (`engine/awake.rs`).
+                if stopping
+                    || (waited_out
+                        && in_flight.is_empty()
+                        && shared.engine.sleep_if_idle(&shared.queue))
+                {
+                    break;
+                }
+                waited_out = !wait_for_work(&shared, woken, &mut stop).await;
             }
             Ok(deliveries) => {
+                waited_out = false;
                 spawn_workers(&shared, deliveries, &mut free, &mut in_flight, &stop, drain);
             }
             Err(LeaseError::QueueNotFound { .. } | LeaseError::NotPushQueue { .. }) => break,
@@ -129,9 +147,7 @@ async fn while_breaker_open(
     stopping: bool,
 ) {
     // Armed, then looked at again: a close that comes after the
-    // second look wakes the wait below. (Armed only here: an armed
-    // waiter takes its share of the queue's wake-ups, which the
-    // lease below waits for.)
+    // second look wakes the wait below.
     let changed = signal.notified();
     tokio::pin!(changed);
     changed.as_mut().enable();
@@ -193,7 +209,7 @@ async fn host_slots(
     stop: &mut watch::Receiver<bool>,
     stopping: bool,
 ) -> Option<Vec<OwnedSemaphorePermit>> {
-    let slots = &shared.host_slots;
+    let slots = &shared.origin.slots;
     let first = match slots.clone().try_acquire_owned() {
         Ok(slot) => slot,
         Err(_) => {
@@ -211,25 +227,34 @@ async fn host_slots(
 /// destination origin's (`delivery.max_connections_per_host`).
 type Slots = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
-/// Leases up to `free` deliveries (a rate-limited queue one at a time,
-/// each when due), waiting up to [`LEASE_WAIT`] for one unless
-/// `stopping`: `None` when `stop` changes first.
-async fn lease_batch(
-    shared: &QueueShared,
-    free: usize,
-    stop: &mut watch::Receiver<bool>,
-    stopping: bool,
-) -> Option<Result<Vec<PushDelivery>, LeaseError>> {
-    let mut max = free;
-    if let Some(limiter) = &shared.limiter {
-        // A rate-limited queue leases one at a time, each when due.
-        limiter.until_ready().await;
-        max = 1;
+/// How many to lease with `free` slots: a rate-limited queue leases one
+/// at a time, each when due.
+async fn lease_size(shared: &QueueShared, free: usize) -> usize {
+    match &shared.limiter {
+        Some(limiter) => {
+            limiter.until_ready().await;
+            1
+        }
+        None => free,
     }
-    let wait = if stopping { Duration::ZERO } else { LEASE_WAIT };
+}
+
+/// Waits, holding no slot, until the queue may have work (`woken`: the
+/// engine's wake-up for it; or its next message's visibility), at most
+/// [`LEASE_WAIT`]: whether it woke before that (a change of `stop` too).
+async fn wait_for_work(
+    shared: &QueueShared,
+    woken: Pin<&mut Notified<'_>>,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let until = shared
+        .engine
+        .next_visible_in(&shared.queue)
+        .map_or(LEASE_WAIT, |due| due.min(LEASE_WAIT));
     tokio::select! {
-        leased = shared.engine.lease_for_delivery(&shared.queue, max, wait, false) => Some(leased),
-        _ = stop.changed(), if !stopping => None,
+        () = woken => true,
+        () = tokio::time::sleep(until) => until < LEASE_WAIT,
+        _ = stop.changed() => true,
     }
 }
 
@@ -283,12 +308,12 @@ async fn work(
         // that waits for one first (the semaphore is fair), so this worker
         // goes on only if it gets one again at once (`hosts.rs`).
         drop(host.take());
-        match shared.host_slots.clone().try_acquire_owned() {
-            Ok(slot) => host = Some(slot),
-            Err(_) => break,
-        }
         if let Some(limiter) = &shared.limiter {
             limiter.until_ready().await;
+        }
+        match shared.origin.slots.clone().try_acquire_owned() {
+            Ok(slot) => host = Some(slot),
+            Err(_) => break,
         }
         next = match shared
             .engine
@@ -344,7 +369,7 @@ async fn deliver(shared: &Arc<QueueShared>, d: PushDelivery, probe: bool) -> Att
     });
     crate::telemetry::continue_trace(&span, d.payload.trace.as_deref());
     let sent = tokio::select! {
-        sent = send(shared, &d, &id).instrument(span.clone()) => sent,
+        sent = send_through_flood(shared, &d, &id).instrument(span.clone()) => sent,
         () = shared.engine.until_stepped_down() => {
             tracing::info!(queue = %shared.queue, delivery_id = %id,
                 "no longer the primary: abandoned the delivery attempt in flight");
@@ -651,6 +676,7 @@ mod tests {
         let timeout = Err(SendError {
             class: AttemptClass::Timeout,
             text: "timeout".into(),
+            refused: false,
         });
         assert_eq!(
             classify(&timeout, 1),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::{LeaseError, ReadError, SettleError};
+use super::shared_reads::LARGE_RECORD_BYTES;
 use super::token::LeaseToken;
 use super::{Delivery, Engine, PushDelivery, RECEIVE_BATCH_MAX};
 use crate::journal::format::FileId;
@@ -88,6 +89,15 @@ impl Engine {
                 payload,
             })
             .collect())
+    }
+
+    /// How long until `queue`'s next delayed (or backed-off) message
+    /// becomes visible, if it has one.
+    pub(crate) fn next_visible_in(&self, queue: &str) -> Option<Duration> {
+        let mut core = self.core();
+        let now = self.now(&mut core);
+        let next = core.spool.next_visible_at(queue, now)?;
+        Some(Duration::from_millis((next - now).max(1) as u64))
     }
 
     /// What a lease handed out now names.
@@ -245,13 +255,31 @@ impl Engine {
             .collect()
     }
 
-    /// Reads a payload through a handle taken under the core lock.
+    /// Reads a payload through a handle taken under the core lock; a
+    /// large event record's once for all its deliveries
+    /// (`shared_reads.rs`).
     pub(super) fn read_pinned(
         &self,
         file: PinnedFile,
         loc: RecordLoc,
     ) -> Result<Payload, ReadError> {
-        self.read_decoded(file, loc, "enqueue record", decode_payload_of)
+        if loc.len < LARGE_RECORD_BYTES {
+            return self.read_decoded(file, loc, "enqueue record", decode_payload_of);
+        }
+        let file = file?;
+        if let Some(payload) = self.inner.shared_reads.get(&file, loc) {
+            return Ok(payload);
+        }
+        let mut event = false;
+        let payload =
+            self.read_decoded(Ok(file.clone()), loc, "enqueue record", |kind, body| {
+                event = kind == crate::spool::record::kind::EVENT;
+                decode_payload_of(kind, body)
+            })?;
+        if event {
+            self.inner.shared_reads.keep(&file, loc, &payload);
+        }
+        Ok(payload)
     }
 
     /// Reads the record at `loc` through a handle taken under the core
@@ -264,8 +292,8 @@ impl Engine {
         what: &str,
         decode: impl FnOnce(u8, &[u8]) -> Result<T, DecodeError>,
     ) -> Result<T, ReadError> {
-        let (kind, body) = self.inner.reader.read_record_from(&file?, loc)?;
-        decode(kind, &body).map_err(|e| {
+        let decoded = self.inner.reader.with_record_from(&file?, loc, decode)?;
+        decoded.map_err(|e| {
             ReadError(JournalError::BadRecord {
                 file: self
                     .inner

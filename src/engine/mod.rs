@@ -51,6 +51,7 @@ pub(crate) mod rules;
 mod secrets;
 mod send;
 pub(crate) mod settle;
+mod shared_reads;
 mod sink;
 mod timer;
 pub(crate) mod token;
@@ -215,6 +216,9 @@ struct Inner {
     /// Replicated mode only.
     replication: Option<Arc<replicated::Replication>>,
     reader: SegmentReader,
+    /// The payloads of the last large records read (events with many
+    /// deliveries), decoded once for all of them.
+    shared_reads: shared_reads::SharedReads,
     storage: Arc<dyn Storage>,
     dir: PathBuf,
     identity: SpoolIdentity,

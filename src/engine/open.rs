@@ -362,6 +362,7 @@ fn start_engine(
             },
             replication,
             reader,
+            shared_reads: Default::default(),
             storage,
             dir,
             identity,

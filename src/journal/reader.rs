@@ -84,15 +84,16 @@ impl SegmentReader {
     }
 
     /// The kind and body of the record at `loc`, checked as
-    /// [`SegmentReader::read_body_from`] does.
-    pub(crate) fn read_record_from(
+    /// [`SegmentReader::read_body_from`] does, given to `f` without a copy.
+    pub(crate) fn with_record_from<T>(
         &self,
         file: &Arc<dyn StorageFile>,
         loc: RecordLoc,
-    ) -> Result<(u8, Vec<u8>), JournalError> {
+        f: impl FnOnce(u8, &[u8]) -> T,
+    ) -> Result<T, JournalError> {
         let frame = self.read_frame_from(file, loc)?;
         let kind = super::format::FrameHeader::peek(&frame).kind;
-        Ok((kind, frame[super::format::FRAME_HEADER_BYTES..].to_vec()))
+        Ok(f(kind, &frame[super::format::FRAME_HEADER_BYTES..]))
     }
 
     /// The whole frame (header and body) at `loc`, checked.

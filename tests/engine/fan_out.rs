@@ -204,3 +204,66 @@ async fn past_max_memory_sends_and_events_are_refused_and_settling_frees_it() {
     engine.send("plain", body("x")).await.unwrap();
     engine.publish(event(published)).await.unwrap();
 }
+
+/// A large event's record (many deliveries, or a large payload) is read
+/// from disk once and its payload kept for the next deliveries
+/// (`src/engine/shared_reads.rs`, issue 43): every delivery still gets its
+/// own event's payload, before compaction moves the records and after,
+/// when they are read from their new place.
+#[tokio::test]
+async fn every_delivery_of_a_large_event_gets_its_payload_through_compaction() {
+    let sim = SimStorage::new();
+    let clock = ManualClock::new(START_MS);
+    let mut options = sim_options(&sim, &clock);
+    options.segment_bytes = 64 << 10;
+    let (engine, _) = Engine::open(options).await.unwrap();
+    subscribers(&engine).await;
+    make_queue(&engine, "filler", QueueSettings::default()).await;
+    let large = |n: usize| {
+        let mut e = event(n);
+        e.payload.body = format!("{n}:{}", "x".repeat(20 << 10)).into_bytes().into();
+        e
+    };
+    for n in 0..3 {
+        engine.publish(large(n)).await.unwrap();
+        // Garbage beside each event once the filler is purged: its
+        // segment is compacted.
+        for _ in 0..40 {
+            engine
+                .send("filler", body(&"f".repeat(1000)))
+                .await
+                .unwrap();
+        }
+    }
+    let filter = DeadLetterFilter::default();
+    engine
+        .purge("filler", &filter, usize::MAX, false)
+        .await
+        .unwrap();
+    let check = |leased: &[spoold::engine::Delivery]| {
+        assert_eq!(leased.len(), 3);
+        for (n, d) in leased.iter().enumerate() {
+            assert_eq!(d.payload.body, large(n).payload.body, "delivery {n}");
+        }
+    };
+    let mut all = Vec::new();
+    for i in 0..QUEUES {
+        let queue = format!("q{i:03}");
+        let leased = engine.receive(&queue, 3, Duration::ZERO).await.unwrap();
+        check(&leased);
+        all.push((queue, leased));
+    }
+    for (queue, leased) in &all {
+        for d in leased {
+            engine.nack(queue, &d.token, 0).await.unwrap();
+        }
+    }
+    let reports = engine.compact_all(true).await.unwrap();
+    assert!(
+        reports.iter().any(|r| r.records_moved > 0),
+        "compaction moved nothing"
+    );
+    for (queue, _) in &all {
+        check(&engine.receive(queue, 3, Duration::ZERO).await.unwrap());
+    }
+}

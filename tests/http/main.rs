@@ -18,6 +18,7 @@ mod connections;
 
 mod dead_letters;
 mod end_to_end;
+mod gateway;
 mod openapi;
 mod overload;
 mod push_delivery;
