@@ -1,6 +1,10 @@
 -- wrk script: POST a body of BODY_BYTES (default 1024) bytes (or, with
--- METHOD=GET, a bare GET); prints one machine-readable RESULT line.
+-- METHOD=GET, a bare GET), with API_KEY as its bearer key if set; prints
+-- one machine-readable RESULT line.
 wrk.method = os.getenv("METHOD") or "POST"
+if os.getenv("API_KEY") then
+  wrk.headers["Authorization"] = "Bearer " .. os.getenv("API_KEY")
+end
 if wrk.method == "POST" then
   wrk.body = string.rep("x", tonumber(os.getenv("BODY_BYTES") or "1024"))
   wrk.headers["Content-Type"] = "application/octet-stream"

@@ -127,6 +127,72 @@ def section(out, title, rows, only, intro, head, rule):
     return True
 
 
+SVIX_FIGURES = (("events_per_s", "events/s", True), ("deliveries_per_s", "deliveries/s", True),
+                ("cpu_us_per_delivery", "CPU µs per delivery", False), ("pss_mib", "PSS MiB", False),
+                ("disk_bytes_per_delivery", "bytes written per delivery", False))
+
+
+def svix_section(out, rows):
+    """spoold beside Svix's server at each number of endpoints: each at its
+    most, each at half of it for latency, and spoold ÷ Svix for every
+    figure, with issue 43's targets."""
+    if not section(out, "Side by side: Svix's server (webhook fan-out)", rows, "svix",
+                   "`examples/fanout.rs` for both: one event type, N endpoints that are paths of one local "
+                   "destination (its own thread in the load generator), events of about 1 KiB of JSON from 16 "
+                   "connections. spoold: N push queues subscribed to the type, history kept 24 h / 1 MiB; "
+                   "Svix (`svix-server`, built as below): one application with N endpoints, PostgreSQL 15 "
+                   "(fsync on) and Redis (`appendonly yes`, everysec) as its queue. Each run on a fresh spool "
+                   "or database. Figures from the first publish to the last first arrival of every "
+                   "(endpoint, event); CPU: spoold's process, or svix-server + PostgreSQL (every backend) + "
+                   "Redis; PSS: the highest sum sampled every 0.5 s; bytes written: the block device's, "
+                   "file-system journal and WAL included. Latency at half of each one's own most "
+                   "deliveries/s (open loop, from each event's appointed publish time).",
+                   "| endpoints × events | system | events/s | deliveries/s | CPU µs per delivery | PSS MiB "
+                   "| bytes written per delivery | at half: p50 ms | p99 ms |",
+                   "|---|---|---:|---:|---:|---:|---:|---:|---:|"):
+        return
+    sizes = sorted({(int(num(r.get("endpoints"))), int(num(r.get("events")))) for r in rows})
+    cpu_by_n, ratios = {}, []
+    for n, e in sizes:
+        got = {}
+        for system in ("spoold", "svix"):
+            rs = [r for r in rows if r.get("system") == system and r.get("endpoints") == str(n)]
+            most = median([r for r in rs if r.get("load") == "max"], "deliveries_per_s")
+            half = median([r for r in rs if r.get("load") == "half"], "p99_ms")
+            if not most:
+                continue
+            got[system] = (most, half)
+            name = "spoold" if system == "spoold" else f"Svix {most.get('svix', '')}, PostgreSQL {most.get('postgres', '')}"
+            figures = " | ".join(show(most.get(k)) for k, _, _ in SVIX_FIGURES)
+            out.append(f"| {n} × {e} | {name} | {figures} | {show(half.get('p50_ms'))} "
+                       f"| {show(half.get('p99_ms'))} (at {show(half.get('rate'))} events/s) |")
+        if len(got) == 2:
+            (sm, sh), (vm, vh) = got["spoold"], got["svix"]
+            each = " | ".join(fmt_ratio(ratio(sm.get(k), vm.get(k))) for k, _, _ in SVIX_FIGURES)
+            p50, p99 = ratio(sh.get("p50_ms"), vh.get("p50_ms")), ratio(sh.get("p99_ms"), vh.get("p99_ms"))
+            out.append(f"| {n} × {e} | **spoold ÷ Svix** | {each} | {fmt_ratio(p50)} | {fmt_ratio(p99)} |")
+            ratios.append((n, ratio(sm.get("deliveries_per_s"), vm.get("deliveries_per_s")),
+                           ratio(sm.get("cpu_us_per_delivery"), vm.get("cpu_us_per_delivery")),
+                           ratio(sm.get("pss_mib"), vm.get("pss_mib")), p99))
+        if "spoold" in got:
+            cpu_by_n[n] = num(got["spoold"][0].get("cpu_us_per_delivery"))
+    out.append("")
+    out.append("Against issue 43's targets:")
+    out.append("")
+    out.append("| endpoints | deliveries/s ≥ 5 × Svix | CPU per delivery ≤ 1/5 | memory ≤ 1/5 | p99 at half ≤ 1/10 |")
+    out.append("|---:|---|---|---|---|")
+    mark = lambda r, ok: f"{fmt_ratio(r)} {'met' if ok else '**not met**'}"
+    for n, d, c, m, p in ratios:
+        out.append(f"| {n} | {mark(d, d >= 5)} | {mark(c, c <= 0.2)} | {mark(m, m <= 0.2)} | {mark(p, p <= 0.1)} |")
+    if cpu_by_n:
+        lo, hi = min(cpu_by_n), max(cpu_by_n)
+        r = cpu_by_n[hi] / cpu_by_n[lo]
+        out.append("")
+        out.append(f"spoold's CPU per delivery at {hi} endpoints ÷ at {lo}: {fmt_ratio(r)} (target ≤ 1.5 ×: "
+                   f"{'met' if r <= 1.5 else '**not met**'}).")
+    out.append("")
+
+
 def report(rows):
     out = []
     by = {}
@@ -365,6 +431,29 @@ def report(rows):
             out.append("")
             out.append(f"spoold ÷ BullMQ: delivered/s {fmt_ratio(ratio(sd, bd))}, CPU per message "
                        f"{fmt_ratio(ratio(sc, bc))}, p99 at half rate {fmt_ratio(ratio(sp, bp))}.")
+        out.append("")
+
+    svix_section(out, by.get("svix", []))
+
+    tenant_rows = by.get("tenants", [])
+    if section(out, "A tenant's key beside an operator's (trials interleaved)", tenant_rows, "tenants",
+               "One spool with 1 000 tenants' push queues (paused: nothing is delivered) and two keys: an "
+               "operator's (`admin`, no tenant) and tenant `t7`'s (`queues = [\"t7-*\"]`). wrk at 64 "
+               "connections sends 1 KiB bodies to `t7-hooks` (durable) and reads it "
+               "(`GET /v1/queues/t7-hooks`) with each key in turn, the order alternating by trial. "
+               "Medians of the trials.",
+               "| request | operator: requests/s | p99 ms | tenant: requests/s | p99 ms | tenant ÷ operator, requests/s | p99 |",
+               "|---|---:|---:|---:|---:|---:|---:|"):
+        for request in ("send", "get"):
+            got = {}
+            for key in ("operator", "tenant"):
+                rs = [r for r in tenant_rows if r.get("key") == key and r.get("request") == request]
+                got[key] = (median(rs, "sends_per_s"), median(rs, "p99_us"))
+            (o, op), (t, tp) = got["operator"], got["tenant"]
+            out.append(f"| {request} | {show(o.get('sends_per_s'))} | {ms(op.get('p99_us'))} "
+                       f"| {show(t.get('sends_per_s'))} | {ms(tp.get('p99_us'))} "
+                       f"| {fmt_ratio(ratio(t.get('sends_per_s'), o.get('sends_per_s')))} "
+                       f"| {fmt_ratio(ratio(tp.get('p99_us'), op.get('p99_us')))} |")
         out.append("")
 
     ends = by.get("endpoints", [])

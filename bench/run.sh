@@ -52,6 +52,9 @@
 #             100, 1 000 and 10 000 endpoints, each system at its most and
 #             at half of it: events/s, deliveries/s, p50/p99 publish to
 #             arrival, CPU, PSS and bytes written per delivery
+#   tenants   a tenant-scoped key beside an operator's (admin) key, trials
+#             interleaved: durable sends to a tenant's paused push queue and
+#             GET of it, wrk at 64 connections, among 1 000 tenants' queues
 #   alloc     the allocators side by side: jemalloc (the default), glibc,
 #             glibc with a larger tcache and heap top pad, mimalloc (two more
 #             release builds)
@@ -89,7 +92,7 @@ SINK_PORT=${SINK_PORT:-18789}
 BULLMQ_REDIS_PORT=${BULLMQ_REDIS_PORT:-18790}
 SKIP=${SKIP:-}
 # `svix` runs only when SVIX_BIN names a built svix-server.
-ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints search filters ordering ${SVIX_BIN:+svix} alloc}
+ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints search filters ordering tenants ${SVIX_BIN:+svix} alloc}
 ENDPOINT_QUEUES=${ENDPOINT_QUEUES:-100000}
 ENDPOINTS_BEFORE=${ENDPOINTS_BEFORE:-}
 ENDPOINTS_BEFORE_QUEUES=${ENDPOINTS_BEFORE_QUEUES:-10000}
@@ -545,6 +548,37 @@ run_section ordering && { echo "== ordered push beside unordered ($TRIALS trials
       result "ordering trial=$trial ordering=$ordering keys=$keys $line"
     done
   done
+}
+
+# tenants_once: one spool with an operator's key and a tenant's key
+# (tenant t7, queues t7-*), 1 000 tenants' push queues (paused, so that
+# nothing is delivered); each key sends to and reads t7-hooks in turn.
+tenants_once() {
+  local trial=$1 dir key line
+  dir=$(fresh tenants true)
+  sed -i '/^\[server\]/a api_keys = ["bench-operator-key", { key = "bench-tenant-key", tenant = "t7", queues = ["t7-*"] }]' "$dir/spoold.toml"
+  run_spoold "$spoold_bin" "$dir"
+  for i in $(seq 0 999); do
+    curl -fs -X PUT -H "Authorization: Bearer bench-operator-key" -H "Content-Type: application/json" \
+      -d "{\"destination\": \"http://127.0.0.1:9/\", \"tenant\": \"t$i\"}" \
+      "http://127.0.0.1:$PORT/v1/queues/t$i-hooks" >/dev/null
+    curl -fs -X POST -H "Authorization: Bearer bench-operator-key" "http://127.0.0.1:$PORT/v1/queues/t$i-hooks/pause" >/dev/null
+  done
+  local order="operator tenant"
+  [ $((trial % 2)) = 0 ] && order="tenant operator"
+  for key in $order; do
+    line=$(API_KEY=bench-$key-key BODY_BYTES=1024 wrk -t2 -c64 -d"${DURATION}s" --latency -s bench/post.lua \
+      "http://127.0.0.1:$PORT/v1/queues/t7-hooks/messages" | grep RESULT)
+    result "tenants trial=$trial key=$key request=send ${line#RESULT }"
+    line=$(API_KEY=bench-$key-key METHOD=GET wrk -t2 -c64 -d"${DURATION}s" --latency -s bench/post.lua \
+      "http://127.0.0.1:$PORT/v1/queues/t7-hooks" | grep RESULT)
+    result "tenants trial=$trial key=$key request=get ${line#RESULT }"
+  done
+  stop_spoold
+}
+
+run_section tenants && { echo "== a tenant's key beside an operator's ($TRIALS trials)" >&2
+  for trial in $(seq 1 "$TRIALS"); do tenants_once "$trial"; done
 }
 
 run_section svix && { echo "== webhook fan-out beside Svix's server" >&2

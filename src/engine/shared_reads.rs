@@ -9,8 +9,8 @@
 //!
 //! Only records of at least [`LARGE_RECORD_BYTES`] are looked up, so the
 //! path of an ordinary message is untouched. The bound is
-//! [`KEPT_RECORDS`] payloads (each at most a record's body): the oldest
-//! goes first.
+//! [`KEPT_RECORDS`] payloads and [`KEPT_BYTES`] of their bodies: the
+//! oldest goes first, and a body larger than that alone is not kept.
 //!
 //! A location names one record only while its file is the same file: the
 //! entry holds a weak handle on the file it was read from, so that a file
@@ -30,6 +30,9 @@ pub(super) const LARGE_RECORD_BYTES: u32 = 16 << 10;
 
 /// How many decoded payloads are kept.
 pub(super) const KEPT_RECORDS: usize = 16;
+
+/// How many bytes of bodies they may hold together.
+pub(super) const KEPT_BYTES: usize = 32 << 20;
 
 struct Kept {
     file: Weak<dyn StorageFile>,
@@ -56,10 +59,15 @@ impl SharedReads {
     }
 
     /// Keeps the payload of the record at `loc` in `file`, the oldest kept
-    /// going past the bound.
+    /// going past the bounds.
     pub(super) fn keep(&self, file: &Arc<dyn StorageFile>, loc: RecordLoc, payload: &Payload) {
+        if payload.body.len() > KEPT_BYTES {
+            return;
+        }
         let mut kept = self.kept.lock().expect("shared reads lock poisoned");
-        if kept.len() >= KEPT_RECORDS {
+        let bytes =
+            |kept: &VecDeque<Kept>| kept.iter().map(|k| k.payload.body.len()).sum::<usize>();
+        while kept.len() >= KEPT_RECORDS || bytes(&kept) + payload.body.len() > KEPT_BYTES {
             kept.pop_front();
         }
         kept.push_back(Kept {
