@@ -43,8 +43,11 @@ pub(super) async fn send_through_flood(
             }
             Err(e) => e.refused && tried < FLOOD_RETRIES && shared.origin.flooded(),
         };
+        if !flooded {
+            return sent;
+        }
         let jittered = pause.mul_f64(0.5 + rand::random::<f64>());
-        if !flooded || started.elapsed() + jittered >= timeout {
+        if started.elapsed() + jittered >= timeout {
             return sent;
         }
         crate::metrics::record_flood_retry();
