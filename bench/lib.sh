@@ -140,3 +140,22 @@ kill_all() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
+
+# push_allocations BIN MESSAGES: one push run of MESSAGES on a fresh spool
+# with BIN, a build with feature `count-allocations`; prints the heap
+# allocations the process made from its start to the last arrival
+# (`spoold_allocations_total`). Two runs of different lengths give the
+# allocations per message without the start-up's.
+push_allocations() {
+  local bin=$1 messages=$2 dir
+  dir=$(fresh push true)
+  "$load_bin" --url "http://127.0.0.1:$PORT" --queue hooks --messages "$messages" push \
+    --sink "127.0.0.1:$SINK_PORT" >"$work/push.out" &
+  local load_pid=$!
+  pids+=("$load_pid")
+  sleep 0.3
+  run_spoold "$bin" "$dir"
+  wait "$load_pid"
+  curl -fs "http://127.0.0.1:$PORT/metrics" | awk '$1 == "spoold_allocations_total" {print $2}'
+  stop_spoold
+}

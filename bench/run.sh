@@ -8,10 +8,16 @@
 #             fsync on and off, 1 KiB and 16 KiB bodies
 #   redis     Redis LPUSH with appendfsync always (redis-benchmark), the same
 #             concurrency and sizes
+#   tail      durable sends at 64 connections beside Redis LPUSH
+#             (appendfsync always), 1 KiB, TRIALS trials interleaved: each
+#             trial's p99 and rate ratio (the tail target is per trial)
 #   pull      receive-batch + ack (wrk, bench/pull.lua)
 #   push      push end to end (examples/load.rs push), beside the same load
 #             through a bare relay on hyper (examples/relay.rs: no journal,
 #             no fsync), the bound of any HTTP-in, HTTP-out design here
+#   pushallocs heap allocations per pushed message: a build with feature
+#             count-allocations (one more release build), two push runs
+#             of 10 000 and 40 000 messages, the difference per message
 #   bullmq    BullMQ on Redis (appendfsync always) with a worker posting to
 #             a destination (bench/bullmq/push.mjs, bullmq from npm), beside
 #             spoold's push in the same trials
@@ -92,7 +98,7 @@ SINK_PORT=${SINK_PORT:-18789}
 BULLMQ_REDIS_PORT=${BULLMQ_REDIS_PORT:-18790}
 SKIP=${SKIP:-}
 # `svix` runs only when SVIX_BIN names a built svix-server.
-ONLY=${ONLY:-floor sends redis pull push bullmq replay slowdisk cluster catchup jetstream endpoints search filters ordering tenants ${SVIX_BIN:+svix} alloc}
+ONLY=${ONLY:-floor sends redis tail pull push pushallocs bullmq replay slowdisk cluster catchup jetstream endpoints search filters ordering tenants ${SVIX_BIN:+svix} alloc}
 ENDPOINT_QUEUES=${ENDPOINT_QUEUES:-100000}
 ENDPOINTS_BEFORE=${ENDPOINTS_BEFORE:-}
 ENDPOINTS_BEFORE_QUEUES=${ENDPOINTS_BEFORE_QUEUES:-10000}
@@ -142,6 +148,19 @@ run_section sends && { echo "== spoold sends over HTTP (wrk, ${DURATION}s each)"
   done
 }
 
+# redis_lpush CONNS BODY N THREADS: one redis-benchmark LPUSH run on the
+# Redis at $REDIS_PORT; prints sends_per_s, p50_us and p99_us.
+redis_lpush() {
+  local csv rps p50 p99
+  redis-cli -p "$REDIS_PORT" del mylist >/dev/null
+  csv=$(redis-benchmark -p "$REDIS_PORT" -t lpush -c "$1" -d "$2" -n "$3" --threads "$4" --csv | tail -1)
+  # "LPUSH","rps","avg","min","p50","p95","p99","max"
+  rps=$(cut -d, -f2 <<<"$csv" | tr -d '"')
+  p50=$(cut -d, -f5 <<<"$csv" | tr -d '"')
+  p99=$(cut -d, -f7 <<<"$csv" | tr -d '"')
+  echo "sends_per_s=${rps%.*} p50_us=$(awk "BEGIN{printf \"%d\", $p50*1000}") p99_us=$(awk "BEGIN{printf \"%d\", $p99*1000}")"
+}
+
 run_section redis && { echo "== Redis LPUSH, appendfsync always (redis-benchmark)" >&2
   redis_version=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
   start_redis "$REDIS_PORT" "$work/redis"
@@ -149,14 +168,22 @@ run_section redis && { echo "== Redis LPUSH, appendfsync always (redis-benchmark
     for conns in 1 16 64 256; do
       n=$((conns == 1 ? 10000 : 100000))
       threads=$((conns == 1 ? 1 : 2))
-      redis-cli -p "$REDIS_PORT" del mylist >/dev/null
-      csv=$(redis-benchmark -p "$REDIS_PORT" -t lpush -c "$conns" -d "$body" -n "$n" --threads "$threads" --csv | tail -1)
-      # "LPUSH","rps","avg","min","p50","p95","p99","max"
-      rps=$(cut -d, -f2 <<<"$csv" | tr -d '"')
-      p50=$(cut -d, -f5 <<<"$csv" | tr -d '"')
-      p99=$(cut -d, -f7 <<<"$csv" | tr -d '"')
-      result "redis body=$body conns=$conns sends_per_s=${rps%.*} p50_us=$(awk "BEGIN{printf \"%d\", $p50*1000}") p99_us=$(awk "BEGIN{printf \"%d\", $p99*1000}") version=$redis_version"
+      result "redis body=$body conns=$conns $(redis_lpush "$conns" "$body" "$n" "$threads") version=$redis_version"
     done
+  done
+  kill -TERM "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
+}
+
+run_section tail && { echo "== the sends' tail: spoold and Redis at 64 connections ($TRIALS trials, interleaved)" >&2
+  start_redis "$REDIS_PORT" "$work/redis-tail"
+  for trial in $(seq 1 "$TRIALS"); do
+    dir=$(fresh tail true)
+    run_spoold "$spoold_bin" "$dir"
+    line=$(BODY_BYTES=1024 wrk -t2 -c64 -d"${DURATION}s" --latency -s bench/post.lua \
+      "http://127.0.0.1:$PORT/v1/queues/bench/messages" | grep RESULT)
+    stop_spoold
+    result "tail system=spoold trial=$trial $line"
+    result "tail system=redis trial=$trial $(redis_lpush 64 1024 100000 2)"
   done
   kill -TERM "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
 }
@@ -250,6 +277,16 @@ bullmq_once() {
   echo "$line bullmq_redis_cpu_us_per_msg=$((redis_ticks * 10000 / PUSH_MESSAGES))" \
     "bullmq_worker_cpu_us_per_msg=$((worker_ticks * 10000 / PUSH_MESSAGES))" \
     "bullmq_cpu_us_per_msg=$(((redis_ticks + worker_ticks) * 10000 / PUSH_MESSAGES))"
+}
+
+run_section pushallocs && { echo "== heap allocations per pushed message (feature count-allocations)" >&2
+  cargo build --release --quiet --bin spoold --features count-allocations
+  cp target/release/spoold "$work/bin/spoold-counting"
+  # Put the default build back where a user expects it.
+  cargo build --release --quiet --bin spoold
+  short=$(push_allocations "$work/bin/spoold-counting" 10000)
+  long=$(push_allocations "$work/bin/spoold-counting" 40000)
+  result "pushallocs messages=30000 allocations=$((long - short))"
 }
 
 run_section bullmq && { echo "== BullMQ on Redis (appendfsync always) beside spoold's push ($TRIALS trials)" >&2

@@ -30,6 +30,8 @@
 // no outside caller, which is what this lint would flag.
 #![cfg_attr(any(test, feature = "testing"), warn(unreachable_pub))]
 
+#[cfg(feature = "count-allocations")]
+pub mod allocations;
 pub(crate) mod api;
 pub mod cli;
 pub mod cluster;
@@ -53,7 +55,9 @@ pub use api::openapi_document;
 
 /// The global allocator the `spoold` binary is built with (`src/main.rs`
 /// installs it; `docs/performance.md` says why jemalloc is the default).
-pub const ALLOCATOR: &str = if cfg!(feature = "mimalloc") {
+pub const ALLOCATOR: &str = if cfg!(feature = "count-allocations") {
+    "jemalloc, counting"
+} else if cfg!(feature = "mimalloc") {
     "mimalloc"
 } else if cfg!(feature = "jemalloc") {
     "jemalloc"

@@ -703,10 +703,21 @@ fn crash_on_panic() {
 /// (`--no-default-features`); `docs/performance.md` has the comparison that
 /// chose jemalloc. Its settings, if any, come from how the binary is
 /// deployed; both are logged at start-up (`spoold::cli::commands::run`).
-#[cfg(feature = "mimalloc")]
+#[cfg(all(feature = "mimalloc", not(feature = "count-allocations")))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[cfg(all(
+    feature = "jemalloc",
+    not(feature = "mimalloc"),
+    not(feature = "count-allocations")
+))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Feature `count-allocations` (benchmarks only): jemalloc, each
+/// allocation counted (`spoold::allocations`).
+#[cfg(feature = "count-allocations")]
+#[global_allocator]
+static ALLOCATOR: spoold::allocations::Counting<tikv_jemallocator::Jemalloc> =
+    spoold::allocations::Counting(tikv_jemallocator::Jemalloc);

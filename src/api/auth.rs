@@ -45,7 +45,7 @@ impl Keyring {
     /// What the key with `digest` may do now (`None`: no such key).
     fn grant(&self, digest: Option<&[u8; 32]>) -> Option<Arc<Grant>> {
         if self.is_open() {
-            return Some(Arc::new(Grant::operator()));
+            return Some(Grant::shared_operator());
         }
         self.grants.get(digest?).cloned()
     }
@@ -67,7 +67,7 @@ impl Default for Presented {
     fn default() -> Presented {
         Presented {
             digest: None,
-            grant: Arc::new(Grant::operator()),
+            grant: Grant::shared_operator(),
             session_ends: None,
         }
     }

@@ -72,7 +72,7 @@ pub fn resolve_path(raw: &str) -> Result<String, PathError> {
     // names a directory: it keeps a trailing slash.
     let last = raw.rsplit('/').next().unwrap_or_default();
     let trailing = raw.ends_with('/') || decoded_dots(last).is_some();
-    let mut out: Vec<&str> = Vec::new();
+    let mut out: Vec<&str> = Vec::with_capacity(raw.bytes().filter(|&b| b == b'/').count() + 1);
     for segment in raw.split('/').filter(|s| !s.is_empty()) {
         match decoded_dots(segment) {
             Some(1) => {}
@@ -86,7 +86,7 @@ pub fn resolve_path(raw: &str) -> Result<String, PathError> {
             _ => out.push(segment),
         }
     }
-    let mut path = String::new();
+    let mut path = String::with_capacity(raw.len() + 1);
     for s in &out {
         path.push('/');
         path.push_str(s);
@@ -99,14 +99,13 @@ pub fn resolve_path(raw: &str) -> Result<String, PathError> {
 
 /// `Some(n)` if `segment` is n dots (1 or 2), plain or percent-encoded.
 fn decoded_dots(segment: &str) -> Option<usize> {
-    let lower = segment.to_ascii_lowercase();
-    let mut rest = lower.as_str();
+    let mut rest = segment.as_bytes();
     let mut dots = 0;
     while !rest.is_empty() {
-        if let Some(r) = rest.strip_prefix('.') {
+        if let Some(r) = rest.strip_prefix(b".") {
             rest = r;
-        } else if let Some(r) = rest.strip_prefix("%2e") {
-            rest = r;
+        } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case(b"%2e") {
+            rest = &rest[3..];
         } else {
             return None;
         }

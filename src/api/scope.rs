@@ -8,6 +8,8 @@
 //! exist, so that a key cannot learn another tenant's queue names; a route
 //! whose verb the key lacks is `403` whatever the queue.
 
+use std::sync::{Arc, OnceLock};
+
 use axum::http::Method;
 
 use super::error::ApiError;
@@ -60,6 +62,13 @@ impl Grant {
     /// Everything: a bare key, or any request when no key is configured.
     pub(crate) fn operator() -> Grant {
         Grant::of(&Verb::ALL, None, Vec::new())
+    }
+
+    /// [`Grant::operator`], one shared by every request that carries it
+    /// (every request of a server without keys): not allocated per request.
+    pub(crate) fn shared_operator() -> Arc<Grant> {
+        static OPERATOR: OnceLock<Arc<Grant>> = OnceLock::new();
+        OPERATOR.get_or_init(|| Arc::new(Grant::operator())).clone()
     }
 
     pub(crate) fn of(verbs: &[Verb], tenant: Option<String>, queues: Vec<String>) -> Grant {

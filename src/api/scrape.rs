@@ -119,6 +119,8 @@ pub(crate) fn render(engine: Option<&Engine>, cluster: Option<&Cluster>) -> Stri
         refresh_cluster(cluster);
     }
     process_collector().collect();
+    #[cfg(feature = "count-allocations")]
+    counter!("spoold_allocations_total").absolute(crate::allocations::total());
     handle.run_upkeep();
     handle.render()
 }

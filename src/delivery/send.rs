@@ -77,9 +77,9 @@ async fn send(shared: &QueueShared, d: &PushDelivery, id: &str) -> Result<Answer
         let timestamp = now_ms.div_euclid(1000);
         let signature = signature_header(&secrets, id, timestamp, &d.payload.body)
             .map_err(|e| e.to_string())?;
-        put(&mut headers, "webhook-id", id);
-        put(&mut headers, "webhook-timestamp", &timestamp.to_string());
-        put(&mut headers, "webhook-signature", &signature);
+        put(&mut headers, WEBHOOK_ID, id);
+        headers.insert(WEBHOOK_TIMESTAMP, HeaderValue::from(timestamp));
+        put(&mut headers, WEBHOOK_SIGNATURE, &signature);
     }
     let body = d.payload.body.clone();
     let timeout = Duration::from_millis(settings.timeout_ms.max(1));
@@ -89,11 +89,17 @@ async fn send(shared: &QueueShared, d: &PushDelivery, id: &str) -> Result<Answer
     }
 }
 
+/// Room for spoold's own headers of one attempt (`spooler_headers`, the
+/// signature's three and those `direct.rs` adds), so that a request's map
+/// is allocated once.
+const OWN_HEADERS: usize = 16;
+
 /// The headers of the stored request (those that are valid), or else the
 /// payload's content type; then the queue's static headers over them.
 fn request_headers(shared: &QueueShared, d: &PushDelivery) -> HeaderMap {
     let request = d.payload.request.as_ref();
-    let mut headers = HeaderMap::new();
+    let stored = request.map_or(1, |r| r.headers.len());
+    let mut headers = HeaderMap::with_capacity(stored + shared.static_headers.len() + OWN_HEADERS);
     if let Some(r) = request {
         for (name, value) in &r.headers {
             if let (Ok(n), Ok(v)) = (
@@ -112,38 +118,65 @@ fn request_headers(shared: &QueueShared, d: &PushDelivery) -> HeaderMap {
     headers
 }
 
+// spoold's own headers (docs/contract.md §3), made once: a name from a
+// `&str` would be parsed, and a custom one copied, on every attempt.
+const DELIVERY_ID: HeaderName = HeaderName::from_static("spooler-delivery-id");
+const RETRY_COUNT: HeaderName = HeaderName::from_static("spooler-retry-count");
+const HOPS: HeaderName = HeaderName::from_static("spooler-hops");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const RESENT_FROM: HeaderName = HeaderName::from_static("spooler-resent-from");
+const ORDERING_KEY: HeaderName = HeaderName::from_static("spooler-ordering-key");
+const EVENT_TYPE: HeaderName = HeaderName::from_static("spooler-event-type");
+const EVENT_ID: HeaderName = HeaderName::from_static("spooler-event-id");
+const TENANT: HeaderName = HeaderName::from_static("spooler-tenant");
+const WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+const WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+
 /// Adds spoold's own headers (docs/contract.md §3): the delivery id
 /// (`id`), its retry count and hops, the trace, and what the message is
 /// (a resend, its ordering key, an event's type, id and tenant).
 fn spooler_headers(headers: &mut HeaderMap, shared: &QueueShared, d: &PushDelivery, id: &str) {
-    put(headers, "spooler-delivery-id", id);
-    put(headers, "spooler-retry-count", &d.retry_count.to_string());
+    put(headers, DELIVERY_ID, id);
+    headers.insert(RETRY_COUNT, small_number(d.retry_count));
     // One spoold delivery more than the message came through: a spoold
     // that receives it counts on (`api/hops.rs`).
-    let hops = d.payload.hops.saturating_add(1).to_string();
-    put(headers, "spooler-hops", &hops);
+    headers.insert(
+        HOPS,
+        small_number(u32::from(d.payload.hops.saturating_add(1))),
+    );
     if let Some(trace) = crate::telemetry::outgoing(d.payload.trace.as_deref()) {
-        put(headers, "traceparent", &trace);
+        put(headers, TRACEPARENT, &trace);
     }
     if let Some(from) = d.payload.resent_from {
         let from = shared.engine.tokens().format_id(from);
-        put(headers, "spooler-resent-from", &from);
+        put(headers, RESENT_FROM, &from);
     }
     if let Some(key) = &d.payload.ordering_key {
-        put(headers, "spooler-ordering-key", key);
+        put(headers, ORDERING_KEY, key);
     }
     if let Some(event) = &d.payload.event {
-        put(headers, "spooler-event-type", &event.event_type);
+        put(headers, EVENT_TYPE, &event.event_type);
         let event_id = shared.engine.tokens().format_id(event.id);
-        put(headers, "spooler-event-id", &event_id);
+        put(headers, EVENT_ID, &event_id);
         if let Some(tenant) = &event.tenant {
-            put(headers, "spooler-tenant", tenant);
+            put(headers, TENANT, tenant);
         }
     }
 }
 
+/// `n` as a header value: those under ten (almost every retry count and
+/// hop count) from a table, without allocating.
+fn small_number(n: u32) -> HeaderValue {
+    const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match DIGITS.get(n as usize) {
+        Some(digit) => HeaderValue::from_static(digit),
+        None => HeaderValue::from(n),
+    }
+}
+
 /// Sets header `name` to `value`, unless `value` is not a valid one.
-fn put(headers: &mut HeaderMap, name: &'static str, value: &str) {
+fn put(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
         headers.insert(name, v);
     }

@@ -16,6 +16,9 @@ use crate::spool::command::{Command, EnqueueMeta, EventMeta, MessageId, Record};
 use crate::spool::queue::{QueueSettings, failed_queue_name};
 use crate::time::Millis;
 
+/// The most queues' room the scratch list of [`Spool::apply`] keeps.
+const NAMED_SCRATCH_KEPT: usize = 64;
+
 impl Spool {
     /// Applies a durable record: `seq` is its sequence number and `loc`
     /// where it lies in the journal. Records come one at a time, in
@@ -29,14 +32,21 @@ impl Spool {
             self.applied_seq
         );
         self.applied_seq = seq;
-        let before = self.memory_of(&self.named_queues(&record.command));
+        // One list, kept between records: not allocated twice per record.
+        let mut named = std::mem::take(&mut self.named_scratch);
+        self.named_queues_into(&record.command, &mut named);
+        let before = self.memory_of(&named);
         let applied = self.apply_command(record, loc);
-        let named = self.named_queues(&record.command);
+        self.named_queues_into(&record.command, &mut named);
         for &qid in &named {
             self.settle_keys(qid);
         }
         self.memory_bytes = (self.memory_bytes + self.memory_of(&named)).saturating_sub(before);
-        self.busy.extend(named);
+        self.busy.extend(named.iter().copied());
+        // An event to many queues leaves no large list behind.
+        if named.capacity() <= NAMED_SCRATCH_KEPT {
+            self.named_scratch = named;
+        }
         applied
     }
 
@@ -50,6 +60,13 @@ impl Spool {
     /// applying it can change.
     fn named_queues(&self, command: &Command<'_>) -> Vec<QueueId> {
         let mut out = Vec::new();
+        self.named_queues_into(command, &mut out);
+        out
+    }
+
+    /// [`Spool::named_queues`] into `out` (cleared first).
+    fn named_queues_into(&self, command: &Command<'_>, out: &mut Vec<QueueId>) {
+        out.clear();
         let mut mark = |name: &str| {
             let base = crate::spool::queue::origin_queue_name(name);
             if let Some(&qid) = self.names.get(base) {
@@ -85,7 +102,6 @@ impl Spool {
             | Command::RetireNode { .. }
             | Command::EventType { .. } => {}
         }
-        out
     }
 
     /// Applies a record of a format-1 journal (whose compacted segments

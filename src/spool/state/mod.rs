@@ -88,6 +88,8 @@ pub(crate) struct Spool {
     /// theirs, not that of every queue (100 000 idle endpoints cost it
     /// nothing).
     busy: BTreeSet<QueueId>,
+    /// Scratch for the queues each applied record names (`apply.rs`).
+    named_scratch: Vec<QueueId>,
     /// Idempotency keys of events: hash → the event as first sent.
     event_dedup: HashMap<u64, EventSeen>,
     /// The same keys by when they were first seen, oldest first.

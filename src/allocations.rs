@@ -1,0 +1,48 @@
+//! Feature `count-allocations`: the binary's allocator wrapped so that it
+//! counts every allocation (`alloc`, `alloc_zeroed`, `realloc`), exported
+//! as `spoold_allocations_total` on `/metrics` (`api/scrape.rs`). The
+//! `pushallocs` section of `bench/run.sh` reads it to give the heap
+//! allocations per pushed message. Off in every other build: the counter
+//! is one relaxed atomic add per allocation, which nothing else should pay.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Allocations made by the process since it started.
+pub fn total() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// An allocator that counts the allocations it forwards to `A`.
+pub struct Counting<A>(pub A);
+
+// SAFETY: every method forwards to `A` with the caller's arguments
+// unchanged; the counter is a side effect only.
+#[allow(unsafe_code)]
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
+        unsafe { self.0.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as for `alloc`.
+        unsafe { self.0.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from this allocator with this layout.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: `ptr` came from this allocator with `layout`; the caller
+        // upholds `new_size`'s rules.
+        unsafe { self.0.realloc(ptr, layout, new_size) }
+    }
+}
