@@ -2,8 +2,9 @@
 //! counts every allocation (`alloc`, `alloc_zeroed`, `realloc`), exported
 //! as `spoold_allocations_total` on `/metrics` (`api/scrape.rs`). The
 //! `pushallocs` section of `bench/run.sh` reads it to give the heap
-//! allocations per pushed message. Off in every other build: the counter
-//! is one relaxed atomic add per allocation, which nothing else should pay.
+//! allocations per pushed message. No other build installs it (unit tests
+//! compile it to test it): the counter is one relaxed atomic add per
+//! allocation, which nothing else should pay.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,5 +45,33 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
         // SAFETY: `ptr` came from this allocator with `layout`; the caller
         // upholds `new_size`'s rules.
         unsafe { self.0.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests {
+    use std::alloc::System;
+
+    use super::*;
+
+    #[test]
+    fn every_allocation_through_the_wrapper_is_counted_and_frees_are_not() {
+        let counting = Counting(System);
+        let small = Layout::from_size_align(64, 8).unwrap();
+        let large = Layout::from_size_align(128, 8).unwrap();
+        let before = total();
+        // SAFETY: each pointer comes from `counting` with the layout it
+        // is freed or grown with.
+        unsafe {
+            let p = counting.alloc(small);
+            assert!(!p.is_null());
+            let p = counting.realloc(p, small, large.size());
+            counting.dealloc(p, large);
+            let z = counting.alloc_zeroed(small);
+            assert_eq!(*z, 0);
+            counting.dealloc(z, small);
+        }
+        assert_eq!(total() - before, 3);
     }
 }

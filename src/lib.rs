@@ -30,7 +30,7 @@
 // no outside caller, which is what this lint would flag.
 #![cfg_attr(any(test, feature = "testing"), warn(unreachable_pub))]
 
-#[cfg(feature = "count-allocations")]
+#[cfg(any(test, feature = "count-allocations"))]
 pub mod allocations;
 pub(crate) mod api;
 pub mod cli;
