@@ -92,14 +92,24 @@ def median_ratio(pushes, relays, key):
     return rs[(len(rs) - 1) // 2] if rs else float("nan")
 
 
-def tail_section(out, rows):
-    """Section tail: spoold's durable sends and Redis LPUSH at 64
-    connections, trial by trial, and the tail target's verdict."""
+def tail_pairs(rows):
+    """Section tail's trials: (trial, spoold's row, Redis's row), in order."""
     trials_of = {}
     for r in rows:
         trials_of.setdefault(r.get("trial"), {})[r.get("system")] = r
-    pairs = [(t, v["spoold"], v["redis"]) for t, v in sorted(trials_of.items(), key=lambda kv: num(kv[0]))
-             if "spoold" in v and "redis" in v]
+    return [(t, v["spoold"], v["redis"]) for t, v in sorted(trials_of.items(), key=lambda kv: num(kv[0]))
+            if "spoold" in v and "redis" in v]
+
+
+def tail_met(sp, rd):
+    """One trial meets the tail target: p99 ≤ Redis's at ≥ its rate."""
+    return ratio(sp.get("sends_per_s"), rd.get("sends_per_s")) >= 1.0 and ratio(sp.get("p99_us"), rd.get("p99_us")) <= 1.0
+
+
+def tail_section(out, rows):
+    """Section tail: spoold's durable sends and Redis LPUSH at 64
+    connections, trial by trial, and the tail target's verdict."""
+    pairs = tail_pairs(rows)
     if not pairs:
         return
     out.append("### The sends' tail beside Redis (trials interleaved)")
@@ -114,7 +124,7 @@ def tail_section(out, rows):
     for t, sp, rd in pairs:
         rate = ratio(sp.get("sends_per_s"), rd.get("sends_per_s"))
         p99 = ratio(sp.get("p99_us"), rd.get("p99_us"))
-        ok = rate >= 1.0 and p99 <= 1.0
+        ok = tail_met(sp, rd)
         met += ok
         out.append(f"| {t} | {show(sp.get('sends_per_s'))} | {ms(sp.get('p50_us'))} | {ms(sp.get('p99_us'))} "
                    f"| {show(rd.get('sends_per_s'))} | {ms(rd.get('p50_us'))} | {ms(rd.get('p99_us'))} "
@@ -345,8 +355,10 @@ def report(rows):
          ratio(on64.get("sends_per_s"), rd64.get("sends_per_s")), 1.0, "min"),
         ("durable sends/s at 64 connections ≥ 0.8 × spoold with fsync off",
          ratio(on64.get("sends_per_s"), off64.get("sends_per_s")), 0.8, "min"),
-        ("p99 of sends at 64 connections ≤ 1 × Redis's p99 (issue 29; 2 × before)",
-         ratio(on64.get("p99_us"), rd64.get("p99_us")), 1.0, "max"),
+        (f"p99 of sends at 64 connections ≤ 1 × Redis's, at ≥ 1 × its rate, in ≥ {TAIL_TRIALS_NEEDED} "
+         "of 3 trials (section tail, below): trials that met it",
+         sum(tail_met(sp, rd) for _, sp, rd in tail_pairs(by.get("tail", []))) if by.get("tail") else float("nan"),
+         TAIL_TRIALS_NEEDED, "min", "of the trials"),
         (f"pull (8 consumers) ≥ {PULL_PER_FLOOR:.3f} × the floor",
          ratio(pull.get("pull_msgs_per_s"), floor_rps), PULL_PER_FLOOR, "min"),
         (f"push delivered/s ≥ {PUSH_PER_RELAY} × the relay's (median of the trials' ratios)",
