@@ -116,24 +116,31 @@ fresh() {
   echo "$dir"
 }
 
-# push_once BIN [RATE]: one push run on a fresh spool ($load_bin forwards
-# $PUSH_MESSAGES to queue `hooks`, whose destination it serves on
-# $SINK_PORT; as fast as it can, or RATE a second); prints the load
-# generator's result and spoold's CPU per message.
-push_once() {
-  local bin=$1 rate=${2:-} dir out ticks
+# push_run BIN MESSAGES [RATE]: a push run on a fresh spool ($load_bin
+# forwards MESSAGES to queue `hooks`, whose destination it serves on
+# $SINK_PORT; as fast as it can, or RATE a second) until the last arrival;
+# the load generator's output is in $work/push.out and spoold
+# ($spoold_pid) is left running for the caller to read and stop.
+push_run() {
+  local bin=$1 messages=$2 rate=${3:-} dir
   dir=$(fresh push true)
-  out=$work/push.out
-  "$load_bin" --url "http://127.0.0.1:$PORT" --queue hooks --messages "$PUSH_MESSAGES" push \
-    --sink "127.0.0.1:$SINK_PORT" ${rate:+--rate "$rate"} --ordering-keys "${PUSH_KEYS:-0}" >"$out" &
+  "$load_bin" --url "http://127.0.0.1:$PORT" --queue hooks --messages "$messages" push \
+    --sink "127.0.0.1:$SINK_PORT" ${rate:+--rate "$rate"} --ordering-keys "${PUSH_KEYS:-0}" >"$work/push.out" &
   local load_pid=$!
   pids+=("$load_pid")
   sleep 0.3
   run_spoold "$bin" "$dir"
   wait "$load_pid"
+}
+
+# push_once BIN [RATE]: one push run of $PUSH_MESSAGES (`push_run`);
+# prints the load generator's result and spoold's CPU per message.
+push_once() {
+  local ticks
+  push_run "$1" "$PUSH_MESSAGES" "${2:-}"
   ticks=$(cpu_ticks "$spoold_pid")
   stop_spoold
-  echo "$(grep RESULT "$out" | sed 's/^RESULT //') push_cpu_us_per_msg=$((ticks * 10000 / PUSH_MESSAGES))"
+  echo "$(grep RESULT "$work/push.out" | sed 's/^RESULT //') push_cpu_us_per_msg=$((ticks * 10000 / PUSH_MESSAGES))"
 }
 
 kill_all() {
@@ -141,21 +148,13 @@ kill_all() {
   wait 2>/dev/null || true
 }
 
-# push_allocations BIN MESSAGES: one push run of MESSAGES on a fresh spool
+# push_allocations BIN MESSAGES: one push run of MESSAGES (`push_run`)
 # with BIN, a build with feature `count-allocations`; prints the heap
 # allocations the process made from its start to the last arrival
 # (`spoold_allocations_total`). Two runs of different lengths give the
 # allocations per message without the start-up's.
 push_allocations() {
-  local bin=$1 messages=$2 dir
-  dir=$(fresh push true)
-  "$load_bin" --url "http://127.0.0.1:$PORT" --queue hooks --messages "$messages" push \
-    --sink "127.0.0.1:$SINK_PORT" >"$work/push.out" &
-  local load_pid=$!
-  pids+=("$load_pid")
-  sleep 0.3
-  run_spoold "$bin" "$dir"
-  wait "$load_pid"
+  push_run "$1" "$2"
   curl -fs "http://127.0.0.1:$PORT/metrics" | awk '$1 == "spoold_allocations_total" {print $2}'
   stop_spoold
 }
